@@ -1,0 +1,2 @@
+//! The `jarvis` command.
+fn main() {}

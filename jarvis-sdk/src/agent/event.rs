@@ -1,0 +1,181 @@
+//! [`AgentEvent`]: the plain-data events a turn pushes to its subscribers
+//! (SPEC.md §6). Serialised with a `type` tag, they are the WebSocket
+//! contract the HUD reads, so names and fields are stable.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::model::{Role, Usage};
+
+/// One event of a running turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum AgentEvent {
+    /// The loop starts. Exactly one `agent_end` follows.
+    AgentStart {
+        /// The agent's id (`main`, `karen`).
+        agent_id: String,
+        /// The agent's display name (`J.A.R.V.I.S.`).
+        agent_name: String,
+        /// The session the turn runs in.
+        session_id: String,
+    },
+    /// A step begins; numbered from 1 and counting on through a continuation.
+    TurnStart {
+        /// The step number.
+        turn: u32,
+    },
+    /// Streamed output: exactly one of `text_delta` or `thinking_delta`.
+    MessageUpdate {
+        /// The piece of output.
+        #[serde(flatten)]
+        delta: MessageDelta,
+    },
+    /// A tool call is about to pass the gate and run. Starts fire in call order.
+    ToolExecutionStart {
+        /// The call id.
+        tool_call_id: String,
+        /// The tool's name.
+        tool_name: String,
+        /// The call's arguments.
+        args: Value,
+    },
+    /// A tool call finished, failed or was refused. Ends fire in completion order.
+    ToolExecutionEnd {
+        /// The call id.
+        tool_call_id: String,
+        /// The tool's name.
+        tool_name: String,
+        /// The call's arguments.
+        args: Value,
+        /// Whether the result reports a failure or a refusal.
+        is_error: bool,
+        /// The result, truncated for display.
+        result: String,
+    },
+    /// The loop ended.
+    AgentEnd {
+        /// The answer of the turn.
+        final_message: FinalMessage,
+        /// Steps run (summary calls excluded).
+        turns: u32,
+        /// Overflows in this turn: 0, 1 or 2.
+        overflows: u8,
+    },
+    /// The model call failed; `agent_end` follows.
+    AgentError {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl AgentEvent {
+    /// The `type` tag of this event as it appears in JSON.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AgentEvent::AgentStart { .. } => "agent_start",
+            AgentEvent::TurnStart { .. } => "turn_start",
+            AgentEvent::MessageUpdate { .. } => "message_update",
+            AgentEvent::ToolExecutionStart { .. } => "tool_execution_start",
+            AgentEvent::ToolExecutionEnd { .. } => "tool_execution_end",
+            AgentEvent::AgentEnd { .. } => "agent_end",
+            AgentEvent::AgentError { .. } => "agent_error",
+        }
+    }
+}
+
+/// The payload of a `message_update`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageDelta {
+    /// Visible answer text.
+    TextDelta(String),
+    /// Model thinking.
+    ThinkingDelta(String),
+}
+
+/// The answer of a turn, as carried by `agent_end`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FinalMessage {
+    /// Always `assistant`.
+    pub role: Role,
+    /// The answer text (may be empty, see [`StopReason`]).
+    pub content: String,
+    /// How the turn ended.
+    pub stop_reason: StopReason,
+    /// Tokens used by every model call of the turn, summary calls included.
+    pub usage: Usage,
+}
+
+/// How a turn ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum StopReason {
+    /// The model answered.
+    Stop,
+    /// The model answered but hit its output token limit.
+    Length,
+    /// The provider filtered the answer.
+    ContentFilter,
+    /// The `final` tool ended the turn with its `answer`.
+    Final,
+    /// The model answered empty twice (once nudged); the answer is `""`.
+    Empty,
+    /// The step budget ran out with overflow resume off; the answer is the
+    /// last assistant text of the turn.
+    MaxTurns,
+    /// The continuation overflowed too; the answer is the second summary.
+    Overflow,
+    /// A model call failed (`agent_error` was sent).
+    Error,
+    /// The turn was aborted; the answer is the last assistant text of the turn.
+    Aborted,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn message_update_carries_exactly_one_delta_field() {
+        let e = AgentEvent::MessageUpdate {
+            delta: MessageDelta::TextDelta("hi".into()),
+        };
+        assert_eq!(
+            serde_json::to_value(&e).unwrap(),
+            json!({"type": "message_update", "text_delta": "hi"})
+        );
+        let t: AgentEvent =
+            serde_json::from_value(json!({"type": "message_update", "thinking_delta": "hm"})).unwrap();
+        assert_eq!(
+            t,
+            AgentEvent::MessageUpdate {
+                delta: MessageDelta::ThinkingDelta("hm".into())
+            }
+        );
+    }
+
+    #[test]
+    fn agent_end_has_the_spec_fields() {
+        let e = AgentEvent::AgentEnd {
+            final_message: FinalMessage {
+                role: Role::Assistant,
+                content: "x".into(),
+                stop_reason: StopReason::MaxTurns,
+                usage: Usage::default(),
+            },
+            turns: 3,
+            overflows: 1,
+        };
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(v["type"], "agent_end");
+        assert_eq!(v["final_message"]["role"], "assistant");
+        assert_eq!(v["final_message"]["stop_reason"], "max_turns");
+        assert_eq!(v["final_message"]["usage"]["input_tokens"], 0);
+        assert_eq!((v["turns"].as_u64(), v["overflows"].as_u64()), (Some(3), Some(1)));
+        assert_eq!(e.kind(), "agent_end");
+    }
+}

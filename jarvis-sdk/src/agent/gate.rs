@@ -1,0 +1,253 @@
+//! The tool-call gate (R-TOOL-1): every call passes, in this fixed order,
+//! the policy allow-list ([`ToolPolicy`]), the `before_tool_call` plugin
+//! hooks ([`BeforeToolCall`]) and approval ([`Approver`]). The first refusal
+//! decides, and every refusal reaches the model as an `is_error` tool result
+//! while the loop goes on (R-TOOL-2, SPEC.md §17.3 #3).
+//!
+//! This module holds the traits and the fixed chain. The real allow-list,
+//! plugin registry and approval broker live in `core` and implement them.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::fmt;
+use std::sync::Arc;
+
+/// What the gate knows about one call.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolCallInfo<'a> {
+    /// The session the call belongs to.
+    pub session_id: &'a str,
+    /// The agent making the call.
+    pub agent_id: &'a str,
+    /// The call's id.
+    pub tool_call_id: &'a str,
+    /// The tool's name.
+    pub tool_name: &'a str,
+    /// The call's arguments.
+    pub arguments: &'a Value,
+    /// Whether the tool asks for approval unless a rule allows it.
+    pub requires_approval: bool,
+}
+
+/// A stage's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GateDecision {
+    /// The call may go on to the next stage.
+    Allow,
+    /// The call is refused, with a reason the model will read.
+    Deny(String),
+}
+
+/// Stage 1: the policy allow-list. Synchronous: a lookup, never a wait.
+pub trait ToolPolicy: Send + Sync {
+    /// Checks one call.
+    fn check(&self, call: &ToolCallInfo<'_>) -> GateDecision;
+}
+
+/// Stage 2: a plugin's `before_tool_call` hook.
+#[async_trait]
+pub trait BeforeToolCall: Send + Sync {
+    /// The plugin's name, shown in refusals and logs.
+    fn name(&self) -> &str;
+    /// Checks one call.
+    async fn before_tool_call(&self, call: &ToolCallInfo<'_>) -> GateDecision;
+}
+
+/// Stage 3: approval. The approver decides whether the call needs a person
+/// at all (rules, `requires_approval`) and, if so, waits for one.
+#[async_trait]
+pub trait Approver: Send + Sync {
+    /// Decides one call.
+    async fn approve(&self, call: &ToolCallInfo<'_>) -> ApprovalDecision;
+}
+
+/// A decision on an approval request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalDecision {
+    /// Run this call.
+    Allow,
+    /// Run this call and remember the rule for this agent.
+    Always,
+    /// Refuse this call.
+    Deny,
+    /// Nobody answered in time; refused.
+    Timeout,
+}
+
+impl ApprovalDecision {
+    /// Whether the call may run.
+    pub fn is_allowed(self) -> bool {
+        matches!(self, ApprovalDecision::Allow | ApprovalDecision::Always)
+    }
+}
+
+/// A tool call waiting for a person, as shown on every screen of the session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRequest {
+    /// Identifies the request in the answer.
+    pub request_id: String,
+    /// The session whose screens show it.
+    pub session_id: String,
+    /// The agent whose tool asks.
+    pub agent_id: String,
+    /// The tool's name.
+    pub tool_name: String,
+    /// The call's arguments.
+    pub args: Value,
+}
+
+/// The stage that refused a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GateStage {
+    /// The policy allow-list.
+    Policy,
+    /// The `before_tool_call` hook of the named plugin.
+    Plugin(String),
+    /// Approval (a person's "deny" or a timeout).
+    Approval,
+}
+
+impl fmt::Display for GateStage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GateStage::Policy => f.write_str("the tool policy"),
+            GateStage::Plugin(name) => write!(f, "the plugin {name:?}"),
+            GateStage::Approval => f.write_str("approval"),
+        }
+    }
+}
+
+/// The gate's answer for one call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GateVerdict {
+    /// Every stage allowed the call.
+    Allowed,
+    /// A stage refused it.
+    Denied {
+        /// Which stage.
+        stage: GateStage,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl GateVerdict {
+    /// The text the model reads for a refusal.
+    pub fn refusal_message(&self, tool_name: &str) -> Option<String> {
+        match self {
+            GateVerdict::Allowed => None,
+            GateVerdict::Denied { stage, reason } => Some(format!(
+                "the call to {tool_name} was refused by {stage}: {reason}. Do not retry it unchanged; \
+                 continue without it or answer with what you have."
+            )),
+        }
+    }
+}
+
+/// Allows everything; the default of every stage.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct AllowAll;
+
+impl ToolPolicy for AllowAll {
+    fn check(&self, _call: &ToolCallInfo<'_>) -> GateDecision {
+        GateDecision::Allow
+    }
+}
+
+#[async_trait]
+impl Approver for AllowAll {
+    async fn approve(&self, _call: &ToolCallInfo<'_>) -> ApprovalDecision {
+        ApprovalDecision::Allow
+    }
+}
+
+/// The fixed chain: policy → plugin hooks (in registration order) → approval.
+///
+/// Callers choose what sits in each slot, never the order, and cannot skip a
+/// stage. [`ToolGate::default`] allows everything: fine for embedding and
+/// tests; the assembled app puts the real stages in.
+#[derive(Clone)]
+pub struct ToolGate {
+    policy: Arc<dyn ToolPolicy>,
+    hooks: Vec<Arc<dyn BeforeToolCall>>,
+    approver: Arc<dyn Approver>,
+}
+
+impl Default for ToolGate {
+    fn default() -> Self {
+        Self {
+            policy: Arc::new(AllowAll),
+            hooks: Vec::new(),
+            approver: Arc::new(AllowAll),
+        }
+    }
+}
+
+impl fmt::Debug for ToolGate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolGate")
+            .field(
+                "hooks",
+                &self.hooks.iter().map(|h| h.name().to_owned()).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolGate {
+    /// A gate that allows everything.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Puts `policy` in the first slot.
+    pub fn with_policy(mut self, policy: Arc<dyn ToolPolicy>) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Adds a plugin hook after the ones already there.
+    pub fn with_hook(mut self, hook: Arc<dyn BeforeToolCall>) -> Self {
+        self.hooks.push(hook);
+        self
+    }
+
+    /// Puts `approver` in the last slot.
+    pub fn with_approver(mut self, approver: Arc<dyn Approver>) -> Self {
+        self.approver = approver;
+        self
+    }
+
+    /// Runs the chain for one call; the first refusal decides.
+    pub async fn check(&self, call: &ToolCallInfo<'_>) -> GateVerdict {
+        if let GateDecision::Deny(reason) = self.policy.check(call) {
+            tracing::info!(tool = call.tool_name, %reason, "tool call refused by policy");
+            return GateVerdict::Denied {
+                stage: GateStage::Policy,
+                reason,
+            };
+        }
+        for hook in &self.hooks {
+            if let GateDecision::Deny(reason) = hook.before_tool_call(call).await {
+                tracing::info!(tool = call.tool_name, plugin = hook.name(), %reason, "tool call refused by plugin");
+                return GateVerdict::Denied {
+                    stage: GateStage::Plugin(hook.name().to_owned()),
+                    reason,
+                };
+            }
+        }
+        match self.approver.approve(call).await {
+            d if d.is_allowed() => GateVerdict::Allowed,
+            ApprovalDecision::Timeout => GateVerdict::Denied {
+                stage: GateStage::Approval,
+                reason: "nobody approved it in time".into(),
+            },
+            _ => GateVerdict::Denied {
+                stage: GateStage::Approval,
+                reason: "the person denied it".into(),
+            },
+        }
+    }
+}

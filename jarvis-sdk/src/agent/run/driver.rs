@@ -1,0 +1,240 @@
+//! The thin async driver: performs the machine's actions (streams model
+//! calls, runs tool batches through the gate with a concurrency bound) and
+//! pushes events to the subscriber.
+
+use futures::{FutureExt, StreamExt};
+use std::collections::HashSet;
+use std::panic::AssertUnwindSafe;
+use tokio_util::sync::CancellationToken;
+
+use super::machine::{Action, CallPlan, Finished, Limits, Machine, Reply};
+use super::{AgentLoopConfig, LoopContext};
+use crate::agent::event::{AgentEvent, MessageDelta};
+use crate::agent::gate::ToolCallInfo;
+use crate::agent::tool::{ToolContext, ToolError, ToolResult};
+use crate::common::truncate_with_marker;
+use crate::model::{
+    ChatRequest, Message, ProviderEvent, ResponseAssembler, ToolCall, ToolResultMessage, ToolSpec,
+};
+
+pub(super) struct Driver<'a> {
+    ctx: &'a LoopContext,
+    config: &'a AgentLoopConfig,
+    cancel: CancellationToken,
+    specs: Vec<ToolSpec>,
+}
+
+impl<'a> Driver<'a> {
+    pub(super) fn new(ctx: &'a LoopContext, config: &'a AgentLoopConfig, cancel: CancellationToken) -> Self {
+        Self {
+            ctx,
+            config,
+            cancel,
+            specs: ctx.tools.specs(),
+        }
+    }
+
+    pub(super) async fn run(&self, history: Vec<Message>, start: AgentEvent) -> Finished {
+        let limits = Limits {
+            max_turns: self.config.max_turns,
+            continuation_steps: self.config.continuation_steps(),
+            overflow_resume: self.config.overflow_resume,
+        };
+        let mut machine = Machine::new(limits, history, start);
+        let mut action = machine.start(self.aborted());
+        loop {
+            for event in machine.drain_events() {
+                self.emit(&event);
+            }
+            action = match action {
+                Action::Done => break,
+                Action::Call(plan) => {
+                    let reply = self.call(&plan, machine.history()).await;
+                    machine.on_reply(reply, self.aborted())
+                }
+                Action::RunTools(calls) => {
+                    let results = self.run_tools(&calls).await;
+                    machine.on_tool_results(results, self.aborted())
+                }
+            };
+        }
+        machine.into_finished()
+    }
+
+    fn aborted(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    fn emit(&self, event: &AgentEvent) {
+        if self.ctx.ui.on_event(event).is_break() {
+            self.cancel.cancel();
+        }
+    }
+
+    async fn call(&self, plan: &CallPlan, history: &[Message]) -> Reply {
+        let ctx = self.ctx;
+        let mut request = ChatRequest::new(ctx.model.model.clone(), history.to_vec())
+            .with_purpose(plan.purpose)
+            .with_metadata(ctx.identity.agent_id.clone(), ctx.identity.session_id.clone())
+            .with_sampling(ctx.model.temperature, ctx.model.max_tokens);
+        if let Some(system) = &ctx.model.system_prompt {
+            request = request.with_system(system.clone());
+        }
+        if plan.with_tools {
+            request = request.with_tools(self.specs.clone());
+        }
+        if let Some(instruction) = &plan.instruction {
+            request = request.with_instruction(instruction.clone());
+        }
+        let mut stream = ctx.provider.stream(request);
+        let mut assembler = ResponseAssembler::new();
+        loop {
+            let next = tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return Reply::Cancelled,
+                next = stream.next() => next,
+            };
+            match next {
+                None => break,
+                Some(Err(error)) => return Reply::Failed(error),
+                Some(Ok(event)) => {
+                    if plan.stream {
+                        self.stream_delta(&event);
+                    }
+                    assembler.push(event);
+                }
+            }
+        }
+        match assembler.finish() {
+            Ok(mut response) => {
+                self.fix_call_ids(&mut response.tool_calls);
+                Reply::Answer(response)
+            }
+            Err(error) => Reply::Failed(error),
+        }
+    }
+
+    fn stream_delta(&self, event: &ProviderEvent) {
+        let delta = match event {
+            ProviderEvent::TextDelta(t) if !t.is_empty() => MessageDelta::TextDelta(t.clone()),
+            ProviderEvent::ThinkingDelta { text, .. } if !text.is_empty() => {
+                MessageDelta::ThinkingDelta(text.clone())
+            }
+            _ => return,
+        };
+        self.emit(&AgentEvent::MessageUpdate { delta });
+    }
+
+    /// Gives every call a unique id: providers may omit ids or repeat them.
+    fn fix_call_ids(&self, calls: &mut [ToolCall]) {
+        let mut seen = HashSet::new();
+        for call in calls {
+            if call.id.is_empty() || !seen.insert(call.id.clone()) {
+                call.id = self.ctx.ids.next_id("call_");
+                seen.insert(call.id.clone());
+            }
+        }
+    }
+
+    /// Runs one step's calls concurrently (bounded); starts are emitted in
+    /// call order first, ends in completion order; results come back in call
+    /// order.
+    async fn run_tools(&self, calls: &[ToolCall]) -> Vec<ToolResultMessage> {
+        for call in calls {
+            self.emit(&AgentEvent::ToolExecutionStart {
+                tool_call_id: call.id.clone(),
+                tool_name: call.name.clone(),
+                args: call.arguments.clone(),
+            });
+        }
+        let mut results: Vec<Option<ToolResult>> = vec![None; calls.len()];
+        let mut running = futures::stream::iter(calls.iter().enumerate())
+            .map(|(i, call)| self.execute(call).map(move |r| (i, r)))
+            .buffer_unordered(self.config.tool_concurrency);
+        while let Some((i, result)) = running.next().await {
+            let call = &calls[i];
+            self.emit(&AgentEvent::ToolExecutionEnd {
+                tool_call_id: call.id.clone(),
+                tool_name: call.name.clone(),
+                args: call.arguments.clone(),
+                is_error: result.is_error,
+                result: truncate_with_marker(&result.content, self.config.event_result_chars),
+            });
+            results[i] = Some(result);
+        }
+        drop(running);
+        calls
+            .iter()
+            .zip(results)
+            .map(|(call, result)| {
+                let result = result.unwrap_or_else(|| ToolResult::error("the tool call did not run"));
+                ToolResultMessage {
+                    tool_call_id: call.id.clone(),
+                    tool_name: call.name.clone(),
+                    content: result.content,
+                    is_error: result.is_error,
+                }
+            })
+            .collect()
+    }
+
+    /// One call: argument check, tool lookup, the gate, then the tool, all
+    /// racing the abort signal. Never fails: every problem is an error result.
+    async fn execute(&self, call: &ToolCall) -> ToolResult {
+        if call.name.is_empty() {
+            return ToolResult::error("the tool call has no tool name");
+        }
+        if let Some(problem) = call.arguments_error() {
+            return ToolResult::error(format!("cannot call {}: {problem}", call.name));
+        }
+        let Some(tool) = self.ctx.tools.get(&call.name) else {
+            let known = self.ctx.tools.names().collect::<Vec<_>>().join(", ");
+            return ToolResult::error(format!(
+                "there is no tool named {:?}; the tools are: {known}",
+                call.name
+            ));
+        };
+        if self.aborted() {
+            return ToolError::Cancelled.into();
+        }
+        let identity = &self.ctx.identity;
+        let info = ToolCallInfo {
+            session_id: &identity.session_id,
+            agent_id: &identity.agent_id,
+            tool_call_id: &call.id,
+            tool_name: &call.name,
+            arguments: &call.arguments,
+            requires_approval: tool.requires_approval(),
+        };
+        let tool_ctx = ToolContext::new(identity.session_id.clone(), identity.agent_id.clone())
+            .with_call_id(call.id.clone())
+            .with_cancel(self.cancel.clone());
+        let work = async {
+            let verdict = self.ctx.gate.check(&info).await;
+            if let Some(refusal) = verdict.refusal_message(&call.name) {
+                return ToolResult::error(refusal);
+            }
+            match AssertUnwindSafe(tool.call(call.arguments.clone(), &tool_ctx))
+                .catch_unwind()
+                .await
+            {
+                Ok(Ok(result)) => result,
+                Ok(Err(error)) => error.into(),
+                Err(panic) => {
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    tracing::error!(tool = %call.name, %what, "tool panicked");
+                    ToolResult::error(format!("the tool {} crashed: {what}", call.name))
+                }
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => ToolError::Cancelled.into(),
+            result = work => result,
+        }
+    }
+}

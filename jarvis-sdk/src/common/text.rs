@@ -1,0 +1,55 @@
+//! Text helpers that count Unicode characters (scalar values), never bytes.
+//!
+//! Every character limit in Jarvis (the 2,000-character overflow summary, the
+//! 10,000-character input limit, event previews) is a count of `char`s, so a
+//! Hangul syllable counts as one, the same as in the Python reference.
+
+/// Number of Unicode scalar values in `s`.
+pub fn char_len(s: &str) -> usize {
+    s.chars().count()
+}
+
+/// The first `max` characters of `s`, as a borrowed slice (never splits a character).
+pub fn truncate_chars(s: &str, max: usize) -> &str {
+    match s.char_indices().nth(max) {
+        Some((byte, _)) => &s[..byte],
+        None => s,
+    }
+}
+
+/// `s` cut to at most `max` characters; when cut, the last character is `…`.
+pub fn truncate_with_marker(s: &str, max: usize) -> String {
+    if max == 0 {
+        return String::new();
+    }
+    match s.char_indices().nth(max) {
+        None => s.to_owned(),
+        Some(_) => {
+            let mut out = truncate_chars(s, max - 1).to_owned();
+            out.push('…');
+            out
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_and_cuts_hangul_by_characters() {
+        let s = "가나다라마";
+        assert_eq!(char_len(s), 5);
+        assert_eq!(truncate_chars(s, 2), "가나");
+        assert_eq!(truncate_chars(s, 9), s);
+        assert_eq!(truncate_chars("", 3), "");
+    }
+
+    #[test]
+    fn marker_keeps_the_limit() {
+        assert_eq!(truncate_with_marker("abcdef", 4), "abc…");
+        assert_eq!(char_len(&truncate_with_marker("가나다라마", 3)), 3);
+        assert_eq!(truncate_with_marker("abc", 3), "abc");
+        assert_eq!(truncate_with_marker("abc", 0), "");
+    }
+}

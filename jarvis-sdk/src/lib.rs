@@ -1,0 +1,94 @@
+//! # jarvis-sdk
+//!
+//! Build teams of personal AI agents: a lead agent (JARVIS) and top-level
+//! agents such as KAREN, each with its own sessions, memory, tools, approval
+//! rules and colour.
+//!
+//! The SDK is layered, bottom to top, and a module only imports from layers
+//! below it (a test enforces this):
+//!
+//! | layer | owns |
+//! |---|---|
+//! | `common` | [`Clock`], [`IdSource`], character-counted text, atomic file writes |
+//! | `model` | the [`Provider`] trait, [`ChatRequest`], [`ProviderEvent`], the shared [`ResponseAssembler`], [`FauxProvider`] |
+//! | `memory` | memory service and stores (to come) |
+//! | `agent` | [`run_agent_loop`] with the overflow resume, [`AgentEvent`], [`UIAdapter`], [`Tool`], the tool-call gate ([`ToolGate`]) |
+//! | `core` | sessions of one turn, security, built-in tools (to come) |
+//! | `app` | agent profiles, the registry and assembly (to come) |
+//!
+//! Four plugin points are small object-safe traits held as `Arc<dyn …>`:
+//! [`Provider`] (a model service), [`UIAdapter`] (a screen), [`Tool`], and
+//! the gate stages [`ToolPolicy`], [`BeforeToolCall`] and [`Approver`].
+//!
+//! ## One turn, offline
+//!
+//! [`FauxProvider`] plays a script, so everything runs without a model:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use jarvis_sdk::{
+//!     AgentLoopConfig, FauxProvider, FinalTool, LoopContext, Message, StopReason, ToolRegistry,
+//!     run_agent_loop,
+//! };
+//! use tokio_util::sync::CancellationToken;
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let faux = FauxProvider::from_yaml(r#"
+//! replies:
+//!   - tool_calls: [ { name: final, arguments: { answer: "42" } } ]
+//! "#).unwrap();
+//! let mut tools = ToolRegistry::new();
+//! tools.register_typed(FinalTool).unwrap();
+//! let ctx = LoopContext::new(Arc::new(faux)).with_tools(tools);
+//! let outcome = run_agent_loop(
+//!     &ctx,
+//!     &AgentLoopConfig::default(),
+//!     vec![Message::user("What is six times seven?")],
+//!     &CancellationToken::new(),
+//! )
+//! .await
+//! .unwrap();
+//! assert_eq!(outcome.final_message.content, "42");
+//! assert_eq!(outcome.final_message.stop_reason, StopReason::Final);
+//! # });
+//! ```
+//!
+//! ## Features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `test-utils` | no | [`testing`]: a recording [`UIAdapter`], closure tools, a fixed approver |
+//!
+//! The default build has no HTTP server, no terminal UI and no database
+//! client.
+
+mod agent;
+mod app;
+mod common;
+mod core;
+mod memory;
+mod model;
+
+#[cfg(any(test, feature = "test-utils"))]
+pub mod testing;
+
+pub use agent::{
+    AgentError, AgentEvent, AgentIdentity, AgentLoopConfig, AllowAll, ApprovalDecision, ApprovalRequest,
+    Approver, BeforeToolCall, FINAL_TOOL_NAME, FanoutAdapter, FinalArgs, FinalMessage, FinalTool,
+    GateDecision, GateStage, GateVerdict, LoopContext, LoopOutcome, MessageDelta, ModelSettings, NoopAdapter,
+    StopReason, Tool, ToolCallInfo, ToolContext, ToolError, ToolGate, ToolPolicy, ToolRegistry, ToolResult,
+    Typed, TypedTool, UIAdapter, prompts, run_agent_loop, schema_for,
+};
+pub use common::{
+    Clock, IdSource, ManualClock, SequentialIds, SystemClock, UniqueIds, char_len, truncate_chars,
+    truncate_with_marker, write_atomic,
+};
+pub use model::{
+    AssistantMessage, ChatRequest, DEMO_SCRIPT, FAUX_SCRIPT_ENV, FauxError, FauxProvider, FauxReply,
+    FauxRule, FauxScript, FauxToolCall, FauxWhen, FinishReason, Message, ModelResponse, Provider,
+    ProviderError, ProviderEvent, ProviderExt, ProviderStream, Purpose, RequestMetadata, ResponseAssembler,
+    Role, ThinkingBlock, ToolCall, ToolResultMessage, ToolSpec, Usage, UserMessage,
+};
+
+/// Re-exports the loop needs from outside crates, so users need not pin them.
+pub use tokio_util::sync::CancellationToken;

@@ -1,0 +1,450 @@
+//! [`FauxProvider`]: a scripted model for tests and for the offline demo.
+//!
+//! It plays a [`FauxScript`] and records every request it receives. Scripts
+//! are YAML (or built in code):
+//!
+//! ```yaml
+//! rules:            # tried first, in order; a rule fires any number of times unless `times` caps it
+//!   - when: { agent: karen, purpose: step, last_role: user, last_user: "청약", has_tools: true }
+//!     reply: { tool_calls: [ { name: sh_notice, arguments: { region: "서울" } } ] }
+//!     times: 1
+//!   # `when` keys, all optional: agent (agent id); purpose (step | nudge | summary | continuation |
+//!   # judgement | thought); last_user (regex on the last user message of the recorded history, not on
+//!   # injected instructions); last_role (user | assistant | tool: the last recorded message); has_tools (bool)
+//! replies:          # then consumed in order, once each, with a separate cursor per session
+//!   - { text: "Hello there", chunks: 3 }                  # text split by characters into 3 deltas
+//!   - { thinking: "checking", tool_calls: [ { name: read_file, arguments: { path: "a.txt" } } ] }
+//!   - { empty: true }                                     # an empty answer
+//!   - { error: "upstream overloaded" }                    # or error: { message: "...", status: 529 }
+//!   - { delay_ms: 200, text: "slow", usage: { input_tokens: 12, output_tokens: 3 } }
+//! fallback: { text: "done" }    # when nothing else applies; default: a provider error saying the script is exhausted
+//! ```
+//!
+//! Tool call ids are `call_<n>`, counting from 1 over the provider's life.
+//! Unknown keys are errors, so a typo in a script fails loudly.
+//!
+//! ```
+//! use futures::StreamExt;
+//! use jarvis_sdk::{ChatRequest, FauxProvider, Message, Provider, ProviderEvent};
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let faux = FauxProvider::from_yaml(r#"
+//! replies:
+//!   - { text: "Hello there", chunks: 3 }
+//! fallback: { text: "done" }
+//! "#).unwrap();
+//! let mut stream = faux.stream(ChatRequest::new("faux", vec![Message::user("hi")]));
+//! let mut text = String::new();
+//! while let Some(event) = stream.next().await {
+//!     if let ProviderEvent::TextDelta(t) = event.unwrap() {
+//!         text.push_str(&t);
+//!     }
+//! }
+//! assert_eq!(text, "Hello there");
+//! assert_eq!(faux.requests().len(), 1);
+//! # });
+//! ```
+
+mod script;
+
+pub use script::{FauxError, FauxReply, FauxRule, FauxScript, FauxToolCall, FauxWhen};
+
+use futures::{StreamExt, stream};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::error::ProviderError;
+use super::event::{FinishReason, ProviderEvent};
+use super::provider::{Provider, ProviderStream};
+use super::request::ChatRequest;
+use script::CompiledWhen;
+
+/// The environment variable naming a script file.
+pub const FAUX_SCRIPT_ENV: &str = "JARVIS_FAUX__SCRIPT";
+
+/// The built-in demo script, played when no script is configured.
+pub const DEMO_SCRIPT: &str = r#"
+fallback:
+  text: "J.A.R.V.I.S. 오프라인 데모입니다. 아직 모델이 설정되지 않았습니다. (Offline demo: no model is configured. Set JARVIS_LLM__PROVIDER and an API key to talk to a real model.)"
+  chunks: 12
+"#;
+
+/// A scripted provider; see the [module docs](self) for the script format.
+#[derive(Debug)]
+pub struct FauxProvider {
+    rules: Vec<(CompiledWhen, FauxRule)>,
+    replies: Vec<FauxReply>,
+    fallback: Option<FauxReply>,
+    record: bool,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    rule_fires: Vec<u32>,
+    cursors: HashMap<String, usize>,
+    next_call: u64,
+    seen: usize,
+    requests: Vec<ChatRequest>,
+}
+
+impl FauxProvider {
+    /// A provider playing `script`.
+    pub fn new(script: FauxScript) -> Result<Self, ProviderError> {
+        script.validate()?;
+        let rules = script
+            .rules
+            .into_iter()
+            .map(|r| {
+                let when = r.when.compile().map_err(ProviderError::Script)?;
+                Ok((when, r))
+            })
+            .collect::<Result<Vec<_>, ProviderError>>()?;
+        Ok(Self {
+            state: Mutex::new(State {
+                rule_fires: vec![0; rules.len()],
+                ..State::default()
+            }),
+            rules,
+            replies: script.replies,
+            fallback: script.fallback,
+            record: true,
+        })
+    }
+
+    /// A provider playing the YAML script `yaml`.
+    pub fn from_yaml(yaml: &str) -> Result<Self, ProviderError> {
+        Self::new(FauxScript::from_yaml(yaml)?)
+    }
+
+    /// A provider playing the YAML script in the file at `path`.
+    pub fn from_file(path: &Path) -> Result<Self, ProviderError> {
+        let yaml = std::fs::read_to_string(path)
+            .map_err(|e| ProviderError::Config(format!("cannot read faux script {}: {e}", path.display())))?;
+        Self::from_yaml(&yaml).map_err(|e| match e {
+            ProviderError::Script(m) => ProviderError::Script(format!("{}: {m}", path.display())),
+            other => other,
+        })
+    }
+
+    /// The built-in offline demo.
+    pub fn demo() -> Self {
+        Self::from_yaml(DEMO_SCRIPT).expect("the built-in demo script is valid")
+    }
+
+    /// The script named by `JARVIS_FAUX__SCRIPT`, or the demo when it is unset.
+    pub fn from_env() -> Result<Self, ProviderError> {
+        match std::env::var_os(FAUX_SCRIPT_ENV) {
+            Some(path) if !path.is_empty() => Self::from_file(Path::new(&path)),
+            _ => Ok(Self::demo()),
+        }
+    }
+
+    /// Stops recording requests (long-running demo servers need no history of them).
+    pub fn without_recording(mut self) -> Self {
+        self.record = false;
+        self
+    }
+
+    /// Every request received so far, in order.
+    pub fn requests(&self) -> Vec<ChatRequest> {
+        self.lock().requests.clone()
+    }
+
+    /// How many requests were received (also when recording is off).
+    pub fn request_count(&self) -> usize {
+        self.lock().seen
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn pick(&self, state: &mut State, req: &ChatRequest) -> Option<FauxReply> {
+        for (i, (when, rule)) in self.rules.iter().enumerate() {
+            if rule.times.is_some_and(|t| state.rule_fires[i] >= t) || !when.matches(req) {
+                continue;
+            }
+            state.rule_fires[i] += 1;
+            return Some(rule.reply.clone());
+        }
+        let cursor = state.cursors.entry(req.metadata.session_id.clone()).or_insert(0);
+        if let Some(reply) = self.replies.get(*cursor) {
+            *cursor += 1;
+            return Some(reply.clone());
+        }
+        self.fallback.clone()
+    }
+}
+
+impl Provider for FauxProvider {
+    fn stream(&self, request: ChatRequest) -> ProviderStream {
+        let mut state = self.lock();
+        state.seen += 1;
+        let (events, delay) = match self.pick(&mut state, &request) {
+            None => (
+                vec![Err(ProviderError::Script(format!(
+                    "the script is exhausted (session {:?}, purpose {})",
+                    request.metadata.session_id, request.purpose
+                )))],
+                None,
+            ),
+            Some(reply) => (play(&reply, &mut state.next_call), reply.delay_ms),
+        };
+        if self.record {
+            state.requests.push(request);
+        }
+        drop(state);
+        match delay {
+            Some(ms) if ms > 0 => Box::pin(
+                stream::once(async move {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    stream::iter(events)
+                })
+                .flatten(),
+            ),
+            _ => Box::pin(stream::iter(events)),
+        }
+    }
+
+    fn name(&self) -> &str {
+        "faux"
+    }
+}
+
+/// The events of one scripted reply.
+fn play(reply: &FauxReply, next_call: &mut u64) -> Vec<Result<ProviderEvent, ProviderError>> {
+    if let Some(error) = &reply.error {
+        return vec![Err(error.to_provider_error())];
+    }
+    let mut events = Vec::new();
+    if let Some(thinking) = &reply.thinking {
+        events.push(Ok(ProviderEvent::ThinkingDelta {
+            text: thinking.clone(),
+            signature: None,
+        }));
+    }
+    if let Some(text) = reply.text.as_deref().filter(|t| !t.is_empty()) {
+        for piece in split_chars(text, reply.chunks.unwrap_or(1)) {
+            events.push(Ok(ProviderEvent::TextDelta(piece)));
+        }
+    }
+    for (index, call) in reply.tool_calls.iter().enumerate() {
+        *next_call += 1;
+        let arguments_delta = match &call.arguments {
+            serde_json::Value::String(raw) => raw.clone(),
+            other => other.to_string(),
+        };
+        events.push(Ok(ProviderEvent::ToolCallDelta {
+            index,
+            id: Some(format!("call_{next_call}")),
+            name: Some(call.name.clone()),
+            arguments_delta,
+        }));
+    }
+    let reason = if reply.tool_calls.is_empty() {
+        FinishReason::Stop
+    } else {
+        FinishReason::ToolUse
+    };
+    events.push(Ok(ProviderEvent::Stop {
+        reason,
+        usage: reply.usage.unwrap_or_default(),
+    }));
+    events
+}
+
+/// `text` split by characters into at most `n` pieces of nearly equal length.
+fn split_chars(text: &str, n: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let n = n.clamp(1, chars.len().max(1));
+    let (base, extra) = (chars.len() / n, chars.len() % n);
+    let mut pieces = Vec::with_capacity(n);
+    let mut start = 0;
+    for i in 0..n {
+        let len = base + usize::from(i < extra);
+        pieces.push(chars[start..start + len].iter().collect());
+        start += len;
+    }
+    pieces
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::message::{Message, Role};
+    use crate::model::request::Purpose;
+    use crate::model::{ProviderExt, ToolSpec};
+    use serde_json::json;
+
+    fn req(session: &str, user: &str) -> ChatRequest {
+        ChatRequest::new("faux", vec![Message::user(user)]).with_metadata("main", session)
+    }
+
+    #[test]
+    fn splits_by_characters() {
+        assert_eq!(split_chars("가나다라마", 3), vec!["가나", "다라", "마"]);
+        assert_eq!(split_chars("ab", 5), vec!["a", "b"]);
+        assert_eq!(split_chars("", 2), vec![""]);
+    }
+
+    #[tokio::test]
+    async fn replies_have_a_cursor_per_session_then_fallback() {
+        let faux = FauxProvider::new(
+            FauxScript::new()
+                .reply(FauxReply::text("one"))
+                .reply(FauxReply::text("two"))
+                .fallback(FauxReply::text("done")),
+        )
+        .unwrap();
+        let a1 = faux.complete(req("a", "x")).await.unwrap();
+        let b1 = faux.complete(req("b", "x")).await.unwrap();
+        let a2 = faux.complete(req("a", "x")).await.unwrap();
+        let a3 = faux.complete(req("a", "x")).await.unwrap();
+        assert_eq!((a1.text.as_str(), b1.text.as_str()), ("one", "one"));
+        assert_eq!((a2.text.as_str(), a3.text.as_str()), ("two", "done"));
+        assert_eq!(faux.requests().len(), 4);
+    }
+
+    #[tokio::test]
+    async fn rules_match_on_every_given_key_and_respect_times() {
+        let faux = FauxProvider::from_yaml(
+            r#"
+rules:
+  - when: { agent: karen, purpose: step, last_role: user, last_user: "청약", has_tools: true }
+    reply: { tool_calls: [ { name: sh_notice, arguments: { region: "서울" } } ] }
+    times: 1
+  - when: { purpose: summary }
+    reply: { text: "summary" }
+"#,
+        )
+        .unwrap();
+        let tool = ToolSpec {
+            name: "sh_notice".into(),
+            description: String::new(),
+            parameters: json!({}),
+        };
+        let base = ChatRequest::new("m", vec![Message::user("청약 공고")]).with_tools(vec![tool]);
+        let karen = base.clone().with_metadata("karen", "s");
+        let r = faux.complete(karen.clone()).await.unwrap();
+        assert_eq!(r.tool_calls[0].name, "sh_notice");
+        assert_eq!(r.tool_calls[0].id, "call_1");
+        assert_eq!(r.tool_calls[0].arguments, json!({"region": "서울"}));
+        // `times: 1` is used up.
+        assert!(faux.complete(karen.clone()).await.is_err());
+        // Wrong agent, no tools, injected text: none matches the first rule.
+        let main = base.clone().with_metadata("main", "s");
+        assert!(faux.complete(main).await.is_err());
+        let summary = karen
+            .clone()
+            .with_purpose(Purpose::Summary)
+            .with_instruction("청약");
+        assert_eq!(faux.complete(summary).await.unwrap().text, "summary");
+    }
+
+    #[tokio::test]
+    async fn last_user_ignores_injected_instructions() {
+        let faux = FauxProvider::new(FauxScript::new().rule(FauxRule::new(
+            FauxWhen::default().last_user("^secret$"),
+            FauxReply::text("hit"),
+        )))
+        .unwrap();
+        let injected = req("s", "hello").with_instruction("secret");
+        assert!(faux.complete(injected).await.is_err());
+        let plain = req("s", "secret");
+        assert_eq!(faux.complete(plain).await.unwrap().text, "hit");
+        let tool_last = ChatRequest::new(
+            "m",
+            vec![
+                Message::user("secret"),
+                Message::Tool(crate::model::ToolResultMessage {
+                    tool_call_id: "c".into(),
+                    tool_name: "t".into(),
+                    content: "r".into(),
+                    is_error: false,
+                }),
+            ],
+        );
+        assert_eq!(tool_last.last_recorded_role(), Some(Role::Tool));
+        assert_eq!(faux.complete(tool_last).await.unwrap().text, "hit");
+    }
+
+    #[tokio::test]
+    async fn errors_carry_status_and_exhaustion_is_an_error() {
+        let faux = FauxProvider::from_yaml(
+            r#"
+replies:
+  - { error: "upstream overloaded" }
+  - { error: { message: "slow down", status: 529 } }
+  - { empty: true }
+"#,
+        )
+        .unwrap();
+        let e1 = faux.complete(req("s", "x")).await.unwrap_err();
+        assert_eq!(e1.to_string(), "provider api error: upstream overloaded");
+        let e2 = faux.complete(req("s", "x")).await.unwrap_err();
+        assert!(matches!(
+            e2,
+            ProviderError::Api {
+                status: Some(529),
+                ..
+            }
+        ));
+        assert!(faux.complete(req("s", "x")).await.unwrap().is_empty());
+        let e4 = faux.complete(req("s", "x")).await.unwrap_err();
+        assert!(e4.to_string().contains("exhausted"), "{e4}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn delay_follows_tokio_time() {
+        let faux = FauxProvider::from_yaml(
+            "replies: [ { delay_ms: 200, text: slow, usage: { input_tokens: 12, output_tokens: 3 } } ]",
+        )
+        .unwrap();
+        let start = tokio::time::Instant::now();
+        let r = faux.complete(req("s", "x")).await.unwrap();
+        assert_eq!(start.elapsed(), Duration::from_millis(200));
+        assert_eq!(
+            (r.text.as_str(), r.usage.input_tokens, r.usage.output_tokens),
+            ("slow", 12, 3)
+        );
+    }
+
+    #[test]
+    fn bad_scripts_are_clear_errors() {
+        for (yaml, needle) in [
+            ("replies: [ { txt: hi } ]", "unknown field"),
+            ("replies: [ {} ]", "replies[0]"),
+            ("replies: [ { empty: true, text: x } ]", "empty"),
+            (
+                "rules: [ { when: { last_user: \"(\" }, reply: { text: x } } ]",
+                "rules[0].when",
+            ),
+            ("replies: [ { text: x, chunks: 0 } ]", "chunks"),
+            ("replies: [ { error: x, text: y } ]", "error"),
+            (
+                "rules: [ { when: { purpose: dream }, reply: { text: x } } ]",
+                "invalid script YAML",
+            ),
+            ("- just a list", "invalid script YAML"),
+        ] {
+            let err = FauxProvider::from_yaml(yaml).unwrap_err().to_string();
+            assert!(err.contains(needle), "{yaml}: {err}");
+        }
+    }
+
+    #[test]
+    fn missing_script_file_is_a_config_error() {
+        let err = FauxProvider::from_file(Path::new("/nonexistent/jarvis/script.yaml")).unwrap_err();
+        assert!(matches!(err, ProviderError::Config(_)), "{err}");
+    }
+
+    #[tokio::test]
+    async fn the_demo_answers_anything() {
+        let faux = FauxProvider::demo();
+        let r = faux.complete(req("s", "hello")).await.unwrap();
+        assert!(r.text.contains("demo"));
+    }
+}

@@ -1,0 +1,1 @@
+//! The Jarvis reference web server.
