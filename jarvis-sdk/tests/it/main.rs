@@ -1,1 +1,10 @@
-//! placeholder
+//! Integration tests of jarvis-sdk: one binary, one module per subject.
+
+mod assembler_props;
+mod deps;
+mod gate;
+mod layers;
+mod loop_concurrency;
+mod loop_props;
+mod loop_transcripts;
+mod support;

@@ -66,7 +66,8 @@ pub(crate) struct Limits {
     pub(crate) overflow_resume: bool,
 }
 
-/// The outcome the machine hands back when done.
+/// The outcome the machine hands back when done. `provider_calls` counts
+/// every call made, also one cut short by an abort.
 #[derive(Debug)]
 pub(crate) struct Finished {
     pub(crate) final_message: FinalMessage,
@@ -142,9 +143,7 @@ impl Machine {
 
     /// Feeds the result of the call the last [`Action::Call`] asked for.
     pub(crate) fn on_reply(&mut self, reply: Reply, aborted: bool) -> Action {
-        if !matches!(reply, Reply::Cancelled) {
-            self.provider_calls += 1;
-        }
+        self.provider_calls += 1;
         match self.awaiting {
             Awaiting::Step | Awaiting::Nudge => self.on_step_reply(reply, aborted),
             Awaiting::Summary => self.on_summary_reply(reply, aborted),
@@ -164,7 +163,10 @@ impl Machine {
             .map(|r| r.content.clone());
         self.history.extend(results.into_iter().map(Message::Tool));
         if let Some(answer) = final_answer {
+            // The answer is shown and recorded as an ordinary assistant
+            // message, so screens and the next turn see it as the reply.
             self.emit_answer(&answer);
+            self.history.push(Message::assistant_text(answer.clone()));
             return self.finish(StopReason::Final, answer);
         }
         if self.step >= self.budget_end {
