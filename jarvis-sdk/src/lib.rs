@@ -92,3 +92,6 @@ pub use model::{
 
 /// Re-exports the loop needs from outside crates, so users need not pin them.
 pub use tokio_util::sync::CancellationToken;
+
+/// The attribute for implementing [`Tool`], [`TypedTool`] and the gate traits.
+pub use async_trait::async_trait;
