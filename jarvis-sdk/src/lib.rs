@@ -83,12 +83,19 @@ pub use common::{
     Clock, IdSource, ManualClock, SequentialIds, SystemClock, UniqueIds, char_len, truncate_chars,
     truncate_with_marker, write_atomic,
 };
+#[cfg(feature = "http")]
+pub use model::{
+    ApiKey, HttpSettings, NdjsonError, NdjsonParser, RetryPolicy, Sleeper, SseError, SseEvent, SseParser,
+    StreamDecoder, TokioSleeper, decode_chunks,
+};
 pub use model::{
     AssistantMessage, ChatRequest, DEMO_SCRIPT, FAUX_SCRIPT_ENV, FauxError, FauxProvider, FauxReply,
     FauxRule, FauxScript, FauxToolCall, FauxWhen, FinishReason, Message, ModelResponse, Provider,
     ProviderError, ProviderEvent, ProviderExt, ProviderStream, Purpose, RequestMetadata, ResponseAssembler,
-    Role, ThinkingBlock, ToolCall, ToolResultMessage, ToolSpec, Usage, UserMessage,
+    Role, ThinkingBlock, ToolCall, ToolChoice, ToolResultMessage, ToolSpec, Usage, UserMessage,
 };
+#[cfg(feature = "openai")]
+pub use model::{OPENAI_BASE_URL, OpenAiConfig, OpenAiDecoder, OpenAiProvider};
 
 /// Re-exports the loop needs from outside crates, so users need not pin them.
 pub use tokio_util::sync::CancellationToken;

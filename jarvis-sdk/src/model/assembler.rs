@@ -53,6 +53,7 @@ struct PartialCall {
 /// Collects [`ProviderEvent`]s of one response.
 #[derive(Debug, Default)]
 pub struct ResponseAssembler {
+    provider: String,
     text: String,
     thinking: Vec<ThinkingBlock>,
     thinking_open: bool,
@@ -64,6 +65,14 @@ impl ResponseAssembler {
     /// An empty assembler.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty assembler for `provider`'s stream (named in errors).
+    pub fn for_provider(provider: &str) -> Self {
+        Self {
+            provider: provider.to_owned(),
+            ..Self::default()
+        }
     }
 
     /// Adds one event.
@@ -105,6 +114,13 @@ impl ResponseAssembler {
                 }
                 call.arguments.push_str(&arguments_delta);
             }
+            ProviderEvent::RedactedThinking(data) => {
+                self.thinking.push(ThinkingBlock {
+                    redacted: Some(data),
+                    ..ThinkingBlock::default()
+                });
+                self.thinking_open = false;
+            }
             ProviderEvent::Stop { reason, usage } => {
                 let entry = self.stop.get_or_insert((reason, Usage::default()));
                 entry.1 += usage;
@@ -121,7 +137,13 @@ impl ResponseAssembler {
     /// ended without a stop event. Arguments that are not valid JSON are kept
     /// as a JSON string holding the raw text (see [`ToolCall::arguments_error`]).
     pub fn finish(self) -> Result<ModelResponse, ProviderError> {
-        let (finish, usage) = self.stop.ok_or(ProviderError::Incomplete)?;
+        let Some((finish, usage)) = self.stop else {
+            return Err(ProviderError::incomplete(if self.provider.is_empty() {
+                "provider"
+            } else {
+                &self.provider
+            }));
+        };
         let tool_calls = self
             .calls
             .into_values()
@@ -211,7 +233,7 @@ mod tests {
     fn missing_stop_is_incomplete() {
         let mut a = ResponseAssembler::new();
         a.push(ProviderEvent::TextDelta("half".into()));
-        assert!(matches!(a.finish(), Err(ProviderError::Incomplete)));
+        assert!(matches!(a.finish(), Err(ProviderError::Incomplete { .. })));
     }
 
     #[test]

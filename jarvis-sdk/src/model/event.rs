@@ -23,6 +23,9 @@ pub enum ProviderEvent {
         /// The block's signature, sent back verbatim in later requests.
         signature: Option<String>,
     },
+    /// A thinking block the provider encrypted (Anthropic's
+    /// `redacted_thinking`): never shown, sent back verbatim.
+    RedactedThinking(String),
     /// A piece of a tool call. `id` and `name` usually come with the first
     /// piece of an `index`; `arguments_delta` pieces are concatenated.
     ToolCallDelta {

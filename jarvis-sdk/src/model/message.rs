@@ -89,6 +89,10 @@ pub struct ThinkingBlock {
     /// An opaque signature some providers attach and require back verbatim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<String>,
+    /// The encrypted payload of a redacted thinking block (then `text` is
+    /// empty); sent back verbatim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redacted: Option<String>,
 }
 
 /// A complete tool call.

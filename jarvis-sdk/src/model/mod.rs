@@ -7,7 +7,11 @@ mod assembler;
 mod error;
 mod event;
 mod faux;
+#[cfg(feature = "http")]
+pub(crate) mod http;
 mod message;
+#[cfg(feature = "openai")]
+mod openai;
 mod provider;
 mod request;
 
@@ -18,8 +22,16 @@ pub use faux::{
     DEMO_SCRIPT, FAUX_SCRIPT_ENV, FauxError, FauxProvider, FauxReply, FauxRule, FauxScript, FauxToolCall,
     FauxWhen,
 };
+#[cfg(feature = "http")]
+pub use http::ndjson::{NdjsonError, NdjsonParser};
+#[cfg(feature = "http")]
+pub use http::sse::{SseError, SseEvent, SseParser};
+#[cfg(feature = "http")]
+pub use http::{ApiKey, HttpSettings, RetryPolicy, Sleeper, StreamDecoder, TokioSleeper, decode_chunks};
 pub use message::{
     AssistantMessage, Message, Role, ThinkingBlock, ToolCall, ToolResultMessage, Usage, UserMessage,
 };
+#[cfg(feature = "openai")]
+pub use openai::{OPENAI_BASE_URL, OpenAiConfig, OpenAiDecoder, OpenAiProvider};
 pub use provider::{Provider, ProviderExt, ProviderStream};
-pub use request::{ChatRequest, Purpose, RequestMetadata, ToolSpec};
+pub use request::{ChatRequest, Purpose, RequestMetadata, ToolChoice, ToolSpec};

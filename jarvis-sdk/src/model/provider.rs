@@ -31,8 +31,8 @@ pub trait ProviderExt: Provider {
     /// Runs one call to the end and assembles the answer.
     fn complete(&self, request: ChatRequest) -> BoxFuture<'static, Result<ModelResponse, ProviderError>> {
         let mut stream = self.stream(request);
+        let mut assembler = ResponseAssembler::for_provider(self.name());
         Box::pin(async move {
-            let mut assembler = ResponseAssembler::new();
             while let Some(event) = stream.next().await {
                 assembler.push(event?);
             }

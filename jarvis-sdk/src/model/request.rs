@@ -57,6 +57,21 @@ pub struct ToolSpec {
     pub parameters: Value,
 }
 
+/// Whether and which tool the model must call.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// The model decides.
+    #[default]
+    Auto,
+    /// The model must not call tools.
+    None,
+    /// The model must call some tool.
+    Required,
+    /// The model must call this tool.
+    Tool(String),
+}
+
 /// Who is calling: carried to providers for logs and to `FauxProvider` rules.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequestMetadata {
@@ -85,6 +100,8 @@ pub struct ChatRequest {
     pub messages: Vec<Message>,
     /// Tools the model may call; empty for a tool-less call.
     pub tools: Vec<ToolSpec>,
+    /// Whether and which tool the model must call (only sent with tools).
+    pub tool_choice: ToolChoice,
     /// Sampling temperature.
     pub temperature: Option<f32>,
     /// Output token limit.
@@ -104,6 +121,7 @@ impl ChatRequest {
             system: None,
             messages,
             tools: Vec::new(),
+            tool_choice: ToolChoice::Auto,
             temperature: None,
             max_tokens: None,
             purpose: Purpose::Step,

@@ -30,9 +30,11 @@ fn normal_deps(features: &[&str]) -> Vec<String> {
         .collect()
 }
 
-const NEVER: [&str; 7] = [
+const NEVER: [&str; 9] = [
     "axum",
-    "tower-http",
+    "actix-web",
+    "warp",
+    "rocket",
     "clap",
     "crossterm",
     "ratatui",

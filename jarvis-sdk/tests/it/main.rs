@@ -7,4 +7,5 @@ mod layers;
 mod loop_concurrency;
 mod loop_props;
 mod loop_transcripts;
+mod providers;
 mod support;

@@ -87,7 +87,7 @@ impl<'a> Driver<'a> {
             request = request.with_instruction(instruction.clone());
         }
         let mut stream = ctx.provider.stream(request);
-        let mut assembler = ResponseAssembler::new();
+        let mut assembler = ResponseAssembler::for_provider(ctx.provider.name());
         loop {
             let next = tokio::select! {
                 biased;

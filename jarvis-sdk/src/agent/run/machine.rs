@@ -437,7 +437,7 @@ mod tests {
             (summary.purpose, summary.with_tools, summary.stream),
             (Purpose::Summary, false, false)
         );
-        let Action::Call(cont) = m.on_reply(Reply::Failed(ProviderError::Incomplete), false) else {
+        let Action::Call(cont) = m.on_reply(Reply::Failed(ProviderError::incomplete("test")), false) else {
             panic!()
         };
         assert_eq!(cont.purpose, Purpose::Continuation);

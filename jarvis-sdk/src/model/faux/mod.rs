@@ -383,7 +383,7 @@ replies:
         )
         .unwrap();
         let e1 = faux.complete(req("s", "x")).await.unwrap_err();
-        assert_eq!(e1.to_string(), "provider api error: upstream overloaded");
+        assert_eq!(e1.to_string(), "faux api error: upstream overloaded");
         let e2 = faux.complete(req("s", "x")).await.unwrap_err();
         assert!(matches!(
             e2,

@@ -362,8 +362,8 @@ pub enum FauxError {
 impl FauxError {
     pub(super) fn to_provider_error(&self) -> ProviderError {
         match self {
-            FauxError::Message(m) => ProviderError::api(None, m.clone()),
-            FauxError::Detailed { message, status } => ProviderError::api(*status, message.clone()),
+            FauxError::Message(m) => ProviderError::api("faux", None, m.clone()),
+            FauxError::Detailed { message, status } => ProviderError::api("faux", *status, message.clone()),
         }
     }
 }
