@@ -83,6 +83,10 @@ pub use common::{
     Clock, IdSource, ManualClock, SequentialIds, SystemClock, UniqueIds, char_len, truncate_chars,
     truncate_with_marker, write_atomic,
 };
+#[cfg(feature = "anthropic")]
+pub use model::{
+    ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, AnthropicConfig, AnthropicDecoder, AnthropicProvider,
+};
 #[cfg(feature = "http")]
 pub use model::{
     ApiKey, HttpSettings, NdjsonError, NdjsonParser, RetryPolicy, Sleeper, SseError, SseEvent, SseParser,

@@ -3,6 +3,8 @@
 //!
 //! `model` knows no layer above it: no memory, sessions, tools or UI.
 
+#[cfg(feature = "anthropic")]
+mod anthropic;
 mod assembler;
 mod error;
 mod event;
@@ -15,6 +17,10 @@ mod openai;
 mod provider;
 mod request;
 
+#[cfg(feature = "anthropic")]
+pub use anthropic::{
+    ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, AnthropicConfig, AnthropicDecoder, AnthropicProvider,
+};
 pub use assembler::{ModelResponse, ResponseAssembler};
 pub use error::ProviderError;
 pub use event::{FinishReason, ProviderEvent};

@@ -2,7 +2,8 @@
 //! `status`, `header`, `note`), a `---` line, then the body bytes exactly as
 //! the server sends them.
 
-use jarvis_sdk::{ProviderEvent, StreamDecoder};
+use futures::StreamExt;
+use jarvis_sdk::{ChatRequest, Provider, ProviderEvent, StreamDecoder};
 use std::path::PathBuf;
 
 /// One recorded response.
@@ -109,4 +110,73 @@ pub(crate) fn split_at<'a>(body: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
     points.sort_unstable();
     points.dedup();
     points.windows(2).map(|w| &body[w[0]..w[1]]).collect()
+}
+
+/// Transcripts with a 200 status: streams to decode.
+pub(crate) fn streamed(provider: &str) -> Vec<Fixture> {
+    all(provider)
+        .into_iter()
+        .filter(|f| f.status == 200 && !f.name.starts_with("embed"))
+        .collect()
+}
+
+/// Every streamed transcript of `provider` decodes to its snapshot.
+#[track_caller]
+pub(crate) fn check_snapshots<D: StreamDecoder>(provider: &str, make: impl Fn() -> D) {
+    for f in streamed(provider) {
+        let rendered = decode(make(), &[&f.body]);
+        insta::assert_snapshot!(format!("{provider}__{}", f.name), rendered);
+    }
+}
+
+/// Every streamed transcript, cut at random byte offsets (inside characters,
+/// inside `data:` lines), decodes exactly as when fed whole.
+pub(crate) fn check_random_splits<D: StreamDecoder>(provider: &str, make: impl Fn() -> D) {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let all = streamed(provider);
+    let wholes: Vec<String> = all.iter().map(|f| decode(make(), &[&f.body])).collect();
+    let mut runner = TestRunner::new(Config {
+        cases: 64 * all.len() as u32,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(
+            &(0..all.len(), prop::collection::vec(any::<usize>(), 0..40)),
+            |(i, cuts)| {
+                let pieces = split_at(&all[i].body, &cuts);
+                prop_assert_eq!(decode(make(), &pieces), wholes[i].clone(), "{}", all[i].name);
+                Ok(())
+            },
+        )
+        .unwrap();
+}
+
+/// One transcript cut at every byte offset, and fed one byte at a time.
+pub(crate) fn check_every_split<D: StreamDecoder>(provider: &str, name: &str, make: impl Fn() -> D) {
+    let f = load(provider, name);
+    let whole = decode(make(), &[&f.body]);
+    for cut in 0..=f.body.len() {
+        assert_eq!(
+            decode(make(), &split_at(&f.body, &[cut])),
+            whole,
+            "{name}: cut at {cut}"
+        );
+    }
+    let bytes: Vec<&[u8]> = f.body.chunks(1).collect();
+    assert_eq!(decode(make(), &bytes), whole, "{name}: one byte at a time");
+}
+
+/// Runs one call through `provider` and renders what it streamed.
+pub(crate) async fn collect(provider: &dyn Provider, request: ChatRequest) -> String {
+    let mut stream = provider.stream(request);
+    let mut events: Vec<ProviderEvent> = Vec::new();
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(e) => events.push(e),
+            Err(e) => return render(&events, Some(e.to_string())),
+        }
+    }
+    render(&events, None)
 }

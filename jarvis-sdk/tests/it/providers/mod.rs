@@ -2,6 +2,7 @@
 //! citing the API documentation it was written from) decoded directly,
 //! decoded at every byte split, and replayed over HTTP by a local server.
 
+mod anthropic;
 mod fixtures;
 mod openai;
 mod replay;

@@ -4,14 +4,13 @@ use futures::StreamExt;
 use jarvis_sdk::testing::{FnTool, RecordingAdapter};
 use jarvis_sdk::{
     AgentEvent, AgentLoopConfig, ApiKey, CancellationToken, ChatRequest, HttpSettings, LoopContext, Message,
-    ModelSettings, OpenAiConfig, OpenAiDecoder, OpenAiProvider, Provider, ProviderError, ProviderEvent,
-    RetryPolicy, StopReason, ToolRegistry, ToolResult, run_agent_loop,
+    ModelSettings, OpenAiConfig, OpenAiDecoder, OpenAiProvider, Provider, ProviderError, RetryPolicy,
+    StopReason, ToolRegistry, ToolResult, run_agent_loop,
 };
-use proptest::prelude::*;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::fixtures::{self, decode, render, split_at};
+use super::fixtures::{self, collect, decode};
 use super::replay::{Ending, RecordingSleeper, Replay, Reply};
 
 const SECRET: &str = "sk-test-SECRET-never-logged";
@@ -26,68 +25,25 @@ fn provider(url: &str, sleeper: Arc<RecordingSleeper>) -> OpenAiProvider {
     OpenAiProvider::new(config).unwrap()
 }
 
-fn streamed() -> Vec<fixtures::Fixture> {
-    fixtures::all("openai")
-        .into_iter()
-        .filter(|f| f.status == 200)
-        .collect()
+#[test]
+fn every_transcript_decodes_to_its_snapshot() {
+    fixtures::check_snapshots("openai", OpenAiDecoder::default);
 }
 
 #[test]
-fn every_transcript_decodes_to_its_snapshot() {
-    for f in streamed() {
-        let rendered = decode(OpenAiDecoder::default(), &[&f.body]);
-        insta::assert_snapshot!(format!("openai__{}", f.name), rendered);
-    }
-}
-
-proptest! {
-    #[test]
-    fn any_byte_split_decodes_the_same(index in 0usize..64, cuts in prop::collection::vec(any::<usize>(), 0..40)) {
-        let all = streamed();
-        let f = &all[index % all.len()];
-        let whole = decode(OpenAiDecoder::default(), &[&f.body]);
-        let pieces = split_at(&f.body, &cuts);
-        prop_assert_eq!(decode(OpenAiDecoder::default(), &pieces), whole, "{}", f.name);
-    }
+fn any_byte_split_decodes_the_same() {
+    fixtures::check_random_splits("openai", OpenAiDecoder::default);
 }
 
 #[test]
 fn every_byte_split_of_the_text_transcript_decodes_the_same() {
-    // Exhaustive for one transcript: a cut at every byte, including inside
-    // every Hangul syllable and emoji and inside every `data:` line.
-    let f = fixtures::load("openai", "text");
-    let whole = decode(OpenAiDecoder::default(), &[&f.body]);
-    for cut in 0..=f.body.len() {
-        assert_eq!(
-            decode(OpenAiDecoder::default(), &split_at(&f.body, &[cut])),
-            whole,
-            "cut at {cut}"
-        );
-    }
-    let bytes: Vec<&[u8]> = f.body.chunks(1).collect();
-    assert_eq!(
-        decode(OpenAiDecoder::default(), &bytes),
-        whole,
-        "one byte at a time"
-    );
-}
-
-async fn collect(provider: &dyn Provider, request: ChatRequest) -> String {
-    let mut stream = provider.stream(request);
-    let mut events: Vec<ProviderEvent> = Vec::new();
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(e) => events.push(e),
-            Err(e) => return render(&events, Some(e.to_string())),
-        }
-    }
-    render(&events, None)
+    fixtures::check_every_split("openai", "text", OpenAiDecoder::default);
+    fixtures::check_every_split("openai", "tool_call", OpenAiDecoder::default);
 }
 
 #[tokio::test]
 async fn over_http_every_transcript_gives_what_decoding_gives() {
-    for f in streamed() {
+    for f in fixtures::streamed("openai") {
         let expected = decode(OpenAiDecoder::default(), &[&f.body]);
         let replay = Replay::start(vec![f.clone().into()]).await;
         let p = provider(&replay.url, Arc::default());
