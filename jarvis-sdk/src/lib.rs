@@ -98,6 +98,8 @@ pub use model::{
     ProviderError, ProviderEvent, ProviderExt, ProviderStream, Purpose, RequestMetadata, ResponseAssembler,
     Role, ThinkingBlock, ToolCall, ToolChoice, ToolResultMessage, ToolSpec, Usage, UserMessage,
 };
+#[cfg(feature = "ollama")]
+pub use model::{OLLAMA_BASE_URL, OllamaConfig, OllamaDecoder, OllamaProvider};
 #[cfg(feature = "openai")]
 pub use model::{OPENAI_BASE_URL, OpenAiConfig, OpenAiDecoder, OpenAiProvider};
 

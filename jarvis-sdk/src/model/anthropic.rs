@@ -383,11 +383,8 @@ fn status_of(kind: &str) -> Option<u16> {
 
 impl StreamDecoder for AnthropicDecoder {
     fn feed(&mut self, chunk: &[u8], out: &mut Vec<ProviderEvent>) -> Result<(), ProviderError> {
-        let events = self
-            .sse
-            .push(chunk)
-            .map_err(|e| ProviderError::stream(NAME, e.to_string()))?;
-        for event in events {
+        for event in self.sse.push(chunk) {
+            let event = event.map_err(|e| ProviderError::stream(NAME, e.to_string()))?;
             self.event(&event.data, out)?;
         }
         Ok(())

@@ -12,6 +12,8 @@ mod faux;
 #[cfg(feature = "http")]
 pub(crate) mod http;
 mod message;
+#[cfg(feature = "ollama")]
+mod ollama;
 #[cfg(feature = "openai")]
 mod openai;
 mod provider;
@@ -37,6 +39,8 @@ pub use http::{ApiKey, HttpSettings, RetryPolicy, Sleeper, StreamDecoder, TokioS
 pub use message::{
     AssistantMessage, Message, Role, ThinkingBlock, ToolCall, ToolResultMessage, Usage, UserMessage,
 };
+#[cfg(feature = "ollama")]
+pub use ollama::{OLLAMA_BASE_URL, OllamaConfig, OllamaDecoder, OllamaProvider};
 #[cfg(feature = "openai")]
 pub use openai::{OPENAI_BASE_URL, OpenAiConfig, OpenAiDecoder, OpenAiProvider};
 pub use provider::{Provider, ProviderExt, ProviderStream};

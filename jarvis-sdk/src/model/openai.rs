@@ -280,11 +280,8 @@ impl OpenAiDecoder {
 
 impl StreamDecoder for OpenAiDecoder {
     fn feed(&mut self, chunk: &[u8], out: &mut Vec<ProviderEvent>) -> Result<(), ProviderError> {
-        let events = self
-            .sse
-            .push(chunk)
-            .map_err(|e| ProviderError::stream(NAME, e.to_string()))?;
-        for event in events {
+        for event in self.sse.push(chunk) {
+            let event = event.map_err(|e| ProviderError::stream(NAME, e.to_string()))?;
             self.event(&event.data, out)?;
         }
         Ok(())

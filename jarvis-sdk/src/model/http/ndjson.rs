@@ -45,16 +45,27 @@ impl Default for NdjsonParser {
 }
 
 impl NdjsonParser {
-    /// Feeds bytes; returns the values completed by them. Blank lines are skipped.
-    pub fn push(&mut self, chunk: &[u8]) -> Result<Vec<Value>, NdjsonError> {
+    /// Feeds bytes; returns the values completed by them, in order. Blank
+    /// lines are skipped. An error comes after the values that preceded it
+    /// and ends the list.
+    pub fn push(&mut self, chunk: &[u8]) -> Vec<Result<Value, NdjsonError>> {
         let mut lines = Vec::new();
-        self.lines
-            .push(chunk, &mut lines)
-            .map_err(|_| NdjsonError::TooLarge)?;
-        lines
-            .into_iter()
-            .filter_map(|l| self.parse(l).transpose())
-            .collect()
+        let overflow = self.lines.push(chunk, &mut lines).is_err();
+        let mut values = Vec::new();
+        for line in lines {
+            match self.parse(line) {
+                Ok(Some(v)) => values.push(Ok(v)),
+                Ok(None) => {}
+                Err(e) => {
+                    values.push(Err(e));
+                    return values;
+                }
+            }
+        }
+        if overflow {
+            values.push(Err(NdjsonError::TooLarge));
+        }
+        values
     }
 
     /// Ends the stream; a last line without a newline is parsed too.
@@ -88,8 +99,8 @@ mod tests {
     fn values_across_chunks_and_a_trailing_line() {
         let mut p = NdjsonParser::default();
         let bytes = "{\"a\":\"가\"}\n\n{\"b\":2}".as_bytes();
-        let mut out = p.push(&bytes[..8]).unwrap();
-        out.extend(p.push(&bytes[8..]).unwrap());
+        let mut out: Vec<Value> = p.push(&bytes[..8]).into_iter().map(Result::unwrap).collect();
+        out.extend(p.push(&bytes[8..]).into_iter().map(Result::unwrap));
         out.extend(p.finish().unwrap());
         assert_eq!(out, vec![json!({"a": "가"}), json!({"b": 2})]);
     }
@@ -97,7 +108,15 @@ mod tests {
     #[test]
     fn garbage_is_an_error_naming_the_line() {
         let mut p = NdjsonParser::default();
-        let err = p.push(b"{\"ok\":1}\nnot json\n").unwrap_err();
-        assert!(matches!(err, NdjsonError::Invalid { line: 2, .. }), "{err:?}");
+        let out = p.push(b"{\"ok\":1}\nnot json\n{\"x\":2}\n");
+        assert_eq!(
+            out.len(),
+            2,
+            "the value before the bad line is kept, nothing after it"
+        );
+        assert!(
+            matches!(&out[1], Err(NdjsonError::Invalid { line: 2, .. })),
+            "{out:?}"
+        );
     }
 }

@@ -131,19 +131,27 @@ impl SseParser {
         }
     }
 
-    /// Feeds bytes; returns the events completed by them.
-    pub fn push(&mut self, chunk: &[u8]) -> Result<Vec<SseEvent>, SseError> {
+    /// Feeds bytes; returns the events completed by them, in order. An
+    /// error comes after the events that preceded it and ends the list; the
+    /// stream is unusable after it.
+    pub fn push(&mut self, chunk: &[u8]) -> Vec<Result<SseEvent, SseError>> {
         let mut lines = Vec::new();
-        self.lines
-            .push(chunk, &mut lines)
-            .map_err(|limit| SseError::TooLarge { limit })?;
+        let overflow = self.lines.push(chunk, &mut lines).err();
         let mut events = Vec::new();
         for line in lines {
-            if let Some(event) = self.line(line)? {
-                events.push(event);
+            match self.line(line) {
+                Ok(Some(event)) => events.push(Ok(event)),
+                Ok(None) => {}
+                Err(e) => {
+                    events.push(Err(e));
+                    return events;
+                }
             }
         }
-        Ok(events)
+        if let Some(limit) = overflow {
+            events.push(Err(SseError::TooLarge { limit }));
+        }
+        events
     }
 
     /// Whether bytes of an unfinished event are pending (a stream that ends
@@ -220,7 +228,11 @@ mod tests {
 
     fn parse_all(chunks: &[&[u8]]) -> Vec<SseEvent> {
         let mut p = SseParser::new();
-        chunks.iter().flat_map(|c| p.push(c).unwrap()).collect()
+        chunks
+            .iter()
+            .flat_map(|c| p.push(c))
+            .map(Result::unwrap)
+            .collect()
     }
 
     #[test]
@@ -252,21 +264,19 @@ mod tests {
     #[test]
     fn invalid_utf8_is_an_error_with_the_line_number() {
         let mut p = SseParser::new();
-        assert!(p.push(b"data: ok\n\n").is_ok());
-        assert_eq!(
-            p.push(b"data: \xff\xfe\n"),
-            Err(SseError::InvalidUtf8 { line: 3 })
-        );
+        let out = p.push(b"data: ok\n\ndata: \xff\xfe\n");
+        assert_eq!(out.len(), 2, "the event before the bad line is kept");
+        assert_eq!(out[1], Err(SseError::InvalidUtf8 { line: 3 }));
     }
 
     #[test]
     fn an_unterminated_event_is_reported_not_dispatched() {
         let mut p = SseParser::new();
-        assert!(p.push(b"data: {\"half\":").unwrap().is_empty());
+        assert!(p.push(b"data: {\"half\":").is_empty());
         assert!(p.is_mid_event());
         assert!(p.finish());
         let mut q = SseParser::new();
-        q.push(b"data: done\n\n").unwrap();
+        assert_eq!(q.push(b"data: done\n\n").len(), 1);
         assert!(!q.finish());
     }
 
@@ -274,11 +284,7 @@ mod tests {
     fn oversized_lines_are_refused() {
         let mut p = SseParser::new();
         let big = vec![b'a'; MAX_EVENT_BYTES + 1];
-        assert_eq!(
-            p.push(&big),
-            Err(SseError::TooLarge {
-                limit: MAX_EVENT_BYTES
-            })
-        );
+        let limit = MAX_EVENT_BYTES;
+        assert_eq!(p.push(&big), vec![Err(SseError::TooLarge { limit })]);
     }
 }

@@ -4,5 +4,6 @@
 
 mod anthropic;
 mod fixtures;
+mod ollama;
 mod openai;
 mod replay;
