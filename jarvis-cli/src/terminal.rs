@@ -1,10 +1,10 @@
 //! One turn in the terminal: a `UIAdapter` that prints streamed text and
 //! tool activity, on the model the environment configures.
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use jarvis_sdk::{
-    AgentEvent, AgentLoopConfig, CancellationToken, FauxProvider, LoopContext, Message, MessageDelta,
-    Provider, StopReason, UIAdapter, run_agent_loop,
+    AgentEvent, AgentLoopConfig, CancellationToken, LlmConfig, LoopContext, Message, MessageDelta,
+    ModelSettings, StopReason, UIAdapter, run_agent_loop,
 };
 use std::io::Write;
 use std::ops::ControlFlow;
@@ -39,24 +39,19 @@ impl UIAdapter for Printer {
     }
 }
 
-/// The provider named by `JARVIS_LLM__PROVIDER`; the offline demo when unset.
-fn provider_from_env() -> anyhow::Result<Arc<dyn Provider>> {
-    match std::env::var("JARVIS_LLM__PROVIDER").unwrap_or_default().as_str() {
-        "" => {
-            eprintln!("jarvis: no model configured; playing the built-in offline demo script");
-            Ok(Arc::new(FauxProvider::from_env()?))
-        }
-        "faux" => Ok(Arc::new(
-            FauxProvider::from_env().context("loading the faux script")?,
-        )),
-        other => bail!("JARVIS_LLM__PROVIDER={other} is not a provider this build knows (known: faux)"),
-    }
-}
-
 /// Runs one turn for `prompt` and streams it to the terminal.
 pub(crate) fn ask(prompt: &str, max_turns: u32) -> anyhow::Result<ExitCode> {
-    let provider = provider_from_env()?;
-    let ctx = LoopContext::new(provider).with_ui(Arc::new(Printer));
+    let llm = LlmConfig::from_env()?;
+    if let Some(notice) = &llm.notice {
+        eprintln!("jarvis: {notice}");
+    }
+    let provider = llm.build().context("starting the model provider")?;
+    let ctx = LoopContext::new(provider)
+        .with_ui(Arc::new(Printer))
+        .with_model(ModelSettings {
+            model: llm.model.clone(),
+            ..ModelSettings::default()
+        });
     let config = AgentLoopConfig {
         max_turns,
         ..AgentLoopConfig::default()

@@ -98,6 +98,9 @@ pub use model::{
     ProviderError, ProviderEvent, ProviderExt, ProviderStream, Purpose, RequestMetadata, ResponseAssembler,
     Role, ThinkingBlock, ToolCall, ToolChoice, ToolResultMessage, ToolSpec, Usage, UserMessage,
 };
+pub use model::{
+    DEFAULT_ANTHROPIC_MODEL, DEFAULT_OLLAMA_MODEL, DEFAULT_OPENAI_MODEL, LlmConfig, ProviderKind,
+};
 #[cfg(feature = "ollama")]
 pub use model::{OLLAMA_BASE_URL, OllamaConfig, OllamaDecoder, OllamaProvider};
 #[cfg(feature = "openai")]

@@ -4,8 +4,17 @@ use std::process::Command;
 
 fn jarvis() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_jarvis"));
-    cmd.env_remove("JARVIS_LLM__PROVIDER")
-        .env_remove("JARVIS_FAUX__SCRIPT");
+    for var in [
+        "JARVIS_LLM__PROVIDER",
+        "JARVIS_LLM__MODEL",
+        "JARVIS_LLM__BASE_URL",
+        "JARVIS_LLM__API_KEY",
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "JARVIS_FAUX__SCRIPT",
+    ] {
+        cmd.env_remove(var);
+    }
     cmd
 }
 

@@ -6,6 +6,7 @@
 #[cfg(feature = "anthropic")]
 mod anthropic;
 mod assembler;
+mod config;
 mod error;
 mod event;
 mod faux;
@@ -24,6 +25,9 @@ pub use anthropic::{
     ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, AnthropicConfig, AnthropicDecoder, AnthropicProvider,
 };
 pub use assembler::{ModelResponse, ResponseAssembler};
+pub use config::{
+    DEFAULT_ANTHROPIC_MODEL, DEFAULT_OLLAMA_MODEL, DEFAULT_OPENAI_MODEL, LlmConfig, ProviderKind,
+};
 pub use error::ProviderError;
 pub use event::{FinishReason, ProviderEvent};
 pub use faux::{

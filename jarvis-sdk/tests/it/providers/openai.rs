@@ -259,3 +259,17 @@ async fn an_unreachable_server_is_a_transport_error_after_retries() {
     );
     assert_eq!(sleeper.waits.lock().unwrap().len(), 3);
 }
+
+#[tokio::test]
+async fn a_silent_server_hits_the_read_timeout() {
+    let mut hang: Reply = fixtures::load("openai", "text").into();
+    hang.body.truncate(100);
+    let replay = Replay::start(vec![hang.ending(Ending::Hang)]).await;
+    let mut config = OpenAiConfig::new(None, "m").with_base_url(format!("{}/v1", replay.url));
+    config.http.read_timeout = Duration::from_millis(300);
+    let p = OpenAiProvider::new(config).unwrap();
+    let run = collect(&p, ChatRequest::new("m", vec![Message::user("hi")]));
+    let got = tokio::time::timeout(Duration::from_secs(30), run).await.expect("the read timeout fires");
+    assert!(got.starts_with("error: openai transport error: the request timed out"), "{got}");
+    assert_eq!(replay.requests().len(), 1, "output had begun: no retry");
+}
