@@ -35,6 +35,9 @@ pub struct ToolCallInfo<'a> {
 pub enum GateDecision {
     /// The call may go on to the next stage.
     Allow,
+    /// The call goes on with these arguments instead (plugin hooks only;
+    /// must be a JSON object). Later stages and the tool see them.
+    Rewrite(Value),
     /// The call is refused, with a reason the model will read.
     Deny(String),
 }
@@ -124,6 +127,8 @@ impl fmt::Display for GateStage {
 pub enum GateVerdict {
     /// Every stage allowed the call.
     Allowed,
+    /// Every stage allowed the call, and a plugin hook rewrote its arguments.
+    AllowedWith(Value),
     /// A stage refused it.
     Denied {
         /// Which stage.
@@ -137,7 +142,7 @@ impl GateVerdict {
     /// The text the model reads for a refusal.
     pub fn refusal_message(&self, tool_name: &str) -> Option<String> {
         match self {
-            GateVerdict::Allowed => None,
+            GateVerdict::Allowed | GateVerdict::AllowedWith(_) => None,
             GateVerdict::Denied { stage, reason } => Some(format!(
                 "the call to {tool_name} was refused by {stage}: {reason}. Do not retry it unchanged; \
                  continue without it or answer with what you have."
@@ -220,26 +225,66 @@ impl ToolGate {
         self
     }
 
-    /// Runs the chain for one call; the first refusal decides.
+    /// Runs the chain for one call; the first refusal decides. A hook's
+    /// rewrite is what later hooks, approval and the tool see.
     pub async fn check(&self, call: &ToolCallInfo<'_>) -> GateVerdict {
-        if let GateDecision::Deny(reason) = self.policy.check(call) {
-            tracing::info!(tool = call.tool_name, %reason, "tool call refused by policy");
-            return GateVerdict::Denied {
-                stage: GateStage::Policy,
-                reason,
-            };
-        }
-        for hook in &self.hooks {
-            if let GateDecision::Deny(reason) = hook.before_tool_call(call).await {
-                tracing::info!(tool = call.tool_name, plugin = hook.name(), %reason, "tool call refused by plugin");
+        match self.policy.check(call) {
+            GateDecision::Allow => {}
+            GateDecision::Deny(reason) => {
+                tracing::info!(tool = call.tool_name, %reason, "tool call refused by policy");
                 return GateVerdict::Denied {
-                    stage: GateStage::Plugin(hook.name().to_owned()),
+                    stage: GateStage::Policy,
                     reason,
                 };
             }
+            GateDecision::Rewrite(_) => {
+                return GateVerdict::Denied {
+                    stage: GateStage::Policy,
+                    reason: "the policy stage may allow or deny, not rewrite".into(),
+                };
+            }
         }
-        match self.approver.approve(call).await {
-            d if d.is_allowed() => GateVerdict::Allowed,
+        let mut rewritten: Option<Value> = None;
+        for hook in &self.hooks {
+            let current = ToolCallInfo {
+                arguments: rewritten.as_ref().unwrap_or(call.arguments),
+                ..*call
+            };
+            match hook.before_tool_call(&current).await {
+                GateDecision::Allow => {}
+                GateDecision::Rewrite(arguments) if arguments.is_object() => {
+                    tracing::info!(
+                        tool = call.tool_name,
+                        plugin = hook.name(),
+                        "tool call arguments rewritten"
+                    );
+                    rewritten = Some(arguments);
+                }
+                GateDecision::Rewrite(_) => {
+                    return GateVerdict::Denied {
+                        stage: GateStage::Plugin(hook.name().to_owned()),
+                        reason: "the plugin rewrote the arguments to something that is not a JSON object"
+                            .into(),
+                    };
+                }
+                GateDecision::Deny(reason) => {
+                    tracing::info!(tool = call.tool_name, plugin = hook.name(), %reason, "tool call refused by plugin");
+                    return GateVerdict::Denied {
+                        stage: GateStage::Plugin(hook.name().to_owned()),
+                        reason,
+                    };
+                }
+            }
+        }
+        let current = ToolCallInfo {
+            arguments: rewritten.as_ref().unwrap_or(call.arguments),
+            ..*call
+        };
+        match self.approver.approve(&current).await {
+            d if d.is_allowed() => match rewritten {
+                Some(arguments) => GateVerdict::AllowedWith(arguments),
+                None => GateVerdict::Allowed,
+            },
             ApprovalDecision::Timeout => GateVerdict::Denied {
                 stage: GateStage::Approval,
                 reason: "nobody approved it in time".into(),

@@ -147,3 +147,74 @@ async fn a_persons_denial_and_a_timeout_are_refusals() {
     let (gate, _) = gate_with(&[], ApprovalDecision::Always);
     assert_eq!(check(&gate).await, GateVerdict::Allowed);
 }
+
+/// Rewrites `program` to `git` and records what it saw.
+struct ForceGit {
+    seen: Log,
+    to: serde_json::Value,
+}
+
+#[async_trait]
+impl BeforeToolCall for ForceGit {
+    fn name(&self) -> &str {
+        "force-git"
+    }
+    async fn before_tool_call(&self, call: &ToolCallInfo<'_>) -> GateDecision {
+        self.seen.lock().unwrap().push(call.arguments.to_string());
+        GateDecision::Rewrite(self.to.clone())
+    }
+}
+
+struct SeeArgs(Log);
+
+#[async_trait]
+impl Approver for SeeArgs {
+    async fn approve(&self, call: &ToolCallInfo<'_>) -> ApprovalDecision {
+        self.0.lock().unwrap().push(call.arguments.to_string());
+        ApprovalDecision::Allow
+    }
+}
+
+#[tokio::test]
+async fn a_hook_may_rewrite_arguments_for_the_stages_after_it_and_the_tool() {
+    let log: Log = Arc::default();
+    let gate = ToolGate::new()
+        .with_hook(Arc::new(ForceGit {
+            seen: log.clone(),
+            to: json!({"program": "git", "args": ["status"]}),
+        }))
+        .with_approver(Arc::new(SeeArgs(log.clone())));
+    assert_eq!(
+        check(&gate).await,
+        GateVerdict::AllowedWith(json!({"program": "git", "args": ["status"]}))
+    );
+    assert_eq!(
+        *log.lock().unwrap(),
+        [r#"{"program":"ls"}"#, r#"{"args":["status"],"program":"git"}"#],
+        "approval sees the rewritten call"
+    );
+
+    let bad = ToolGate::new().with_hook(Arc::new(ForceGit {
+        seen: Arc::default(),
+        to: json!("rm -rf /"),
+    }));
+    assert!(matches!(check(&bad).await, GateVerdict::Denied { stage: GateStage::Plugin(_), .. }));
+
+    // Through the loop: the tool runs with the rewritten arguments; the
+    // recorded call keeps what the model asked for.
+    let mut turn = crate::support::Turn::new(
+        "replies: [ { tool_calls: [ { name: run_command, arguments: { program: ls } } ] }, { text: done } ]",
+    )
+    .tool(jarvis_sdk::testing::FnTool::new("run_command", |args| {
+        Ok(jarvis_sdk::ToolResult::ok(format!("ran {}", args["program"])))
+    }));
+    turn.gate = ToolGate::new().with_hook(Arc::new(ForceGit {
+        seen: Arc::default(),
+        to: json!({"program": "git"}),
+    }));
+    let run = turn.run().await;
+    let jarvis_sdk::Message::Tool(result) = &run.outcome.new_messages[1] else { panic!() };
+    assert_eq!(result.content, "ran \"git\"");
+    let jarvis_sdk::Message::Assistant(call) = &run.outcome.new_messages[0] else { panic!() };
+    assert_eq!(call.tool_calls[0].arguments, json!({"program": "ls"}));
+}

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::machine::{Action, CallPlan, Finished, Limits, Machine, Reply};
 use super::{AgentLoopConfig, LoopContext};
 use crate::agent::event::{AgentEvent, MessageDelta};
-use crate::agent::gate::ToolCallInfo;
+use crate::agent::gate::{GateVerdict, ToolCallInfo};
 use crate::agent::tool::{ToolContext, ToolError, ToolResult};
 use crate::common::truncate_with_marker;
 use crate::model::{
@@ -210,11 +210,14 @@ impl<'a> Driver<'a> {
             .with_call_id(call.id.clone())
             .with_cancel(self.cancel.clone());
         let work = async {
-            let verdict = self.ctx.gate.check(&info).await;
-            if let Some(refusal) = verdict.refusal_message(&call.name) {
-                return ToolResult::error(refusal);
-            }
-            match AssertUnwindSafe(tool.call(call.arguments.clone(), &tool_ctx))
+            let arguments = match self.ctx.gate.check(&info).await {
+                GateVerdict::Allowed => call.arguments.clone(),
+                GateVerdict::AllowedWith(rewritten) => rewritten,
+                denied => {
+                    return ToolResult::error(denied.refusal_message(&call.name).unwrap_or_default());
+                }
+            };
+            match AssertUnwindSafe(tool.call(arguments, &tool_ctx))
                 .catch_unwind()
                 .await
             {
