@@ -83,6 +83,10 @@ pub use common::{
     Clock, IdSource, ManualClock, SequentialIds, SystemClock, UniqueIds, char_len, truncate_chars,
     truncate_with_marker, write_atomic,
 };
+pub use core::{
+    Caller, SecurityError, SecurityInput, SecurityPipeline, SecurityStage, SessionPolicy, Slot, TokenAuth,
+    Validation, ValidationConfig, html_escape,
+};
 #[cfg(feature = "anthropic")]
 pub use model::{
     ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, AnthropicConfig, AnthropicDecoder, AnthropicProvider,

@@ -1,6 +1,13 @@
 //! The core layer: `AgentSession` directs one turn (security pipeline →
-//! thinking → harness → loop); the real tool-gate stages, built-in tools,
-//! slash commands, `ask_agent` and the scheduler live here.
+//! thinking → harness → loop); the input [`security`] pipeline, the real
+//! tool-gate stages and the approval broker live here.
 //!
-//! It sits above `agent` and below `app`. Nothing is built here yet; the
-//! module exists so the layer order is fixed and enforced from the start.
+//! It sits above `agent` and below `app`: it may use `agent`, `memory`,
+//! `model` and `common`, never `app`.
+
+pub(crate) mod security;
+
+pub use security::{
+    Caller, SecurityError, SecurityInput, SecurityPipeline, SecurityStage, SessionPolicy, Slot, TokenAuth,
+    Validation, ValidationConfig, html_escape,
+};

@@ -198,7 +198,13 @@ async fn a_hook_may_rewrite_arguments_for_the_stages_after_it_and_the_tool() {
         seen: Arc::default(),
         to: json!("rm -rf /"),
     }));
-    assert!(matches!(check(&bad).await, GateVerdict::Denied { stage: GateStage::Plugin(_), .. }));
+    assert!(matches!(
+        check(&bad).await,
+        GateVerdict::Denied {
+            stage: GateStage::Plugin(_),
+            ..
+        }
+    ));
 
     // Through the loop: the tool runs with the rewritten arguments; the
     // recorded call keeps what the model asked for.
@@ -213,8 +219,12 @@ async fn a_hook_may_rewrite_arguments_for_the_stages_after_it_and_the_tool() {
         to: json!({"program": "git"}),
     }));
     let run = turn.run().await;
-    let jarvis_sdk::Message::Tool(result) = &run.outcome.new_messages[1] else { panic!() };
+    let jarvis_sdk::Message::Tool(result) = &run.outcome.new_messages[1] else {
+        panic!()
+    };
     assert_eq!(result.content, "ran \"git\"");
-    let jarvis_sdk::Message::Assistant(call) = &run.outcome.new_messages[0] else { panic!() };
+    let jarvis_sdk::Message::Assistant(call) = &run.outcome.new_messages[0] else {
+        panic!()
+    };
     assert_eq!(call.tool_calls[0].arguments, json!({"program": "ls"}));
 }

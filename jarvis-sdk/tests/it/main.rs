@@ -8,4 +8,5 @@ mod loop_concurrency;
 mod loop_props;
 mod loop_transcripts;
 mod providers;
+mod security;
 mod support;
