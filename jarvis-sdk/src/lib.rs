@@ -89,13 +89,18 @@ pub use model::{
     StreamDecoder, TokioSleeper, decode_chunks,
 };
 pub use model::{
-    AssistantMessage, ChatRequest, DEMO_SCRIPT, FAUX_SCRIPT_ENV, FauxError, FauxProvider, FauxReply,
-    FauxRule, FauxScript, FauxToolCall, FauxWhen, FinishReason, Message, ModelResponse, Provider,
-    ProviderError, ProviderEvent, ProviderExt, ProviderStream, Purpose, RequestMetadata, ResponseAssembler,
-    Role, ThinkingBlock, ToolCall, ToolChoice, ToolResultMessage, ToolSpec, Usage, UserMessage,
+    AssistantMessage, ChatRequest, DEMO_SCRIPT, Embedder, EmbedderExt, FAUX_SCRIPT_ENV, FauxError,
+    FauxProvider, FauxReply, FauxRule, FauxScript, FauxToolCall, FauxWhen, FinishReason,
+    HASH_EMBEDDER_DIMENSIONS, HashEmbedder, Message, ModelResponse, Provider, ProviderError, ProviderEvent,
+    ProviderExt, ProviderStream, Purpose, RequestMetadata, ResponseAssembler, Role, ThinkingBlock, ToolCall,
+    ToolChoice, ToolResultMessage, ToolSpec, Usage, UserMessage, cosine,
 };
+#[cfg(feature = "ollama")]
+pub use model::{OLLAMA_EMBEDDING_MODEL, OllamaEmbedder, OllamaEmbedderConfig};
 #[cfg(feature = "openai")]
 pub use model::{OPENAI_BASE_URL, OpenAiConfig, OpenAiDecoder, OpenAiProvider};
+#[cfg(feature = "openai")]
+pub use model::{OPENAI_EMBEDDING_MODEL, OpenAiEmbedder, OpenAiEmbedderConfig};
 
 /// Re-exports the loop needs from outside crates, so users need not pin them.
 pub use tokio_util::sync::CancellationToken;

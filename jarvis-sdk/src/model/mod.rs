@@ -1,9 +1,11 @@
 //! The model layer: the [`Provider`] trait and its request and event
-//! vocabulary, the shared tool-call assembler, and [`FauxProvider`].
+//! vocabulary, the shared tool-call assembler, [`FauxProvider`], and the
+//! [`Embedder`] trait with its embedders.
 //!
 //! `model` knows no layer above it: no memory, sessions, tools or UI.
 
 mod assembler;
+mod embed;
 mod error;
 mod event;
 mod faux;
@@ -16,6 +18,11 @@ mod provider;
 mod request;
 
 pub use assembler::{ModelResponse, ResponseAssembler};
+pub use embed::{Embedder, EmbedderExt, HASH_EMBEDDER_DIMENSIONS, HashEmbedder, cosine};
+#[cfg(feature = "ollama")]
+pub use embed::{OLLAMA_EMBEDDING_MODEL, OllamaEmbedder, OllamaEmbedderConfig};
+#[cfg(feature = "openai")]
+pub use embed::{OPENAI_EMBEDDING_MODEL, OpenAiEmbedder, OpenAiEmbedderConfig};
 pub use error::ProviderError;
 pub use event::{FinishReason, ProviderEvent};
 pub use faux::{
