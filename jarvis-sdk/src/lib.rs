@@ -10,7 +10,7 @@
 //! | layer | owns |
 //! |---|---|
 //! | `common` | [`Clock`], [`IdSource`], character-counted text, atomic file writes |
-//! | `model` | the [`Provider`] trait, [`ChatRequest`], [`ProviderEvent`], the shared [`ResponseAssembler`], [`FauxProvider`] |
+//! | `model` | the [`Provider`] trait, [`ChatRequest`], [`ProviderEvent`], the shared [`ResponseAssembler`], [`FauxProvider`], the [`Embedder`] trait and the offline [`HashEmbedder`] |
 //! | `memory` | memory service and stores (to come) |
 //! | `agent` | [`run_agent_loop`] with the overflow resume, [`AgentEvent`], [`UIAdapter`], [`Tool`], the tool-call gate ([`ToolGate`]) |
 //! | `core` | sessions of one turn, security, built-in tools (to come) |
@@ -18,7 +18,8 @@
 //!
 //! Four plugin points are small object-safe traits held as `Arc<dyn …>`:
 //! [`Provider`] (a model service), [`UIAdapter`] (a screen), [`Tool`], and
-//! the gate stages [`ToolPolicy`], [`BeforeToolCall`] and [`Approver`].
+//! the gate stages [`ToolPolicy`], [`BeforeToolCall`] and [`Approver`];
+//! [`Embedder`] turns texts into vectors for memory recall.
 //!
 //! ## One turn, offline
 //!

@@ -1,7 +1,8 @@
 //! Provider tests: wire transcripts (fixtures under `tests/fixtures/`, each
 //! citing the API documentation it was written from) decoded directly,
 //! decoded at every byte split, and replayed over HTTP by a local server.
+//! The embedder tests reuse the fixture loader and the replay server.
 
-mod fixtures;
+pub(crate) mod fixtures;
 mod openai;
-mod replay;
+pub(crate) mod replay;
