@@ -59,7 +59,9 @@ const STOPWORD_SHARE: f32 = 0.1;
 /// An offline embedder: character n-gram feature hashing, deterministic,
 /// for Korean and English (see the module documentation).
 ///
-/// Embedding a short query takes a few microseconds.
+/// Embedding a short query takes a few microseconds. [`Embedder::embed`]
+/// does its work when called, on the caller's thread; to embed many long
+/// texts at once, call it from `tokio::task::spawn_blocking`.
 ///
 /// ```
 /// use jarvis_sdk::{HashEmbedder, cosine};

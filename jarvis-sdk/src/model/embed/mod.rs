@@ -11,7 +11,7 @@ mod hash;
 mod ollama;
 #[cfg(feature = "openai")]
 mod openai;
-#[cfg(feature = "http")]
+#[cfg(any(feature = "openai", feature = "ollama"))]
 mod remote;
 
 use futures::future::BoxFuture;
