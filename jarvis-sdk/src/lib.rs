@@ -10,7 +10,7 @@
 //! | layer | owns |
 //! |---|---|
 //! | `common` | [`Clock`], [`IdSource`], character-counted text, atomic file writes |
-//! | `model` | the [`Provider`] trait, [`ChatRequest`], [`ProviderEvent`], the shared [`ResponseAssembler`], [`FauxProvider`] |
+//! | `model` | the [`Provider`] trait, [`ChatRequest`], [`ProviderEvent`], the shared [`ResponseAssembler`], [`FauxProvider`], the [`Embedder`] trait and the offline [`HashEmbedder`] |
 //! | `memory` | memory service and stores (to come) |
 //! | `agent` | [`run_agent_loop`] with the overflow resume, [`AgentEvent`], [`UIAdapter`], [`Tool`], the tool-call gate ([`ToolGate`]) |
 //! | `core` | sessions of one turn, security, built-in tools (to come) |
@@ -18,7 +18,8 @@
 //!
 //! Four plugin points are small object-safe traits held as `Arc<dyn …>`:
 //! [`Provider`] (a model service), [`UIAdapter`] (a screen), [`Tool`], and
-//! the gate stages [`ToolPolicy`], [`BeforeToolCall`] and [`Approver`].
+//! the gate stages [`ToolPolicy`], [`BeforeToolCall`] and [`Approver`];
+//! [`Embedder`] turns texts into vectors for memory recall.
 //!
 //! ## One turn, offline
 //!
@@ -97,18 +98,23 @@ pub use model::{
     StreamDecoder, TokioSleeper, decode_chunks,
 };
 pub use model::{
-    AssistantMessage, ChatRequest, DEMO_SCRIPT, FAUX_SCRIPT_ENV, FauxError, FauxProvider, FauxReply,
-    FauxRule, FauxScript, FauxToolCall, FauxWhen, FinishReason, Message, ModelResponse, Provider,
-    ProviderError, ProviderEvent, ProviderExt, ProviderStream, Purpose, RequestMetadata, ResponseAssembler,
-    Role, ThinkingBlock, ToolCall, ToolChoice, ToolResultMessage, ToolSpec, Usage, UserMessage,
+    AssistantMessage, ChatRequest, DEMO_SCRIPT, Embedder, EmbedderExt, FAUX_SCRIPT_ENV, FauxError,
+    FauxProvider, FauxReply, FauxRule, FauxScript, FauxToolCall, FauxWhen, FinishReason,
+    HASH_EMBEDDER_DIMENSIONS, HashEmbedder, Message, ModelResponse, Provider, ProviderError, ProviderEvent,
+    ProviderExt, ProviderStream, Purpose, RequestMetadata, ResponseAssembler, Role, ThinkingBlock, ToolCall,
+    ToolChoice, ToolResultMessage, ToolSpec, Usage, UserMessage, cosine,
 };
 pub use model::{
     DEFAULT_ANTHROPIC_MODEL, DEFAULT_OLLAMA_MODEL, DEFAULT_OPENAI_MODEL, LlmConfig, ProviderKind,
 };
 #[cfg(feature = "ollama")]
 pub use model::{OLLAMA_BASE_URL, OllamaConfig, OllamaDecoder, OllamaProvider};
+#[cfg(feature = "ollama")]
+pub use model::{OLLAMA_EMBEDDING_MODEL, OllamaEmbedder, OllamaEmbedderConfig};
 #[cfg(feature = "openai")]
 pub use model::{OPENAI_BASE_URL, OpenAiConfig, OpenAiDecoder, OpenAiProvider};
+#[cfg(feature = "openai")]
+pub use model::{OPENAI_EMBEDDING_MODEL, OpenAiEmbedder, OpenAiEmbedderConfig};
 
 /// Re-exports the loop needs from outside crates, so users need not pin them.
 pub use tokio_util::sync::CancellationToken;

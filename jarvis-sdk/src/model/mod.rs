@@ -1,5 +1,6 @@
 //! The model layer: the [`Provider`] trait and its request and event
-//! vocabulary, the shared tool-call assembler, and [`FauxProvider`].
+//! vocabulary, the shared tool-call assembler, [`FauxProvider`], and the
+//! [`Embedder`] trait with its embedders.
 //!
 //! `model` knows no layer above it: no memory, sessions, tools or UI.
 
@@ -7,6 +8,7 @@
 mod anthropic;
 mod assembler;
 mod config;
+mod embed;
 mod error;
 mod event;
 mod faux;
@@ -28,6 +30,11 @@ pub use assembler::{ModelResponse, ResponseAssembler};
 pub use config::{
     DEFAULT_ANTHROPIC_MODEL, DEFAULT_OLLAMA_MODEL, DEFAULT_OPENAI_MODEL, LlmConfig, ProviderKind,
 };
+pub use embed::{Embedder, EmbedderExt, HASH_EMBEDDER_DIMENSIONS, HashEmbedder, cosine};
+#[cfg(feature = "ollama")]
+pub use embed::{OLLAMA_EMBEDDING_MODEL, OllamaEmbedder, OllamaEmbedderConfig};
+#[cfg(feature = "openai")]
+pub use embed::{OPENAI_EMBEDDING_MODEL, OpenAiEmbedder, OpenAiEmbedderConfig};
 pub use error::ProviderError;
 pub use event::{FinishReason, ProviderEvent};
 pub use faux::{

@@ -2,6 +2,7 @@
 
 mod assembler_props;
 mod deps;
+mod embed;
 mod gate;
 mod layers;
 mod loop_concurrency;
