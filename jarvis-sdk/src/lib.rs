@@ -85,8 +85,10 @@ pub use common::{
     truncate_with_marker, write_atomic,
 };
 pub use core::{
-    Caller, SecurityError, SecurityInput, SecurityPipeline, SecurityStage, SessionPolicy, Slot, TokenAuth,
-    Validation, ValidationConfig, html_escape,
+    AgentToolPolicy, ApprovalBroker, ApprovalError, ApprovalRule, Attachment, Boundaries, Caller,
+    DEFAULT_APPROVAL_TIMEOUT, LayeredApprovalRules, RuleDecision, RuleSource, SecurityError, SecurityInput,
+    SecurityPipeline, SecurityStage, SessionPolicy, Slot, TokenAuth, Validation, ValidationConfig,
+    html_escape,
 };
 #[cfg(feature = "anthropic")]
 pub use model::{

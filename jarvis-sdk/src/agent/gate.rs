@@ -77,6 +77,8 @@ pub enum ApprovalDecision {
     Deny,
     /// Nobody answered in time; refused.
     Timeout,
+    /// The turn ended (aborted) before anyone answered; refused.
+    Cancelled,
 }
 
 impl ApprovalDecision {
@@ -288,6 +290,10 @@ impl ToolGate {
             ApprovalDecision::Timeout => GateVerdict::Denied {
                 stage: GateStage::Approval,
                 reason: "nobody approved it in time".into(),
+            },
+            ApprovalDecision::Cancelled => GateVerdict::Denied {
+                stage: GateStage::Approval,
+                reason: "the turn ended before anyone answered".into(),
             },
             _ => GateVerdict::Denied {
                 stage: GateStage::Approval,

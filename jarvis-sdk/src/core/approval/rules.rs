@@ -1,0 +1,305 @@
+//! Layered approval rules (SPEC.md §11.7): the shared
+//! `$JARVIS_HOME/approvals.yaml`, which people edit and every agent reads,
+//! under each agent's own `$JARVIS_HOME/approvals/<agent>.yaml`, where
+//! "always allow" writes.
+//!
+//! A rule file is a YAML list of `{tool, args?, decision}`:
+//!
+//! ```yaml
+//! # $JARVIS_HOME/approvals.yaml
+//! - { tool: run_command, args: { program: "git" }, decision: allow }
+//! - { tool: write_file, args: { path: "notes/*" }, decision: allow }
+//! - { tool: run_command, args: { program: "rm" }, decision: deny }
+//! - { tool: housing_watch, decision: allow }
+//! ```
+//!
+//! `tool` and each value in `args` are glob patterns (`*`, `?`, `\` to
+//! escape). An argument named in `args` must be present and match: strings
+//! are matched as they are, other JSON values by their compact JSON text
+//! (`args: ["status"]` is matched as `["status"]`). Arguments a rule does
+//! not name may be anything. `decision` is `allow` or `deny`.
+//!
+//! The agent's file is consulted first, then the shared file; in each, the
+//! first matching rule decides. Files are re-read when they change. A file
+//! that does not parse is ignored with a warning (it is never rewritten);
+//! a bad rule is skipped with a warning and the others still apply.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+use super::glob::{glob_escape, glob_match};
+use crate::common::write_atomic;
+
+/// What a rule decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuleDecision {
+    /// Run without asking.
+    Allow,
+    /// Refuse without asking.
+    Deny,
+}
+
+/// One rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalRule {
+    /// Glob pattern of the tool name.
+    pub tool: String,
+    /// Glob patterns of argument values, by argument name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub args: BTreeMap<String, String>,
+    /// What the rule decides.
+    pub decision: RuleDecision,
+}
+
+impl ApprovalRule {
+    /// Whether the rule covers a call of `tool` with `args`.
+    pub fn matches(&self, tool: &str, args: &Value) -> bool {
+        glob_match(&self.tool, tool)
+            && self.args.iter().all(|(name, pattern)| match args.get(name) {
+                Some(Value::String(s)) => glob_match(pattern, s),
+                Some(other) => glob_match(pattern, &other.to_string()),
+                None => false,
+            })
+    }
+
+    /// The rule that allows exactly this call.
+    pub fn allow_exactly(tool: &str, args: &Value) -> Self {
+        let args = match args {
+            Value::Object(map) => map
+                .iter()
+                .map(|(k, v)| {
+                    let text = match v {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    (k.clone(), glob_escape(&text))
+                })
+                .collect(),
+            _ => BTreeMap::new(),
+        };
+        Self {
+            tool: glob_escape(tool),
+            args,
+            decision: RuleDecision::Allow,
+        }
+    }
+}
+
+/// Which file a decision came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuleSource {
+    /// The agent's own file.
+    Agent(PathBuf),
+    /// The shared file.
+    Shared(PathBuf),
+}
+
+/// Why rules could not be used or saved.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApprovalError {
+    /// The agent id cannot name a rule file.
+    #[error("approval rules: {0:?} is not a valid agent id")]
+    InvalidAgent(String),
+    /// A rule file could not be read or written.
+    #[error("approval rules: cannot {action} {path}")]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The agent's file does not parse, so it is not rewritten.
+    #[error(
+        "approval rules: {path} is not a valid rule list ({message}); fix it by hand, it was left unchanged"
+    )]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// The parse error.
+        message: String,
+    },
+}
+
+#[derive(Debug)]
+struct Cached {
+    stamp: Option<(SystemTime, u64)>,
+    rules: Vec<ApprovalRule>,
+}
+
+/// The shared and per-agent rule files under one `JARVIS_HOME`.
+#[derive(Debug)]
+pub struct LayeredApprovalRules {
+    home: PathBuf,
+    cache: Mutex<HashMap<PathBuf, Cached>>,
+    write: Mutex<()>,
+}
+
+/// Whether `id` is a valid agent id (R-DEF-4): `^[a-z][a-z0-9_-]{0,31}$`.
+pub(super) fn valid_agent_id(id: &str) -> bool {
+    let mut chars = id.chars();
+    matches!(chars.next(), Some('a'..='z'))
+        && id.len() <= 32
+        && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_' | '-'))
+}
+
+impl LayeredApprovalRules {
+    /// Rules under `home` (`$JARVIS_HOME`).
+    pub fn new(home: impl Into<PathBuf>) -> Self {
+        Self {
+            home: home.into(),
+            cache: Mutex::default(),
+            write: Mutex::new(()),
+        }
+    }
+
+    /// `$JARVIS_HOME/approvals.yaml`.
+    pub fn shared_path(&self) -> PathBuf {
+        self.home.join("approvals.yaml")
+    }
+
+    /// `$JARVIS_HOME/approvals/<agent>.yaml`.
+    pub fn agent_path(&self, agent_id: &str) -> Result<PathBuf, ApprovalError> {
+        if !valid_agent_id(agent_id) {
+            return Err(ApprovalError::InvalidAgent(agent_id.to_owned()));
+        }
+        Ok(self.home.join("approvals").join(format!("{agent_id}.yaml")))
+    }
+
+    /// The decision of the first matching rule: the agent's file, then the shared one.
+    pub fn decide(&self, agent_id: &str, tool: &str, args: &Value) -> Option<(RuleDecision, RuleSource)> {
+        if let Ok(path) = self.agent_path(agent_id) {
+            if let Some(rule) = self.rules(&path).into_iter().find(|r| r.matches(tool, args)) {
+                return Some((rule.decision, RuleSource::Agent(path)));
+            }
+        }
+        let shared = self.shared_path();
+        let rule = self.rules(&shared).into_iter().find(|r| r.matches(tool, args))?;
+        Some((rule.decision, RuleSource::Shared(shared)))
+    }
+
+    /// "Always allow": appends the rule allowing exactly this call to the
+    /// agent's file (atomically, keeping what people wrote there). Returns
+    /// `false` when an identical rule was already there.
+    pub fn remember_allow(&self, agent_id: &str, tool: &str, args: &Value) -> Result<bool, ApprovalError> {
+        let path = self.agent_path(agent_id)?;
+        let rule = ApprovalRule::allow_exactly(tool, args);
+        let _guard = self.write.lock().unwrap_or_else(|e| e.into_inner());
+        let existing = match std::fs::read_to_string(&path) {
+            Ok(text) => Some(text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(source) => {
+                return Err(ApprovalError::Io {
+                    action: "read",
+                    path,
+                    source,
+                });
+            }
+        };
+        let entry = serde_yaml::to_string(&vec![&rule]).unwrap_or_default();
+        let text = match existing {
+            None => format!(
+                "# Approval rules of agent {agent_id}: \"always allow\" adds rules here.\n\
+                 # Format: a list of {{tool, args?, decision: allow | deny}} with glob patterns.\n{entry}"
+            ),
+            Some(text) => {
+                let parsed = parse(&text).map_err(|message| ApprovalError::Malformed {
+                    path: path.clone(),
+                    message,
+                })?;
+                if parsed.contains(&rule) {
+                    return Ok(false);
+                }
+                let has_content = text
+                    .lines()
+                    .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
+                if parsed.is_empty() && has_content {
+                    // An empty flow list (`[]`) cannot be appended to.
+                    entry
+                } else if text.is_empty() || text.ends_with('\n') {
+                    format!("{text}{entry}")
+                } else {
+                    format!("{text}\n{entry}")
+                }
+            }
+        };
+        let dir = path.parent().unwrap_or(&self.home);
+        std::fs::create_dir_all(dir).map_err(|source| ApprovalError::Io {
+            action: "create",
+            path: dir.to_owned(),
+            source,
+        })?;
+        write_atomic(&path, text.as_bytes()).map_err(|source| ApprovalError::Io {
+            action: "write",
+            path: path.clone(),
+            source,
+        })?;
+        self.cache.lock().unwrap_or_else(|e| e.into_inner()).remove(&path);
+        tracing::info!(agent = agent_id, tool, path = %path.display(), "approval rule remembered");
+        Ok(true)
+    }
+
+    /// The rules of one file, re-read when its size or time changed.
+    fn rules(&self, path: &Path) -> Vec<ApprovalRule> {
+        let stamp = std::fs::metadata(path)
+            .ok()
+            .map(|m| (m.modified().unwrap_or(SystemTime::UNIX_EPOCH), m.len()));
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(cached) = cache.get(path) {
+            if cached.stamp == stamp {
+                return cached.rules.clone();
+            }
+        }
+        let rules = match stamp {
+            None => Vec::new(),
+            Some(_) => match std::fs::read_to_string(path) {
+                Ok(text) => parse(&text).unwrap_or_else(|message| {
+                    tracing::warn!(path = %path.display(), %message, "approval rule file ignored: it does not parse");
+                    Vec::new()
+                }),
+                Err(error) => {
+                    tracing::warn!(path = %path.display(), %error, "approval rule file ignored: it cannot be read");
+                    Vec::new()
+                }
+            },
+        };
+        cache.insert(
+            path.to_owned(),
+            Cached {
+                stamp,
+                rules: rules.clone(),
+            },
+        );
+        rules
+    }
+}
+
+/// Parses a rule file; bad rules are skipped with a warning.
+fn parse(text: &str) -> Result<Vec<ApprovalRule>, String> {
+    let value: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
+    let items = match value {
+        serde_yaml::Value::Null => return Ok(Vec::new()),
+        serde_yaml::Value::Sequence(items) => items,
+        _ => return Err("the file must be a list of rules".into()),
+    };
+    Ok(items
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, item)| match serde_yaml::from_value::<ApprovalRule>(item) {
+            Ok(rule) => Some(rule),
+            Err(error) => {
+                tracing::warn!(rule = i + 1, %error, "approval rule skipped");
+                None
+            }
+        })
+        .collect())
+}
