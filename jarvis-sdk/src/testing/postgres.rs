@@ -6,18 +6,19 @@
 //! never for users). Run as root, the server runs as the `postgres` user
 //! (`runuser`), which owns the directory.
 //!
-//! Clean-up does not depend on the test process ending well: before anything
-//! is started, a watchdog shell is spawned that waits for its standard input
-//! to close, which happens when the process that owns the cluster exits for
-//! any reason (a panic, `SIGKILL`), or when the cluster is dropped. It then
-//! stops the server (`pg_ctl stop -m immediate`) and removes the directory.
+//! Clean-up does not depend on the test process ending well: one shell
+//! process makes the directory, starts the server and then waits for its
+//! standard input to close, which happens when the process that owns the
+//! cluster exits for any reason (a panic, `SIGKILL`) or drops the cluster.
+//! It then stops the server (`pg_ctl stop -m immediate`) and removes the
+//! directory. A crash of the owner at any moment, even during `initdb`,
+//! still ends in that clean-up, because the shell does every step in order.
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The environment variable that turns a missing Postgres into a failure.
 pub const REQUIRE_POSTGRES_ENV: &str = "JARVIS_REQUIRE_POSTGRES";
@@ -42,74 +43,50 @@ impl TempPostgres {
         if root && !user_exists("postgres") {
             return Err("running as root, but there is no `postgres` user to run the server as".into());
         }
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or_default();
-        let dir = std::env::temp_dir().join(format!("jarvis-pg-{}-{nanos:x}", std::process::id()));
-        std::fs::create_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .unwrap_or(54329);
-        let data = dir.join("data");
-        let as_postgres = |program: &Path| -> Command {
-            if root {
-                let mut c = Command::new("runuser");
-                c.args(["-u", "postgres", "--"]).arg(program);
-                c
-            } else {
-                Command::new(program)
-            }
-        };
-        let stop = as_postgres(&bin.join("pg_ctl"));
-        let stop_line = format!(
-            "{} -D {} -m immediate stop",
-            shell_words(&stop),
-            quote(&data.display().to_string())
-        );
-        let script = format!(
-            "trap '' INT TERM HUP; cat >/dev/null; {stop_line} >/dev/null 2>&1; rm -rf {}",
-            quote(&dir.display().to_string())
-        );
         let mut child = Command::new("sh")
-            .args(["-c", &script])
+            .args(["-c", &lifecycle_script(&bin, root, port)])
             .stdin(Stdio::piped())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| format!("cannot start the clean-up watchdog: {e}"))?;
-        let stdin = child
-            .stdin
-            .take()
-            .ok_or_else(|| "the clean-up watchdog has no standard input".to_owned())?;
-        let cluster = TempPostgres {
-            dir: dir.clone(),
+            .map_err(|e| format!("cannot start the cluster's shell: {e}"))?;
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take();
+        let (Some(stdin), Some(stdout)) = (stdin, stdout) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err("the cluster's shell has no standard input or output".into());
+        };
+        let mut cluster = TempPostgres {
+            dir: PathBuf::new(),
             port,
             watchdog: Mutex::new(Some((child, stdin))),
         };
-        if root {
-            run(Command::new("chown").arg("postgres:postgres").arg(&dir))?;
+        // The shell reports its directory, then `ready`, or `failed` and the
+        // logs up to `end`. A drop of `cluster` on the error paths closes its
+        // input, and the shell cleans up.
+        let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
+        let mut failure = None;
+        for line in lines.by_ref() {
+            if let Some(dir) = line.strip_prefix("dir ") {
+                cluster.dir = PathBuf::from(dir);
+            } else if line == "ready" {
+                return Ok(cluster);
+            } else if line == "failed" {
+                failure = Some(String::new());
+                break;
+            }
         }
-        run(as_postgres(&bin.join("initdb"))
-            .arg("-D")
-            .arg(&data)
-            .args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "--locale=C", "-N"]))?;
-        let server_options = format!(
-            "-p {port} -k {} -c listen_addresses='' -c fsync=off -c synchronous_commit=off -c full_page_writes=off",
-            dir.display()
-        );
-        run(as_postgres(&bin.join("pg_ctl"))
-            .arg("-D")
-            .arg(&data)
-            .arg("-l")
-            .arg(dir.join("log"))
-            .args(["-w", "-t", "60", "-o", &server_options, "start"]))
-        .map_err(|e| {
-            let log = std::fs::read_to_string(dir.join("log")).unwrap_or_default();
-            format!("{e}\nserver log:\n{log}")
-        })?;
-        Ok(cluster)
+        let mut log = failure.unwrap_or_else(|| "the cluster's shell ended early\n".to_owned());
+        for line in lines.take_while(|l| l != "end") {
+            log.push_str(&line);
+            log.push('\n');
+        }
+        Err(format!("the throwaway Postgres cluster did not start:\n{log}"))
     }
 
     /// The cluster shared by the whole process, started at the first call;
@@ -179,21 +156,37 @@ fn required() -> bool {
     std::env::var(REQUIRE_POSTGRES_ENV).is_ok_and(|v| v == "1")
 }
 
-fn run(cmd: &mut Command) -> Result<(), String> {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
-    if out.status.success() {
-        Ok(())
+/// The shell script that owns the cluster's whole life: it makes the
+/// directory, starts the server, reports, waits for its input to close (the
+/// owner dropped the cluster or exited in any way), then stops the server
+/// and removes the directory. Everything happens in this one process, in
+/// order, so a crash of the owner at any moment still ends in a clean-up.
+fn lifecycle_script(bin: &Path, root: bool, port: u16) -> String {
+    let as_postgres = if root {
+        format!("{} -u postgres -- ", quote(&find_program("runuser").display().to_string()))
     } else {
-        Err(format!(
-            "{cmd:?} failed ({}): {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
+        String::new()
+    };
+    let initdb = quote(&bin.join("initdb").display().to_string());
+    let pg_ctl = quote(&bin.join("pg_ctl").display().to_string());
+    let tmp = quote(&std::env::temp_dir().join("jarvis-pg-XXXXXX").display().to_string());
+    let chown = if root { "chown postgres:postgres \"$d\" && " } else { "" };
+    format!(
+        r#"trap '' INT TERM HUP PIPE
+d=$(mktemp -d {tmp}) || exit 1
+echo "dir $d"
+if {{ {chown}{as_postgres}{initdb} -D "$d/data" -A trust -U postgres -E UTF8 --locale=C -N && \
+     {as_postgres}{pg_ctl} -D "$d/data" -l "$d/log" -w -t 60 start \
+       -o "-p {port} -k $d -c listen_addresses='' -c fsync=off -c synchronous_commit=off -c full_page_writes=off"; \
+   }} >"$d/setup.log" 2>&1
+then echo ready
+else echo failed; cat "$d/setup.log" "$d/log" 2>/dev/null; echo end
+fi
+cat >/dev/null
+{as_postgres}{pg_ctl} -D "$d/data" -m immediate stop >/dev/null 2>&1
+rm -rf "$d"
+"#
+    )
 }
 
 /// The directory holding `initdb` and `pg_ctl`: from PATH, else the newest
@@ -220,6 +213,17 @@ fn find_bin_dir() -> Option<PathBuf> {
     versions.pop().map(|(_, bin)| bin)
 }
 
+/// `name` from PATH, else from the system folders (which a reduced PATH
+/// may leave out); the bare name when it is nowhere.
+fn find_program(name: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from(name))
+}
+
 fn running_as_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -240,15 +244,6 @@ fn user_exists(name: &str) -> bool {
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success())
-}
-
-/// A command's program and arguments as one shell line.
-fn shell_words(cmd: &Command) -> String {
-    std::iter::once(cmd.get_program())
-        .chain(cmd.get_args())
-        .map(|a| quote(&a.to_string_lossy()))
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// `s` in single quotes for `sh`.

@@ -1,10 +1,13 @@
 //! Integration tests of jarvis-sdk: one binary, one module per subject.
 
 mod assembler_props;
+mod capture;
 mod deps;
 mod gate;
 mod layers;
 mod loop_concurrency;
 mod loop_props;
 mod loop_transcripts;
+mod pg;
+mod sessions_contract;
 mod support;
