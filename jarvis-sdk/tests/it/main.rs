@@ -10,4 +10,6 @@ mod loop_props;
 mod loop_transcripts;
 mod pg;
 mod sessions_contract;
+mod sessions_jsonl;
+mod sessions_postgres;
 mod support;

@@ -545,10 +545,10 @@ impl SessionStore for JsonlSessionStore {
     }
 
     async fn sync(&self, id: &SessionId) -> Result<(), SessionError> {
+        let session = self.session(id).await?;
         if self.inner.options.durability == Durability::Never {
             return Ok(());
         }
-        let session = self.session(id).await?;
         let (file, dir_too) = {
             let mut st = session.lock();
             if !st.unsynced && !st.dir_unsynced {

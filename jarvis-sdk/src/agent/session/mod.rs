@@ -50,7 +50,9 @@ pub const MAX_TITLE_CHARS: usize = 200;
 ///
 /// Object-safe and held as `Arc<dyn SessionStore>`. Every method that names
 /// a session fails with [`SessionError::NotFound`] when it does not exist,
-/// except [`get`](SessionStore::get), which answers `None`.
+/// except [`get`](SessionStore::get), which answers `None`, and
+/// [`sync`](SessionStore::sync), which stores with nothing to flush may
+/// answer `Ok` without looking.
 #[async_trait]
 pub trait SessionStore: Send + Sync + fmt::Debug {
     /// Creates a session; its agent is fixed from now on.
