@@ -4,6 +4,7 @@ mod assembler_props;
 mod capture;
 mod deps;
 mod gate;
+mod harness;
 mod layers;
 mod loop_concurrency;
 mod loop_props;
