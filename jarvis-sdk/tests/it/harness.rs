@@ -296,3 +296,14 @@ async fn turns_continue_across_a_restart_of_the_jsonl_store() {
     assert_eq!(users(provider.requests()[2].recorded_messages()), ["q1", "q2", "q3"]);
     assert_eq!(store.entries(&id("s")).await.unwrap().len(), 12);
 }
+
+#[test]
+fn a_turn_can_be_spawned() {
+    fn assert_send<T: Send + 'static>(_: &T) {}
+    let harness = Harness::new(Arc::new(MemorySessionStore::new()), context(faux(echo()), "main"));
+    let turn = async move {
+        let cancel = CancellationToken::new();
+        harness.run_turn(&id("s"), "x", &cancel).await
+    };
+    assert_send(&turn);
+}

@@ -11,6 +11,7 @@ mod loop_props;
 mod loop_transcripts;
 mod pg;
 mod sessions_contract;
+mod sessions_crash;
 mod sessions_jsonl;
 mod sessions_postgres;
 mod support;
