@@ -73,16 +73,22 @@ mod model;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod testing;
 
+#[cfg(feature = "postgres")]
+pub use agent::PostgresSessionStore;
 pub use agent::{
     AgentError, AgentEvent, AgentIdentity, AgentLoopConfig, AllowAll, ApprovalDecision, ApprovalRequest,
-    Approver, BeforeToolCall, FINAL_TOOL_NAME, FanoutAdapter, FinalArgs, FinalMessage, FinalTool,
-    GateDecision, GateStage, GateVerdict, LoopContext, LoopOutcome, MessageDelta, ModelSettings, NoopAdapter,
-    StopReason, Tool, ToolCallInfo, ToolContext, ToolError, ToolGate, ToolPolicy, ToolRegistry, ToolResult,
-    Typed, TypedTool, UIAdapter, prompts, run_agent_loop, schema_for,
+    Approver, BeforeToolCall, Durability, ENTRY_SCHEMA_VERSION, EntryBody, FINAL_TOOL_NAME, FanoutAdapter,
+    FinalArgs, FinalMessage, FinalTool, GateDecision, GateStage, GateVerdict, Harness, HarnessConfig,
+    JsonlOptions, JsonlSessionStore, LEGACY_AGENT_ID, LoadReport, LoopContext, LoopOutcome, MAX_AGENT_ID_LEN,
+    MAX_SESSION_ID_LEN, MAX_TITLE_CHARS, MemorySessionStore, MessageDelta, ModelSettings, NewSession,
+    NoopAdapter, SessionEntry, SessionError, SessionId, SessionKind, SessionMeta, SessionStore, StopReason,
+    Tool, ToolCallInfo, ToolContext, ToolError, ToolGate, ToolPolicy, ToolRegistry, ToolResult, Typed,
+    TypedTool, UIAdapter, prompts, run_agent_loop, schema_for, validate_agent_id,
 };
 pub use common::{
-    Clock, IdSource, ManualClock, SequentialIds, SystemClock, UniqueIds, char_len, truncate_chars,
-    truncate_with_marker, write_atomic,
+    Clock, HOME_LOCK_FILE, HomeLock, HomeLockError, IdSource, LockHolder, ManualClock, SequentialIds,
+    SystemClock, Timestamp, TimestampError, UniqueIds, char_len, truncate_chars, truncate_with_marker,
+    write_atomic,
 };
 pub use core::{
     AgentToolPolicy, ApprovalBroker, ApprovalError, ApprovalRule, Attachment, Boundaries, Caller,

@@ -1,11 +1,17 @@
 //! Test doubles for code built on the SDK (feature `test-utils`): a
-//! recording [`UIAdapter`], tools made from closures and a fixed approver.
+//! recording [`UIAdapter`], tools made from closures, a fixed approver, and
+//! [`TempPostgres`], a throwaway Postgres cluster for tests of the
+//! Postgres stores.
 
 use async_trait::async_trait;
 use serde_json::Value;
 use std::fmt;
 use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex};
+
+mod postgres;
+
+pub use postgres::{REQUIRE_POSTGRES_ENV, TempPostgres};
 
 use crate::{
     AgentEvent, ApprovalDecision, ApprovalRequest, Approver, MessageDelta, Tool, ToolCallInfo, ToolContext,

@@ -1,6 +1,7 @@
 //! The agent layer: the loop ([`run_agent_loop`]) with its overflow resume,
-//! the events it pushes ([`AgentEvent`]) to a [`UIAdapter`], tools and the
-//! tool-call gate.
+//! the events it pushes ([`AgentEvent`]) to a [`UIAdapter`], tools, the
+//! tool-call gate, sessions ([`SessionStore`] and its stores) and the
+//! [`Harness`] that runs one turn of a session.
 //!
 //! `agent` knows no vendor, no security stage and no HTTP: providers come in
 //! as `Arc<dyn Provider>`, the real gate stages as trait objects.
@@ -8,7 +9,9 @@
 mod error;
 mod event;
 mod gate;
+mod harness;
 mod run;
+mod session;
 mod tool;
 mod ui;
 
@@ -18,8 +21,16 @@ pub use gate::{
     AllowAll, ApprovalDecision, ApprovalRequest, Approver, BeforeToolCall, GateDecision, GateStage,
     GateVerdict, ToolCallInfo, ToolGate, ToolPolicy,
 };
+pub use harness::{Harness, HarnessConfig};
 pub use run::prompts;
 pub use run::{AgentIdentity, AgentLoopConfig, LoopContext, LoopOutcome, ModelSettings, run_agent_loop};
+#[cfg(feature = "postgres")]
+pub use session::PostgresSessionStore;
+pub use session::{
+    Durability, ENTRY_SCHEMA_VERSION, EntryBody, JsonlOptions, JsonlSessionStore, LEGACY_AGENT_ID,
+    LoadReport, MAX_AGENT_ID_LEN, MAX_SESSION_ID_LEN, MAX_TITLE_CHARS, MemorySessionStore, NewSession,
+    SessionEntry, SessionError, SessionId, SessionKind, SessionMeta, SessionStore, validate_agent_id,
+};
 pub use tool::{
     FINAL_TOOL_NAME, FinalArgs, FinalTool, Tool, ToolContext, ToolError, ToolRegistry, ToolResult, Typed,
     TypedTool, schema_for,

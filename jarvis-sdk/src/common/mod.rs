@@ -1,13 +1,18 @@
 //! Shared helpers every layer may use: text measured in Unicode characters,
-//! the injected [`Clock`] and [`IdSource`], and atomic file replacement.
+//! the injected [`Clock`] and [`IdSource`], [`Timestamp`]s, atomic file
+//! replacement and the [`HomeLock`] that gives one process a `JARVIS_HOME`.
 //!
 //! `common` knows no layer: nothing here imports `model`, `memory`, `agent`,
 //! `core` or `app`.
 
 mod clock;
 mod fs;
+mod lock;
 mod text;
+mod time;
 
 pub use clock::{Clock, IdSource, ManualClock, SequentialIds, SystemClock, UniqueIds};
 pub use fs::write_atomic;
+pub use lock::{HOME_LOCK_FILE, HomeLock, HomeLockError, LockHolder};
 pub use text::{char_len, truncate_chars, truncate_with_marker};
+pub use time::{Timestamp, TimestampError};

@@ -2,13 +2,20 @@
 
 mod approvals;
 mod assembler_props;
+mod capture;
 mod deps;
 mod embed;
 mod gate;
+mod harness;
 mod layers;
 mod loop_concurrency;
 mod loop_props;
 mod loop_transcripts;
+mod pg;
 mod providers;
 mod security;
+mod sessions_contract;
+mod sessions_crash;
+mod sessions_jsonl;
+mod sessions_postgres;
 mod support;

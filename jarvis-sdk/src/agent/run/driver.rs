@@ -148,9 +148,16 @@ impl<'a> Driver<'a> {
             });
         }
         let mut results: Vec<Option<ToolResult>> = vec![None; calls.len()];
-        let mut running = futures::stream::iter(calls.iter().enumerate())
+        // The futures are made first and then buffered: a stream that maps
+        // borrowed calls lazily makes the whole turn's future `!Send` (a
+        // known limit of the compiler's higher-ranked lifetime inference),
+        // and a turn must be spawnable.
+        let pending: Vec<_> = calls
+            .iter()
+            .enumerate()
             .map(|(i, call)| self.execute(call).map(move |r| (i, r)))
-            .buffer_unordered(self.config.tool_concurrency);
+            .collect();
+        let mut running = futures::stream::iter(pending).buffer_unordered(self.config.tool_concurrency);
         while let Some((i, result)) = running.next().await {
             let call = &calls[i];
             self.emit(&AgentEvent::ToolExecutionEnd {

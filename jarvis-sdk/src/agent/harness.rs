@@ -1,0 +1,284 @@
+//! [`Harness`]: one turn of one session, from the store and back.
+//!
+//! A turn reads the session's recent window from its [`SessionStore`],
+//! records the user message, runs [`run_agent_loop`], records what the loop
+//! produced between turn markers, and asks the store to make the turn
+//! durable ([`SessionStore::sync`]). Memory, security and thinking wrap
+//! around this in the layers above; the harness knows no HTTP and no screen
+//! beyond the [`UIAdapter`](super::ui::UIAdapter) in its [`LoopContext`].
+
+use std::fmt;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+use super::error::AgentError;
+use super::run::{AgentLoopConfig, LoopContext, LoopOutcome, run_agent_loop};
+use super::session::{EntryBody, SessionEntry, SessionError, SessionId, SessionStore};
+use crate::model::Message;
+
+/// Settings of a [`Harness`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HarnessConfig {
+    /// The loop's settings.
+    pub loop_config: AgentLoopConfig,
+    /// Turns of conversation the model receives, the current one included
+    /// (R-MEM-3: 3). At least 1.
+    pub history_turns: usize,
+}
+
+impl Default for HarnessConfig {
+    fn default() -> Self {
+        Self {
+            loop_config: AgentLoopConfig::default(),
+            history_turns: 3,
+        }
+    }
+}
+
+impl HarnessConfig {
+    /// Sets the loop's settings.
+    pub fn with_loop_config(mut self, loop_config: AgentLoopConfig) -> Self {
+        self.loop_config = loop_config;
+        self
+    }
+
+    /// Sets the turns the model receives (at least 1).
+    pub fn with_history_turns(mut self, turns: usize) -> Self {
+        self.history_turns = turns.max(1);
+        self
+    }
+}
+
+/// Runs turns of one agent's sessions against a store.
+///
+/// The agent is the one in the context's
+/// [`identity`](LoopContext::identity); a session of another agent is
+/// refused ([`SessionError::WrongAgent`]), since a session's agent never
+/// changes (R-SESS-1).
+#[derive(Clone)]
+pub struct Harness {
+    store: Arc<dyn SessionStore>,
+    ctx: LoopContext,
+    config: HarnessConfig,
+}
+
+impl fmt::Debug for Harness {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Harness")
+            .field("store", &self.store)
+            .field("ctx", &self.ctx)
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl Harness {
+    /// A harness over `store` running the loop with `ctx` and default settings.
+    pub fn new(store: Arc<dyn SessionStore>, ctx: LoopContext) -> Self {
+        Self {
+            store,
+            ctx,
+            config: HarnessConfig::default(),
+        }
+    }
+
+    /// Sets the settings.
+    pub fn with_config(mut self, config: HarnessConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn SessionStore> {
+        &self.store
+    }
+
+    /// The loop's context.
+    pub fn context(&self) -> &LoopContext {
+        &self.ctx
+    }
+
+    /// Runs one turn of `session` on `prompt` and answers what the loop
+    /// produced. `cancel` aborts the turn as in [`run_agent_loop`]; an
+    /// aborted turn is recorded like any other.
+    ///
+    /// Entries recorded: `turn_start` and the user message before the loop
+    /// runs, then in one batch the loop's new messages and `turn_end`.
+    pub async fn run_turn(
+        &self,
+        session: &SessionId,
+        prompt: impl Into<String>,
+        cancel: &CancellationToken,
+    ) -> Result<LoopOutcome, AgentError> {
+        self.config.loop_config.validate()?;
+        let meta = self
+            .store
+            .get(session)
+            .await?
+            .ok_or_else(|| SessionError::not_found(session))?;
+        if meta.agent_id != self.ctx.identity.agent_id {
+            return Err(SessionError::WrongAgent {
+                session_id: session.to_string(),
+                session_agent: meta.agent_id,
+                agent_id: self.ctx.identity.agent_id.clone(),
+            }
+            .into());
+        }
+        let previous = self.config.history_turns.max(1) - 1;
+        let window = self.store.recent(session, previous).await?;
+        let mut history = history_messages(&window);
+        let user = Message::user(prompt);
+        self.store
+            .append(
+                session,
+                vec![EntryBody::TurnStart, EntryBody::message(user.clone())],
+            )
+            .await?;
+        history.push(user);
+
+        let mut ctx = self.ctx.clone();
+        ctx.identity.session_id = session.to_string();
+        let outcome = run_agent_loop(&ctx, &self.config.loop_config, history, cancel).await?;
+
+        let mut batch: Vec<EntryBody> = Vec::with_capacity(outcome.new_messages.len() + 1);
+        batch.extend(outcome.new_messages.iter().cloned().map(EntryBody::message));
+        batch.push(EntryBody::TurnEnd {
+            stop_reason: outcome.final_message.stop_reason,
+            turns: outcome.turns,
+            overflows: outcome.overflows,
+        });
+        self.store.append(session, batch).await?;
+        self.store.sync(session).await?;
+        Ok(outcome)
+    }
+}
+
+/// The messages of `entries` as the model may see them.
+///
+/// A turn cut short by a crash can leave an assistant message whose tool
+/// calls have no results, which providers refuse; such a message is dropped
+/// together with the partial results, and so are tool results whose call is
+/// not in the window.
+pub(crate) fn history_messages(entries: &[SessionEntry]) -> Vec<Message> {
+    let messages: Vec<&Message> = entries.iter().filter_map(SessionEntry::message).collect();
+    let mut out = Vec::with_capacity(messages.len());
+    let mut i = 0;
+    while i < messages.len() {
+        match messages[i] {
+            Message::Assistant(a) if !a.tool_calls.is_empty() => {
+                let end = i
+                    + 1
+                    + messages[i + 1..]
+                        .iter()
+                        .take_while(|m| matches!(m, Message::Tool(_)))
+                        .count();
+                let results = &messages[i + 1..end];
+                let answered = a.tool_calls.iter().all(|call| {
+                    results
+                        .iter()
+                        .any(|m| matches!(m, Message::Tool(t) if t.tool_call_id == call.id))
+                });
+                if answered {
+                    out.extend(messages[i..end].iter().map(|m| (*m).clone()));
+                } else {
+                    tracing::warn!(
+                        "harness: left out of the history an assistant message whose tool calls have no results (an interrupted turn)"
+                    );
+                }
+                i = end;
+            }
+            Message::Tool(_) => i += 1,
+            other => {
+                out.push(other.clone());
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::common::Timestamp;
+    use crate::model::{AssistantMessage, ToolCall, ToolResultMessage};
+
+    fn entries(messages: Vec<Message>) -> Vec<SessionEntry> {
+        messages
+            .into_iter()
+            .enumerate()
+            .map(|(i, m)| SessionEntry {
+                v: 1,
+                seq: i as u64 + 1,
+                ts: Timestamp::EPOCH,
+                body: EntryBody::message(m),
+            })
+            .collect()
+    }
+
+    fn calling(ids: &[&str]) -> Message {
+        Message::Assistant(AssistantMessage {
+            tool_calls: ids
+                .iter()
+                .map(|id| ToolCall {
+                    id: (*id).into(),
+                    name: "t".into(),
+                    arguments: serde_json::json!({}),
+                })
+                .collect(),
+            ..AssistantMessage::default()
+        })
+    }
+
+    fn result(id: &str) -> Message {
+        Message::Tool(ToolResultMessage {
+            tool_call_id: id.into(),
+            tool_name: "t".into(),
+            content: "ok".into(),
+            is_error: false,
+        })
+    }
+
+    #[test]
+    fn whole_tool_exchanges_are_kept() {
+        let messages = vec![
+            Message::user("u"),
+            calling(&["a", "b"]),
+            result("b"),
+            result("a"),
+            Message::assistant_text("done"),
+        ];
+        assert_eq!(history_messages(&entries(messages.clone())), messages);
+    }
+
+    #[test]
+    fn unanswered_calls_and_orphan_results_are_left_out() {
+        let messages = vec![
+            result("orphan"),
+            Message::user("u1"),
+            calling(&["a", "b"]),
+            result("a"),
+            Message::user("u2"),
+        ];
+        assert_eq!(
+            history_messages(&entries(messages)),
+            vec![Message::user("u1"), Message::user("u2")]
+        );
+    }
+
+    #[test]
+    fn markers_are_not_messages() {
+        let mut list = entries(vec![Message::user("u")]);
+        list.insert(
+            0,
+            SessionEntry {
+                v: 1,
+                seq: 0,
+                ts: Timestamp::EPOCH,
+                body: EntryBody::TurnStart,
+            },
+        );
+        assert_eq!(history_messages(&list), vec![Message::user("u")]);
+    }
+}

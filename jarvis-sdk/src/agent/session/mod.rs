@@ -1,0 +1,280 @@
+//! Sessions: the [`SessionStore`] trait and its stores.
+//!
+//! A session is one conversation of one agent. Its agent is fixed when it is
+//! created and never changes (R-SESS-1); a fork keeps its parent's agent
+//! (R-SESS-5). Its history is a sequence of [`SessionEntry`]s: messages and
+//! turn markers, numbered by `seq`. A **turn** begins at a user message; the
+//! harness reads the last few turns ([`SessionStore::recent`]) before every
+//! model call, so every store answers that from an index or a cache, at a
+//! cost that does not grow with the session's length.
+//!
+//! Stores:
+//!
+//! | store | where | for |
+//! |---|---|---|
+//! | [`JsonlSessionStore`] | `$JARVIS_HOME/sessions/<id>.jsonl` + `<id>.meta.json` | one server on one machine (default) |
+//! | [`PostgresSessionStore`] (feature `postgres`) | tables `jarvis_sessions`, `jarvis_entries` | several servers sharing a database |
+//! | [`MemorySessionStore`] | memory | tests, benchmarks |
+//!
+//! Timestamps come from the [`Clock`] a store was built with and session ids
+//! from the caller (R-IDEM-4); stores never read the system clock themselves.
+
+mod entry;
+mod error;
+mod id;
+mod jsonl;
+mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
+
+use async_trait::async_trait;
+use std::fmt;
+
+pub use entry::{ENTRY_SCHEMA_VERSION, EntryBody, SessionEntry, SessionKind, SessionMeta};
+pub use error::SessionError;
+pub use id::{MAX_AGENT_ID_LEN, MAX_SESSION_ID_LEN, SessionId, validate_agent_id};
+pub use jsonl::{JsonlOptions, JsonlSessionStore, LoadReport};
+pub use memory::MemorySessionStore;
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresSessionStore;
+
+use crate::common::{Clock, Timestamp, char_len};
+
+/// The agent of sessions that predate agent ownership (R-SESS-4).
+pub const LEGACY_AGENT_ID: &str = "main";
+
+/// The longest session title, in characters.
+pub const MAX_TITLE_CHARS: usize = 200;
+
+/// Where a conversation's history lives.
+///
+/// Object-safe and held as `Arc<dyn SessionStore>`. Every method that names
+/// a session fails with [`SessionError::NotFound`] when it does not exist,
+/// except [`get`](SessionStore::get), which answers `None`, and
+/// [`sync`](SessionStore::sync), which stores with nothing to flush may
+/// answer `Ok` without looking.
+#[async_trait]
+pub trait SessionStore: Send + Sync + fmt::Debug {
+    /// Creates a session; its agent is fixed from now on.
+    /// [`SessionError::AlreadyExists`] when the id is taken.
+    async fn create(&self, new: NewSession) -> Result<SessionMeta, SessionError>;
+
+    /// The session's metadata, or `None` when there is no such session.
+    async fn get(&self, id: &SessionId) -> Result<Option<SessionMeta>, SessionError>;
+
+    /// Appends `entries` in order, all or (on failure) none, and answers the
+    /// `seq` of the last one (the current last `seq` when `entries` is empty).
+    async fn append(&self, id: &SessionId, entries: Vec<EntryBody>) -> Result<u64, SessionError>;
+
+    /// The entries of the last `turns` turns, oldest first: from the
+    /// `turns`-th user message from the end, or the whole history when it
+    /// has fewer turns. Empty when `turns` is 0.
+    async fn recent(&self, id: &SessionId, turns: usize) -> Result<Vec<SessionEntry>, SessionError>;
+
+    /// The whole history, oldest first.
+    async fn entries(&self, id: &SessionId) -> Result<Vec<SessionEntry>, SessionError>;
+
+    /// Every session's metadata, most recently updated first (ties by id).
+    async fn list(&self) -> Result<Vec<SessionMeta>, SessionError>;
+
+    /// Creates `child` as a copy of `parent`'s history so far, with the
+    /// parent's agent and title, `parent_id` set and kind `user`.
+    async fn fork(&self, parent: &SessionId, child: SessionId) -> Result<SessionMeta, SessionError>;
+
+    /// Sets or (with `None` or a blank title) clears the title.
+    async fn set_title(&self, id: &SessionId, title: Option<String>) -> Result<SessionMeta, SessionError>;
+
+    /// Called by the harness at the end of every turn: makes the turn's
+    /// entries durable as far as the store's durability setting asks. The
+    /// default does nothing (stores whose appends are durable already).
+    async fn sync(&self, id: &SessionId) -> Result<(), SessionError> {
+        let _ = id;
+        Ok(())
+    }
+
+    /// The session's metadata, creating the session from `new` when it does
+    /// not exist; `true` when it was created. An existing session keeps its
+    /// own agent whatever `new` says (R-WEB-3).
+    async fn get_or_create(&self, new: NewSession) -> Result<(SessionMeta, bool), SessionError> {
+        if let Some(meta) = self.get(&new.id).await? {
+            return Ok((meta, false));
+        }
+        let id = new.id.clone();
+        match self.create(new).await {
+            Ok(meta) => Ok((meta, true)),
+            Err(e) if e.is_already_exists() => match self.get(&id).await? {
+                Some(meta) => Ok((meta, false)),
+                None => Err(SessionError::not_found(&id)),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The sessions whose agent `is_known` does not recognise, each logged
+    /// with a warning. The stores know no agents; the app layer calls this
+    /// at start-up with its registry's lookup, and
+    /// [`SessionMeta::check_agent`] when it opens one session.
+    async fn unknown_agents(
+        &self,
+        is_known: &(dyn for<'a> Fn(&'a str) -> bool + Send + Sync),
+    ) -> Result<Vec<SessionMeta>, SessionError> {
+        let unknown: Vec<SessionMeta> = self
+            .list()
+            .await?
+            .into_iter()
+            .filter(|m| !is_known(&m.agent_id))
+            .collect();
+        for meta in &unknown {
+            tracing::warn!(
+                session_id = %meta.id,
+                agent_id = %meta.agent_id,
+                "session store: session {} belongs to agent {:?}, which is not defined",
+                meta.id,
+                meta.agent_id
+            );
+        }
+        Ok(unknown)
+    }
+}
+
+/// What a new session is: its id, agent, kind and title.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NewSession {
+    /// The id.
+    pub id: SessionId,
+    /// The agent it belongs to.
+    pub agent_id: String,
+    /// A person's conversation or a delegation.
+    pub kind: SessionKind,
+    /// The delegating agent (peer sessions).
+    pub caller: Option<String>,
+    /// The agent delegated to (peer sessions; equal to `agent_id`).
+    pub callee: Option<String>,
+    /// An initial title.
+    pub title: Option<String>,
+}
+
+impl NewSession {
+    /// A person's session `id` with `agent_id`.
+    pub fn user(id: SessionId, agent_id: impl Into<String>) -> Self {
+        Self {
+            id,
+            agent_id: agent_id.into(),
+            kind: SessionKind::User,
+            caller: None,
+            callee: None,
+            title: None,
+        }
+    }
+
+    /// A peer session `id` in which `caller` delegates to `callee`, the
+    /// session's agent.
+    pub fn peer(id: SessionId, caller: impl Into<String>, callee: impl Into<String>) -> Self {
+        let callee = callee.into();
+        Self {
+            id,
+            agent_id: callee.clone(),
+            kind: SessionKind::Peer,
+            caller: Some(caller.into()),
+            callee: Some(callee),
+            title: None,
+        }
+    }
+
+    /// Sets the initial title.
+    pub fn with_title(mut self, title: impl Into<String>) -> Self {
+        self.title = Some(title.into());
+        self
+    }
+
+    /// Checks the agent ids and the title, and builds the metadata of the
+    /// session created at `now`.
+    pub(crate) fn into_meta(self, now: Timestamp) -> Result<SessionMeta, SessionError> {
+        validate_agent_id(&self.agent_id)?;
+        for agent in [&self.caller, &self.callee].into_iter().flatten() {
+            validate_agent_id(agent)?;
+        }
+        let peer_ok = self.caller.is_some() && self.callee.as_deref() == Some(self.agent_id.as_str());
+        let user_ok = self.caller.is_none() && self.callee.is_none();
+        let consistent = match self.kind {
+            SessionKind::Peer => peer_ok,
+            SessionKind::User => user_ok,
+        };
+        if !consistent {
+            return Err(SessionError::InvalidAgentId {
+                agent_id: format!("{:?}", self.agent_id),
+                reason: "a peer session needs a caller and the session's agent as callee; a user session has neither",
+            });
+        }
+        Ok(SessionMeta {
+            id: self.id,
+            agent_id: self.agent_id,
+            title: normalize_title(self.title)?,
+            created_at: now,
+            updated_at: now,
+            parent_id: None,
+            kind: self.kind,
+            caller: self.caller,
+            callee: self.callee,
+        })
+    }
+}
+
+/// The metadata of `child`, forked from `parent` at `now`.
+pub(crate) fn fork_meta(parent: &SessionMeta, child: SessionId, now: Timestamp) -> SessionMeta {
+    SessionMeta {
+        id: child,
+        agent_id: parent.agent_id.clone(),
+        title: parent.title.clone(),
+        created_at: now,
+        updated_at: now,
+        parent_id: Some(parent.id.clone()),
+        kind: SessionKind::User,
+        caller: None,
+        callee: None,
+    }
+}
+
+/// A title trimmed, `None` when blank; too long or multi-line titles are refused.
+pub(crate) fn normalize_title(title: Option<String>) -> Result<Option<String>, SessionError> {
+    let Some(title) = title else { return Ok(None) };
+    let trimmed = title.trim();
+    if trimmed.is_empty() {
+        return Ok(None);
+    }
+    if char_len(trimmed) > MAX_TITLE_CHARS {
+        return Err(SessionError::InvalidTitle {
+            reason: "it is longer than 200 characters",
+        });
+    }
+    if trimmed.chars().any(char::is_control) {
+        return Err(SessionError::InvalidTitle {
+            reason: "it contains a line break or another control character",
+        });
+    }
+    Ok(Some(trimmed.to_owned()))
+}
+
+/// The time now by `clock`.
+pub(crate) fn now(clock: &dyn Clock) -> Timestamp {
+    Timestamp::from_system_time(clock.now())
+}
+
+/// How hard the JSONL store works to keep a turn's entries through a crash
+/// of the machine (a crash of the process alone never loses a completed
+/// append: the entries are in the operating system's cache).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Durability {
+    /// `fsync` the session file at the end of every turn
+    /// ([`SessionStore::sync`]): a turn that ended survives a power loss. Costs
+    /// one `fsync` per turn, from well under a millisecond on an SSD to tens
+    /// of milliseconds on a disk. The default.
+    #[default]
+    EndOfTurn,
+    /// Never `fsync` entries: the operating system writes them back within
+    /// seconds. A power loss or kernel crash can lose the last turns; a
+    /// process crash loses nothing. For tests, benchmarks and throwaway homes.
+    Never,
+}

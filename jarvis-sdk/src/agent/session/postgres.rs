@@ -1,0 +1,522 @@
+//! [`PostgresSessionStore`] (feature `postgres`): sessions in the tables
+//! `jarvis_sessions` (one row per session) and `jarvis_entries` (one row per
+//! entry, the body as JSONB), for several servers sharing one database.
+//!
+//! The schema is brought up to date when the store connects, idempotently
+//! (R-IDEM-2): `CREATE TABLE IF NOT EXISTS`, `ADD COLUMN IF NOT EXISTS` for
+//! every column (so a table from an older version gains what it lacks, and
+//! its sessions read as `main`'s, R-SESS-3), all in one transaction that
+//! holds an advisory lock, so two processes starting at once take turns.
+//!
+//! Every append is one transaction: the session's row is locked, the next
+//! `seq` read, the batch inserted, `updated_at` moved. The recent window is
+//! one indexed query (a partial index over the rows that begin turns), so a
+//! turn's cost does not grow with the session's length.
+
+use async_trait::async_trait;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio_postgres::types::Json;
+use tokio_postgres::{NoTls, Row};
+
+use super::error::BoxError;
+use super::{
+    ENTRY_SCHEMA_VERSION, EntryBody, NewSession, SessionEntry, SessionError, SessionId, SessionKind,
+    SessionMeta, SessionStore, fork_meta, normalize_title, now,
+};
+use crate::common::{Clock, SystemClock, Timestamp};
+
+/// Key of the advisory lock the migrations hold (`jarvis` in ASCII, then 1).
+const MIGRATION_LOCK: i64 = 0x6a61_7276_6973_0001;
+
+const MIGRATIONS: &str = r#"
+CREATE TABLE IF NOT EXISTS jarvis_sessions (
+    id TEXT PRIMARY KEY
+);
+ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS agent_id TEXT NOT NULL DEFAULT 'main';
+ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS title TEXT;
+ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS created_at TIMESTAMPTZ NOT NULL DEFAULT now();
+ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS updated_at TIMESTAMPTZ NOT NULL DEFAULT now();
+ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS parent_id TEXT;
+ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS kind TEXT NOT NULL DEFAULT 'user';
+ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS caller TEXT;
+ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS callee TEXT;
+CREATE INDEX IF NOT EXISTS jarvis_sessions_updated_at ON jarvis_sessions (updated_at DESC, id);
+CREATE TABLE IF NOT EXISTS jarvis_entries (
+    session_id TEXT NOT NULL REFERENCES jarvis_sessions (id) ON DELETE CASCADE,
+    seq BIGINT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+ALTER TABLE jarvis_entries ADD COLUMN IF NOT EXISTS ts TIMESTAMPTZ NOT NULL DEFAULT now();
+ALTER TABLE jarvis_entries ADD COLUMN IF NOT EXISTS v INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE jarvis_entries ADD COLUMN IF NOT EXISTS starts_turn BOOLEAN NOT NULL DEFAULT false;
+ALTER TABLE jarvis_entries ADD COLUMN IF NOT EXISTS body JSONB NOT NULL DEFAULT '{}'::jsonb;
+CREATE INDEX IF NOT EXISTS jarvis_entries_turns ON jarvis_entries (session_id, seq) WHERE starts_turn;
+"#;
+
+const META_COLUMNS: &str = "id, agent_id, title, created_at, updated_at, parent_id, kind, caller, callee";
+
+/// Sessions in Postgres. See the module docs.
+///
+/// Cheap to clone; clones share one connection pool.
+#[derive(Clone)]
+pub struct PostgresSessionStore {
+    pool: Pool,
+    target: Arc<str>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for PostgresSessionStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresSessionStore")
+            .field("target", &self.target)
+            .field("pool", &self.pool.status())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresSessionStore {
+    /// Connects to the database at `url` (`postgres://user@host/db` or
+    /// `host=/run/postgresql user=jarvis dbname=jarvis`; no TLS) and brings
+    /// the schema up to date.
+    ///
+    /// Fails with [`SessionError::Unreachable`], naming host, port and
+    /// database (never the password), when no connection can be made.
+    pub async fn connect(url: &str) -> Result<Self, SessionError> {
+        let mut config: tokio_postgres::Config = url.parse().map_err(|e| SessionError::Unreachable {
+            target: "(the connection string could not be read)".into(),
+            source: Box::new(e),
+        })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(10));
+        }
+        let target: Arc<str> = describe(&config).into();
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(16)
+            .runtime(Runtime::Tokio1)
+            .create_timeout(Some(Duration::from_secs(15)))
+            .wait_timeout(Some(Duration::from_secs(30)))
+            .build()
+            .map_err(|e| SessionError::Database {
+                op: "build the connection pool",
+                source: Box::new(e),
+            })?;
+        let store = Self {
+            pool,
+            target,
+            clock: Arc::new(SystemClock),
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Takes timestamps from `clock` instead of the system clock.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Brings the schema up to date. Idempotent, and safe when several
+    /// processes run it at once; [`connect`](Self::connect) runs it.
+    pub async fn migrate(&self) -> Result<(), SessionError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db("start the migration"))?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+            .await
+            .map_err(db("lock the schema for migration"))?;
+        tx.batch_execute(MIGRATIONS)
+            .await
+            .map_err(db("migrate the schema"))?;
+        tx.commit().await.map_err(db("commit the migration"))
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, SessionError> {
+        self.pool.get().await.map_err(|e| match e {
+            PoolError::Backend(e) => SessionError::Unreachable {
+                target: self.target.to_string(),
+                source: Box::new(e),
+            },
+            PoolError::Timeout(t) => SessionError::Unreachable {
+                target: self.target.to_string(),
+                source: format!("timed out ({t:?})").into(),
+            },
+            other => SessionError::Database {
+                op: "get a connection",
+                source: other.to_string().into(),
+            },
+        })
+    }
+
+    async fn exists(&self, client: &deadpool_postgres::Object, id: &SessionId) -> Result<bool, SessionError> {
+        let stmt = client
+            .prepare_cached("SELECT 1 FROM jarvis_sessions WHERE id = $1")
+            .await
+            .map_err(db("read a session"))?;
+        let rows = client
+            .query(&stmt, &[&id.as_str()])
+            .await
+            .map_err(db("read a session"))?;
+        Ok(!rows.is_empty())
+    }
+}
+
+/// Host, port, database and user of `config`, for error messages.
+fn describe(config: &tokio_postgres::Config) -> String {
+    use tokio_postgres::config::Host;
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .map(|h| match h {
+            Host::Tcp(name) => name.clone(),
+            Host::Unix(path) => path.display().to_string(),
+        })
+        .collect();
+    let ports: Vec<String> = config.get_ports().iter().map(u16::to_string).collect();
+    format!(
+        "host={} port={} dbname={} user={}",
+        if hosts.is_empty() {
+            "(default)".into()
+        } else {
+            hosts.join(",")
+        },
+        if ports.is_empty() {
+            "5432".into()
+        } else {
+            ports.join(",")
+        },
+        config.get_dbname().unwrap_or("(default)"),
+        config.get_user().unwrap_or("(default)"),
+    )
+}
+
+fn db(op: &'static str) -> impl FnOnce(tokio_postgres::Error) -> SessionError {
+    move |e| SessionError::Database {
+        op,
+        source: Box::new(e) as BoxError,
+    }
+}
+
+fn meta_from_row(row: &Row) -> Result<SessionMeta, SessionError> {
+    let get_err = |e: tokio_postgres::Error| SessionError::Database {
+        op: "read a session row",
+        source: Box::new(e),
+    };
+    let id: String = row.try_get(0).map_err(get_err)?;
+    let id = SessionId::new(id)?;
+    let kind: String = row.try_get(6).map_err(get_err)?;
+    let parent: Option<String> = row.try_get(5).map_err(get_err)?;
+    let parent_id = match parent.map(SessionId::new).transpose() {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(session_id = %id, "session store (postgres): ignored the parent of session {id}: {e}");
+            None
+        }
+    };
+    Ok(SessionMeta {
+        agent_id: row.try_get(1).map_err(get_err)?,
+        title: row.try_get(2).map_err(get_err)?,
+        created_at: Timestamp::from_system_time(row.try_get::<_, SystemTime>(3).map_err(get_err)?),
+        updated_at: Timestamp::from_system_time(row.try_get::<_, SystemTime>(4).map_err(get_err)?),
+        parent_id,
+        kind: SessionKind::parse(&kind).unwrap_or_else(|| {
+            tracing::warn!(session_id = %id, "session store (postgres): session {id} has unknown kind {kind:?}; read as user");
+            SessionKind::User
+        }),
+        caller: row.try_get(7).map_err(get_err)?,
+        callee: row.try_get(8).map_err(get_err)?,
+        id,
+    })
+}
+
+/// The entries of `rows` (`seq, ts, v, body`); damaged rows are skipped with
+/// a warning.
+fn entries_from_rows(id: &SessionId, rows: &[Row]) -> Vec<SessionEntry> {
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let entry = (|| -> Result<SessionEntry, tokio_postgres::Error> {
+            let seq: i64 = row.try_get(0)?;
+            let ts: SystemTime = row.try_get(1)?;
+            let v: i32 = row.try_get(2)?;
+            let Json(body): Json<EntryBody> = row.try_get(3)?;
+            Ok(SessionEntry {
+                v: u32::try_from(v).unwrap_or(0),
+                seq: u64::try_from(seq).unwrap_or(0),
+                ts: Timestamp::from_system_time(ts),
+                body,
+            })
+        })();
+        match entry {
+            Ok(e) if e.v == ENTRY_SCHEMA_VERSION => out.push(e),
+            Ok(e) => tracing::warn!(
+                session_id = %id,
+                "session store (postgres): skipped entry {} of session {id}: unknown schema version {}",
+                e.seq,
+                e.v
+            ),
+            Err(e) => tracing::warn!(
+                session_id = %id,
+                "session store (postgres): skipped a damaged entry of session {id}: {e}"
+            ),
+        }
+    }
+    out
+}
+
+#[async_trait]
+impl SessionStore for PostgresSessionStore {
+    async fn create(&self, new: NewSession) -> Result<SessionMeta, SessionError> {
+        let meta = new.into_meta(now(&*self.clock))?;
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "INSERT INTO jarvis_sessions (id, agent_id, title, created_at, updated_at, parent_id, kind, caller, callee) \
+                 VALUES ($1, $2, $3, $4, $4, NULL, $5, $6, $7) ON CONFLICT (id) DO NOTHING",
+            )
+            .await
+            .map_err(db("create a session"))?;
+        let created = client
+            .execute(
+                &stmt,
+                &[
+                    &meta.id.as_str(),
+                    &meta.agent_id,
+                    &meta.title,
+                    &meta.created_at.to_system_time(),
+                    &meta.kind.as_str(),
+                    &meta.caller,
+                    &meta.callee,
+                ],
+            )
+            .await
+            .map_err(db("create a session"))?;
+        if created == 0 {
+            return Err(SessionError::AlreadyExists {
+                id: meta.id.to_string(),
+            });
+        }
+        Ok(meta)
+    }
+
+    async fn get(&self, id: &SessionId) -> Result<Option<SessionMeta>, SessionError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "SELECT {META_COLUMNS} FROM jarvis_sessions WHERE id = $1"
+            ))
+            .await
+            .map_err(db("read a session"))?;
+        let row = client
+            .query_opt(&stmt, &[&id.as_str()])
+            .await
+            .map_err(db("read a session"))?;
+        row.as_ref().map(meta_from_row).transpose()
+    }
+
+    async fn append(&self, id: &SessionId, entries: Vec<EntryBody>) -> Result<u64, SessionError> {
+        let ts = now(&*self.clock).to_system_time();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db("start an append"))?;
+        // Lock the session's row, so concurrent appends to one session take
+        // turns; the next statement then sees the other's entries.
+        let locked = if entries.is_empty() {
+            let stmt = tx
+                .prepare_cached("SELECT 1 FROM jarvis_sessions WHERE id = $1 FOR UPDATE")
+                .await
+                .map_err(db("append entries"))?;
+            tx.query(&stmt, &[&id.as_str()])
+                .await
+                .map_err(db("append entries"))?
+                .len() as u64
+        } else {
+            let stmt = tx
+                .prepare_cached(
+                    "UPDATE jarvis_sessions SET updated_at = GREATEST(updated_at, $2) WHERE id = $1",
+                )
+                .await
+                .map_err(db("append entries"))?;
+            tx.execute(&stmt, &[&id.as_str(), &ts])
+                .await
+                .map_err(db("append entries"))?
+        };
+        if locked == 0 {
+            return Err(SessionError::not_found(id));
+        }
+        let last_stmt = tx
+            .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM jarvis_entries WHERE session_id = $1")
+            .await
+            .map_err(db("append entries"))?;
+        let last: i64 = tx
+            .query_one(&last_stmt, &[&id.as_str()])
+            .await
+            .map_err(db("append entries"))?
+            .try_get(0)
+            .map_err(db("append entries"))?;
+        if entries.is_empty() {
+            return Ok(u64::try_from(last).unwrap_or(0));
+        }
+        let seqs: Vec<i64> = (1..=entries.len() as i64).map(|i| last + i).collect();
+        let starts: Vec<bool> = entries.iter().map(EntryBody::starts_turn).collect();
+        let bodies: Vec<Json<&EntryBody>> = entries.iter().map(Json).collect();
+        let insert = tx
+            .prepare_cached(
+                "INSERT INTO jarvis_entries (session_id, seq, ts, v, starts_turn, body) \
+                 SELECT $1, u.seq, $2, $3, u.starts, u.body \
+                 FROM UNNEST($4::BIGINT[], $5::BOOLEAN[], $6::JSONB[]) AS u(seq, starts, body)",
+            )
+            .await
+            .map_err(db("append entries"))?;
+        let version = ENTRY_SCHEMA_VERSION as i32;
+        tx.execute(&insert, &[&id.as_str(), &ts, &version, &seqs, &starts, &bodies])
+            .await
+            .map_err(db("append entries"))?;
+        tx.commit().await.map_err(db("commit an append"))?;
+        Ok(u64::try_from(last).unwrap_or(0) + entries.len() as u64)
+    }
+
+    async fn recent(&self, id: &SessionId, turns: usize) -> Result<Vec<SessionEntry>, SessionError> {
+        let client = self.client().await?;
+        if turns == 0 {
+            return if self.exists(&client, id).await? {
+                Ok(Vec::new())
+            } else {
+                Err(SessionError::not_found(id))
+            };
+        }
+        let stmt = client
+            .prepare_cached(
+                "SELECT seq, ts, v, body FROM jarvis_entries WHERE session_id = $1 AND seq >= COALESCE(\
+                   (SELECT seq FROM jarvis_entries WHERE session_id = $1 AND starts_turn \
+                    ORDER BY seq DESC OFFSET $2 LIMIT 1), 0) \
+                 ORDER BY seq",
+            )
+            .await
+            .map_err(db("read recent entries"))?;
+        let offset = i64::try_from(turns - 1).unwrap_or(i64::MAX);
+        let rows = client
+            .query(&stmt, &[&id.as_str(), &offset])
+            .await
+            .map_err(db("read recent entries"))?;
+        if rows.is_empty() && !self.exists(&client, id).await? {
+            return Err(SessionError::not_found(id));
+        }
+        Ok(entries_from_rows(id, &rows))
+    }
+
+    async fn entries(&self, id: &SessionId) -> Result<Vec<SessionEntry>, SessionError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached("SELECT seq, ts, v, body FROM jarvis_entries WHERE session_id = $1 ORDER BY seq")
+            .await
+            .map_err(db("read entries"))?;
+        let rows = client
+            .query(&stmt, &[&id.as_str()])
+            .await
+            .map_err(db("read entries"))?;
+        if rows.is_empty() && !self.exists(&client, id).await? {
+            return Err(SessionError::not_found(id));
+        }
+        Ok(entries_from_rows(id, &rows))
+    }
+
+    async fn list(&self) -> Result<Vec<SessionMeta>, SessionError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "SELECT {META_COLUMNS} FROM jarvis_sessions ORDER BY updated_at DESC, id"
+            ))
+            .await
+            .map_err(db("list sessions"))?;
+        let rows = client.query(&stmt, &[]).await.map_err(db("list sessions"))?;
+        let mut metas = Vec::with_capacity(rows.len());
+        for row in &rows {
+            match meta_from_row(row) {
+                Ok(meta) => metas.push(meta),
+                Err(e) => tracing::warn!("session store (postgres): left a session out of the list: {e}"),
+            }
+        }
+        Ok(metas)
+    }
+
+    async fn fork(&self, parent: &SessionId, child: SessionId) -> Result<SessionMeta, SessionError> {
+        let ts = now(&*self.clock);
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db("start a fork"))?;
+        let read = tx
+            .prepare_cached(&format!(
+                "SELECT {META_COLUMNS} FROM jarvis_sessions WHERE id = $1 FOR SHARE"
+            ))
+            .await
+            .map_err(db("fork a session"))?;
+        let row = tx
+            .query_opt(&read, &[&parent.as_str()])
+            .await
+            .map_err(db("fork a session"))?
+            .ok_or_else(|| SessionError::not_found(parent))?;
+        let meta = fork_meta(&meta_from_row(&row)?, child, ts);
+        let insert = tx
+            .prepare_cached(
+                "INSERT INTO jarvis_sessions (id, agent_id, title, created_at, updated_at, parent_id, kind, caller, callee) \
+                 VALUES ($1, $2, $3, $4, $4, $5, $6, NULL, NULL) ON CONFLICT (id) DO NOTHING",
+            )
+            .await
+            .map_err(db("fork a session"))?;
+        let created = tx
+            .execute(
+                &insert,
+                &[
+                    &meta.id.as_str(),
+                    &meta.agent_id,
+                    &meta.title,
+                    &meta.created_at.to_system_time(),
+                    &parent.as_str(),
+                    &meta.kind.as_str(),
+                ],
+            )
+            .await
+            .map_err(db("fork a session"))?;
+        if created == 0 {
+            return Err(SessionError::AlreadyExists {
+                id: meta.id.to_string(),
+            });
+        }
+        let copy = tx
+            .prepare_cached(
+                "INSERT INTO jarvis_entries (session_id, seq, ts, v, starts_turn, body) \
+                 SELECT $1, seq, ts, v, starts_turn, body FROM jarvis_entries WHERE session_id = $2",
+            )
+            .await
+            .map_err(db("fork a session"))?;
+        tx.execute(&copy, &[&meta.id.as_str(), &parent.as_str()])
+            .await
+            .map_err(db("fork a session"))?;
+        tx.commit().await.map_err(db("commit a fork"))?;
+        Ok(meta)
+    }
+
+    async fn set_title(&self, id: &SessionId, title: Option<String>) -> Result<SessionMeta, SessionError> {
+        let title = normalize_title(title)?;
+        let ts = now(&*self.clock).to_system_time();
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "UPDATE jarvis_sessions SET title = $2, updated_at = GREATEST(updated_at, $3) WHERE id = $1 \
+                 RETURNING {META_COLUMNS}"
+            ))
+            .await
+            .map_err(db("set a title"))?;
+        let row = client
+            .query_opt(&stmt, &[&id.as_str(), &title, &ts])
+            .await
+            .map_err(db("set a title"))?
+            .ok_or_else(|| SessionError::not_found(id))?;
+        meta_from_row(&row)
+    }
+}

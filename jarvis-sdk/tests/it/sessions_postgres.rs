@@ -1,0 +1,204 @@
+//! The Postgres store against a real server: idempotent and concurrent
+//! migrations, a legacy table without `agent_id`, damaged rows, and clear
+//! errors when the database cannot be reached.
+
+use jarvis_sdk::testing::TempPostgres;
+use jarvis_sdk::{NewSession, PostgresSessionStore, SessionError, SessionStore};
+
+use crate::capture::capture;
+use crate::pg::{admin, fresh_schema};
+use crate::sessions_contract::{id, turn};
+
+/// Columns, indexes and constraints of the `jarvis_*` tables of `schema`.
+async fn schema_of(schema: &str) -> Vec<String> {
+    let cluster = TempPostgres::shared().unwrap();
+    let client = admin(cluster).await;
+    let mut out = Vec::new();
+    for row in client
+        .query(
+            "SELECT table_name, column_name, data_type, is_nullable, coalesce(column_default, '') \
+             FROM information_schema.columns WHERE table_schema = $1 ORDER BY table_name, column_name",
+            &[&schema],
+        )
+        .await
+        .unwrap()
+    {
+        let cols: Vec<String> = (0..5).map(|i| row.get::<_, String>(i)).collect();
+        out.push(format!("column {}", cols.join(" ")));
+    }
+    for row in client
+        .query(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = $1 ORDER BY indexname",
+            &[&schema],
+        )
+        .await
+        .unwrap()
+    {
+        let def: String = row.get(1);
+        out.push(format!(
+            "index {} {}",
+            row.get::<_, String>(0),
+            def.replace(schema, "S")
+        ));
+    }
+    for row in client
+        .query(
+            "SELECT conname, pg_get_constraintdef(c.oid) FROM pg_constraint c \
+             JOIN pg_namespace n ON n.oid = c.connamespace WHERE n.nspname = $1 ORDER BY conname",
+            &[&schema],
+        )
+        .await
+        .unwrap()
+    {
+        let def: String = row.get(1);
+        out.push(format!(
+            "constraint {} {}",
+            row.get::<_, String>(0),
+            def.replace(schema, "S")
+        ));
+    }
+    out
+}
+
+#[tokio::test]
+async fn migrations_twice_and_at_once_leave_the_same_schema() {
+    let Some((once_url, once)) = fresh_schema("postgres migrations").await else {
+        return;
+    };
+    let Some((twice_url, twice)) = fresh_schema("postgres migrations").await else {
+        return;
+    };
+    let Some((racing_url, racing)) = fresh_schema("postgres migrations").await else {
+        return;
+    };
+
+    PostgresSessionStore::connect(&once_url).await.unwrap();
+    let store = PostgresSessionStore::connect(&twice_url).await.unwrap();
+    store.migrate().await.unwrap();
+    PostgresSessionStore::connect(&twice_url).await.unwrap();
+    // Eight processes' worth of start-ups on one empty schema at once.
+    let racers = (0..8).map(|_| PostgresSessionStore::connect(&racing_url));
+    for result in futures::future::join_all(racers).await {
+        result.unwrap();
+    }
+
+    let expected = schema_of(&once).await;
+    assert!(
+        expected
+            .iter()
+            .any(|l| l.starts_with("column jarvis_sessions agent_id text NO 'main'")),
+        "{expected:#?}"
+    );
+    assert!(
+        expected
+            .iter()
+            .any(|l| l.starts_with("index jarvis_entries_turns")),
+        "{expected:#?}"
+    );
+    assert_eq!(schema_of(&twice).await, expected);
+    assert_eq!(schema_of(&racing).await, expected);
+}
+
+#[tokio::test]
+async fn a_legacy_table_gains_agent_id_and_its_rows_read_as_main() {
+    let Some((url, schema)) = fresh_schema("postgres legacy migration").await else {
+        return;
+    };
+    let client = admin(TempPostgres::shared().unwrap()).await;
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE {schema}.jarvis_sessions (id TEXT PRIMARY KEY, title TEXT, \
+               created_at TIMESTAMPTZ NOT NULL DEFAULT '2025-01-02T03:04:05Z');
+             INSERT INTO {schema}.jarvis_sessions (id, title) VALUES ('old-1', 'Old chat'), ('old-2', NULL);"
+        ))
+        .await
+        .unwrap();
+
+    let store = PostgresSessionStore::connect(&url).await.unwrap();
+    let old = store.get(&id("old-1")).await.unwrap().unwrap();
+    assert_eq!(old.agent_id, "main");
+    assert_eq!(old.title.as_deref(), Some("Old chat"));
+    assert_eq!(old.created_at.to_string(), "2025-01-02T03:04:05.000Z");
+    let all = store.list().await.unwrap();
+    assert_eq!(all.len(), 2);
+    assert!(all.iter().all(|m| m.agent_id == "main"));
+    store.append(&id("old-2"), turn(1)).await.unwrap();
+    store.create(NewSession::user(id("new"), "karen")).await.unwrap();
+
+    // Migrating again changes nobody's agent.
+    let store = PostgresSessionStore::connect(&url).await.unwrap();
+    assert_eq!(store.get(&id("old-1")).await.unwrap().unwrap().agent_id, "main");
+    assert_eq!(store.get(&id("new")).await.unwrap().unwrap().agent_id, "karen");
+    assert_eq!(store.entries(&id("old-2")).await.unwrap().len(), 6);
+}
+
+#[tokio::test]
+async fn damaged_rows_are_skipped_with_a_warning() {
+    let Some((url, schema)) = fresh_schema("postgres damaged rows").await else {
+        return;
+    };
+    let store = PostgresSessionStore::connect(&url).await.unwrap();
+    store.create(NewSession::user(id("s"), "main")).await.unwrap();
+    store.append(&id("s"), turn(1)).await.unwrap();
+    admin(TempPostgres::shared().unwrap())
+        .await
+        .batch_execute(&format!(
+            "INSERT INTO {schema}.jarvis_entries (session_id, seq, ts, v, starts_turn, body) VALUES \
+               ('s', 7, now(), 1, false, '{{\"kind\": \"alien\"}}'), \
+               ('s', 8, now(), 2, false, '{{\"kind\": \"turn_start\"}}');"
+        ))
+        .await
+        .unwrap();
+    let (logs, _guard) = capture();
+    assert_eq!(store.entries(&id("s")).await.unwrap().len(), 6);
+    assert!(
+        logs.warned(&["skipped a damaged entry of session s"]),
+        "{:?}",
+        logs.lines()
+    );
+    assert!(logs.warned(&["skipped entry 8 of session s: unknown schema version 2"]));
+    assert_eq!(
+        store.append(&id("s"), turn(2)).await.unwrap(),
+        14,
+        "numbering goes past them"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_database_is_a_clear_error() {
+    let err = PostgresSessionStore::connect("host=/nonexistent/jarvis port=5999 user=jarvis dbname=jarvis")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SessionError::Unreachable { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "session store (postgres): cannot reach the database at host=/nonexistent/jarvis port=5999 dbname=jarvis user=jarvis"
+    );
+    assert!(std::error::Error::source(&err).is_some());
+
+    let err = PostgresSessionStore::connect("postgres://jarvis:secret@127.0.0.1:notaport/db")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("could not be read"), "{err}");
+    assert!(!format!("{err:?}").contains("secret"), "the password never shows");
+}
+
+#[tokio::test]
+async fn a_server_that_goes_away_gives_clear_errors() {
+    if TempPostgres::shared_or_skip("postgres server going away").is_none() {
+        return;
+    }
+    let cluster = TempPostgres::start().unwrap();
+    let store = PostgresSessionStore::connect(&cluster.url()).await.unwrap();
+    store.create(NewSession::user(id("s"), "main")).await.unwrap();
+    drop(cluster);
+    let err = store.append(&id("s"), turn(1)).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SessionError::Unreachable { .. } | SessionError::Database { .. }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().starts_with("session store (postgres): "), "{err}");
+}
