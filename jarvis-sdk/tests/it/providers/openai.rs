@@ -269,7 +269,12 @@ async fn a_silent_server_hits_the_read_timeout() {
     config.http.read_timeout = Duration::from_millis(300);
     let p = OpenAiProvider::new(config).unwrap();
     let run = collect(&p, ChatRequest::new("m", vec![Message::user("hi")]));
-    let got = tokio::time::timeout(Duration::from_secs(30), run).await.expect("the read timeout fires");
-    assert!(got.starts_with("error: openai transport error: the request timed out"), "{got}");
+    let got = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("the read timeout fires");
+    assert!(
+        got.starts_with("error: openai transport error: the request timed out"),
+        "{got}"
+    );
     assert_eq!(replay.requests().len(), 1, "output had begun: no retry");
 }
