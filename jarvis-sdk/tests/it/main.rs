@@ -8,4 +8,6 @@ mod loop_concurrency;
 mod loop_props;
 mod loop_transcripts;
 mod providers;
+#[cfg(target_os = "linux")]
+mod sandbox;
 mod support;
