@@ -356,15 +356,14 @@ impl Sandbox {
     pub fn open(sandboxes_dir: &Path, session_id: &str) -> Result<Sandbox, SandboxError> {
         validate_session_id(session_id)?;
         let base_name = sandboxes_dir.display().to_string();
-        std::fs::create_dir_all(sandboxes_dir).map_err(|source| SandboxError::Io {
+        let io = |source| SandboxError::Io {
             path: base_name.clone(),
             source,
-        })?;
-        let base =
-            Dir::open_ambient_dir(sandboxes_dir, ambient_authority()).map_err(|source| SandboxError::Io {
-                path: base_name,
-                source,
-            })?;
+        };
+        // Programs get the root as working directory and `HOME`: make it absolute.
+        let sandboxes_dir = std::path::absolute(sandboxes_dir).map_err(io)?;
+        std::fs::create_dir_all(&sandboxes_dir).map_err(io)?;
+        let base = Dir::open_ambient_dir(&sandboxes_dir, ambient_authority()).map_err(io)?;
         match base.create_dir(session_id) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -383,8 +382,8 @@ impl Sandbox {
         &self.session_id
     }
 
-    /// The sandbox directory on the host (the working directory of programs
-    /// run in it).
+    /// The sandbox directory on the host, absolute (the working directory of
+    /// programs run in it).
     pub fn root(&self) -> &Path {
         &self.root
     }

@@ -130,6 +130,16 @@ pub fn builtin_tools(config: BuiltinConfig) -> Vec<Arc<dyn Tool>> {
 
 /// Adds every [`builtin_tools`] tool to `registry`; a name already taken
 /// there is an error ([`ToolError::Duplicate`]).
+///
+/// ```
+/// use jarvis_sdk::{BuiltinConfig, ToolRegistry, register_builtin_tools};
+///
+/// let home = tempfile::tempdir().unwrap();
+/// let mut tools = ToolRegistry::new();
+/// register_builtin_tools(&mut tools, BuiltinConfig::for_home(home.path())).unwrap();
+/// assert!(!tools.get("read_file").unwrap().requires_approval());
+/// assert!(tools.get("write_file").unwrap().requires_approval());
+/// ```
 pub fn register_builtin_tools(registry: &mut ToolRegistry, config: BuiltinConfig) -> Result<(), ToolError> {
     for tool in builtin_tools(config) {
         registry.register(tool)?;

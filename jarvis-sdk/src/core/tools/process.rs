@@ -230,9 +230,11 @@ async fn run_job(config: &Arc<BuiltinConfig>, ctx: &ToolContext, job: Job) -> Re
     let stdout = Capture::spawn(child.stdout.take(), config.output_cap);
     let stderr = Capture::spawn(child.stderr.take(), config.output_cap);
     if let (Some(input), Some(mut stdin)) = (job.stdin, child.stdin.take()) {
-        // A program that exits without reading makes this fail; that is fine.
+        // A program that exits without reading makes this fail; that is
+        // fine. The time limit bounds it should the pipe stay open.
+        let limit = config.command_timeout;
         tokio::spawn(async move {
-            let _ = stdin.write_all(&input).await;
+            let _ = tokio::time::timeout(limit, stdin.write_all(&input)).await;
         });
     }
     let ending = wait(&mut child, config.command_timeout, &ctx.cancel).await;
