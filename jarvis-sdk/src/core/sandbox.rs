@@ -14,12 +14,17 @@
 //!    without following a symlink blindly. A symlink that points outside
 //!    (absolute, or with `..` that climbs out, dangling or not) is refused by
 //!    construction, and there is no window between a check and the use of
-//!    the path in which a swapped symlink could redirect it.
+//!    the path in which a swapped symlink could redirect it outside.
+//!
+//! A hard link is a name like any other: a file hard-linked into the
+//! sandbox (only a program, such as one `run_command` starts, can make one)
+//! is read as the sandbox's own. Writes replace names, never inodes,
+//! so a write through such a link does not reach the other name.
 //!
 //! The sandbox confines this module's file operations only. Programs started
 //! by `run_command` and `run_python` get the sandbox as their working
-//! directory but are not locked into it by the kernel (see
-//! [`super::tools`]).
+//! directory but are not locked into it by the kernel (see the `tools`
+//! module).
 
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, OpenOptions};
