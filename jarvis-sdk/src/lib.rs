@@ -13,7 +13,7 @@
 //! | `model` | the [`Provider`] trait, [`ChatRequest`], [`ProviderEvent`], the shared [`ResponseAssembler`], [`FauxProvider`], the [`Embedder`] trait and the offline [`HashEmbedder`] |
 //! | `memory` | memory service and stores (to come) |
 //! | `agent` | [`run_agent_loop`] with the overflow resume, [`AgentEvent`], [`UIAdapter`], [`Tool`], the tool-call gate ([`ToolGate`]) |
-//! | `core` | sessions of one turn, security, built-in tools (to come) |
+//! | `core` | the per-session [`Sandbox`] and the [`builtin_tools`]; sessions of one turn and security (to come) |
 //! | `app` | agent profiles, the registry and assembly (to come) |
 //!
 //! Four plugin points are small object-safe traits held as `Arc<dyn …>`:
@@ -95,6 +95,11 @@ pub use core::{
     DEFAULT_APPROVAL_TIMEOUT, LayeredApprovalRules, RuleDecision, RuleSource, SecurityError, SecurityInput,
     SecurityPipeline, SecurityStage, SessionPolicy, Slot, TokenAuth, Validation, ValidationConfig,
     html_escape,
+};
+pub use core::{
+    BuiltinConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_LIST_CAP, DEFAULT_OUTPUT_CAP, DEFAULT_READ_CAP,
+    DEFAULT_WRITE_CAP, DirEntryInfo, DirListing, EntryKind, FileContent, MAX_COMPONENT_LEN, MAX_PATH_LEN,
+    Sandbox, SandboxError, builtin_tools, register_builtin_tools, validate_session_id,
 };
 #[cfg(feature = "anthropic")]
 pub use model::{

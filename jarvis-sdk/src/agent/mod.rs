@@ -26,6 +26,7 @@ pub use run::prompts;
 pub use run::{AgentIdentity, AgentLoopConfig, LoopContext, LoopOutcome, ModelSettings, run_agent_loop};
 #[cfg(feature = "postgres")]
 pub use session::PostgresSessionStore;
+pub(crate) use session::session_id_problem;
 pub use session::{
     Durability, ENTRY_SCHEMA_VERSION, EntryBody, JsonlOptions, JsonlSessionStore, LEGACY_AGENT_ID,
     LoadReport, MAX_AGENT_ID_LEN, MAX_SESSION_ID_LEN, MAX_TITLE_CHARS, MemorySessionStore, NewSession,

@@ -13,6 +13,8 @@ mod loop_props;
 mod loop_transcripts;
 mod pg;
 mod providers;
+#[cfg(target_os = "linux")]
+mod sandbox;
 mod security;
 mod sessions_contract;
 mod sessions_crash;

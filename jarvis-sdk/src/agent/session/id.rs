@@ -103,6 +103,12 @@ pub fn validate_agent_id(agent_id: &str) -> Result<(), SessionError> {
     })
 }
 
+/// Why `id` is not a valid session id, if it is not (shared with the sandbox,
+/// which names its directories by session id).
+pub(crate) fn session_id_problem(id: &str) -> Option<&'static str> {
+    check(id, MAX_SESSION_ID_LEN).err()
+}
+
 fn check(id: &str, max: usize) -> Result<(), &'static str> {
     if id.is_empty() {
         return Err("it is empty");

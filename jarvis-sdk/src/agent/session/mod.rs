@@ -32,6 +32,7 @@ use std::fmt;
 
 pub use entry::{ENTRY_SCHEMA_VERSION, EntryBody, SessionEntry, SessionKind, SessionMeta};
 pub use error::SessionError;
+pub(crate) use id::session_id_problem;
 pub use id::{MAX_AGENT_ID_LEN, MAX_SESSION_ID_LEN, SessionId, validate_agent_id};
 pub use jsonl::{JsonlOptions, JsonlSessionStore, LoadReport};
 pub use memory::MemorySessionStore;
