@@ -124,7 +124,7 @@ pub(crate) fn turn(n: usize) -> Vec<EntryBody> {
             tool_call_id: format!("call_{n}"),
             tool_name: "lookup".into(),
             content: format!("result {n}"),
-            is_error: n % 2 == 0,
+            is_error: n.is_multiple_of(2),
         })),
         msg(Message::assistant_text(format!("answer {n}"))),
         EntryBody::TurnEnd {

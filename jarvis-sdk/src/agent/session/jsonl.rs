@@ -835,10 +835,11 @@ fn read_range(path: &Path, from: u64, to: u64, limit: usize) -> Result<Vec<Sessi
     let mut buf = Vec::new();
     let mut entries = Vec::new();
     while let Some(line) = next_line(&mut reader, &mut buf, limit).map_err(SessionError::io("read", path))? {
-        if line.terminated && !line.oversized {
-            if let Ok(entry) = parse(&buf) {
-                entries.push(entry);
-            }
+        if line.terminated
+            && !line.oversized
+            && let Ok(entry) = parse(&buf)
+        {
+            entries.push(entry);
         }
     }
     Ok(entries)

@@ -177,10 +177,10 @@ impl LayeredApprovalRules {
 
     /// The decision of the first matching rule: the agent's file, then the shared one.
     pub fn decide(&self, agent_id: &str, tool: &str, args: &Value) -> Option<(RuleDecision, RuleSource)> {
-        if let Ok(path) = self.agent_path(agent_id) {
-            if let Some(rule) = self.rules(&path).into_iter().find(|r| r.matches(tool, args)) {
-                return Some((rule.decision, RuleSource::Agent(path)));
-            }
+        if let Ok(path) = self.agent_path(agent_id)
+            && let Some(rule) = self.rules(&path).into_iter().find(|r| r.matches(tool, args))
+        {
+            return Some((rule.decision, RuleSource::Agent(path)));
         }
         let shared = self.shared_path();
         let rule = self.rules(&shared).into_iter().find(|r| r.matches(tool, args))?;
@@ -254,10 +254,10 @@ impl LayeredApprovalRules {
             .ok()
             .map(|m| (m.modified().unwrap_or(SystemTime::UNIX_EPOCH), m.len()));
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(cached) = cache.get(path) {
-            if cached.stamp == stamp {
-                return cached.rules.clone();
-            }
+        if let Some(cached) = cache.get(path)
+            && cached.stamp == stamp
+        {
+            return cached.rules.clone();
         }
         let rules = match stamp {
             None => Vec::new(),

@@ -76,10 +76,10 @@ fn render_file(path: &str, content: FileContent) -> ToolResult {
     let mut bytes = &content.bytes[..];
     if truncated {
         // A cut may split the last character; drop its partial bytes.
-        if let Err(e) = std::str::from_utf8(bytes) {
-            if e.error_len().is_none() {
-                bytes = &bytes[..e.valid_up_to()];
-            }
+        if let Err(e) = std::str::from_utf8(bytes)
+            && e.error_len().is_none()
+        {
+            bytes = &bytes[..e.valid_up_to()];
         }
     }
     let (mut text, lossy) = match std::str::from_utf8(bytes) {

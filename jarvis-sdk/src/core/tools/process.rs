@@ -359,11 +359,11 @@ impl Capture {
     /// Waits (briefly) for the stream to end and returns what was read.
     async fn finish(mut self) -> Captured {
         let mut incomplete = false;
-        if let Some(mut task) = self.task.take() {
-            if tokio::time::timeout(OUTPUT_GRACE, &mut task).await.is_err() {
-                task.abort();
-                incomplete = true;
-            }
+        if let Some(mut task) = self.task.take()
+            && tokio::time::timeout(OUTPUT_GRACE, &mut task).await.is_err()
+        {
+            task.abort();
+            incomplete = true;
         }
         let mut b = self.buffer.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = std::mem::take(&mut *b);
