@@ -86,9 +86,9 @@ pub use agent::{
     TypedTool, UIAdapter, prompts, run_agent_loop, schema_for, validate_agent_id,
 };
 pub use common::{
-    Clock, HOME_LOCK_FILE, HomeLock, HomeLockError, IdSource, LockHolder, ManualClock, SequentialIds,
-    SystemClock, Timestamp, TimestampError, UniqueIds, char_len, truncate_chars, truncate_with_marker,
-    write_atomic,
+    Clock, Extensions, HOME_LOCK_FILE, HomeLock, HomeLockError, IdSource, LockHolder, ManualClock,
+    SequentialIds, SystemClock, Timestamp, TimestampError, UniqueIds, char_len, truncate_chars,
+    truncate_with_marker, write_atomic,
 };
 pub use core::{
     AgentToolPolicy, ApprovalBroker, ApprovalError, ApprovalRule, Attachment, Boundaries, Caller,

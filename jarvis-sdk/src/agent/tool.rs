@@ -11,6 +11,7 @@ use std::fmt;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
+use crate::common::Extensions;
 use crate::model::ToolSpec;
 
 /// The name of the tool whose `answer` argument ends the turn (R-LOOP-4).
@@ -28,6 +29,9 @@ pub struct ToolContext {
     pub tool_call_id: String,
     /// Fires when the turn is aborted; long tools should stop early.
     pub cancel: CancellationToken,
+    /// Values the code that started the turn passed along (see
+    /// [`LoopContext::extensions`](crate::LoopContext)).
+    pub extensions: Extensions,
 }
 
 impl ToolContext {
@@ -38,7 +42,14 @@ impl ToolContext {
             agent_id: agent_id.into(),
             tool_call_id: String::new(),
             cancel: CancellationToken::new(),
+            extensions: Extensions::new(),
         }
+    }
+
+    /// Sets the extensions.
+    pub fn with_extensions(mut self, extensions: Extensions) -> Self {
+        self.extensions = extensions;
+        self
     }
 
     /// Sets the call id.

@@ -6,12 +6,14 @@
 //! `core` or `app`.
 
 mod clock;
+mod extensions;
 mod fs;
 mod lock;
 mod text;
 mod time;
 
 pub use clock::{Clock, IdSource, ManualClock, SequentialIds, SystemClock, UniqueIds};
+pub use extensions::Extensions;
 pub use fs::write_atomic;
 pub use lock::{HOME_LOCK_FILE, HomeLock, HomeLockError, LockHolder};
 pub use text::{char_len, truncate_chars, truncate_with_marker};

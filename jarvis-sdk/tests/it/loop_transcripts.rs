@@ -761,3 +761,55 @@ async fn missing_and_repeated_call_ids_are_replaced_with_unique_ones() {
     assert_eq!(result_ids, ids);
     let _ = json!(null);
 }
+
+#[tokio::test]
+async fn a_turn_instruction_rides_on_every_call_and_tools_see_extensions() {
+    #[derive(Debug)]
+    struct Chain(&'static str);
+    struct SeeChain;
+    #[async_trait::async_trait]
+    impl jarvis_sdk::Tool for SeeChain {
+        fn name(&self) -> &str {
+            "read_file"
+        }
+        fn description(&self) -> &str {
+            "reports the chain it sees"
+        }
+        fn parameters(&self) -> serde_json::Value {
+            json!({"type": "object"})
+        }
+        async fn call(
+            &self,
+            _args: serde_json::Value,
+            ctx: &jarvis_sdk::ToolContext,
+        ) -> Result<ToolResult, jarvis_sdk::ToolError> {
+            Ok(ToolResult::ok(format!("chain {}", ctx.extensions.get::<Chain>().map_or("?", |c| c.0))))
+        }
+    }
+    let faux = Arc::new(FauxProvider::from_yaml(&overflow_script("{ text: S }", "{ text: done }")).unwrap());
+    let mut tools = jarvis_sdk::ToolRegistry::new();
+    tools.register(Arc::new(SeeChain)).unwrap();
+    let mut ctx = LoopContext::new(faux.clone()).with_tools(tools);
+    ctx.turn_instruction = Some("RULE: answer from tool results only.".into());
+    ctx.extensions.insert(Chain("main>karen"));
+    let config = AgentLoopConfig {
+        max_turns: 1,
+        ..AgentLoopConfig::default()
+    };
+    let outcome = run_agent_loop(&ctx, &config, vec![Message::user("go")], &CancellationToken::new())
+        .await
+        .unwrap();
+    let requests = faux.requests();
+    assert_eq!(requests.len(), 3, "step, summary, continuation");
+    for r in &requests {
+        let instruction = r.instruction().unwrap();
+        assert!(instruction.starts_with("RULE: answer from tool results only."), "{instruction}");
+    }
+    assert!(requests[1].instruction().unwrap().ends_with(SUMMARY_INSTRUCTION));
+    let Message::Tool(result) = &outcome.new_messages[1] else { panic!() };
+    assert_eq!(result.content, "chain main>karen");
+    assert!(
+        !serde_json::to_string(&outcome.new_messages).unwrap().contains("RULE:"),
+        "the turn instruction is never recorded"
+    );
+}

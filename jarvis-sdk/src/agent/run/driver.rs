@@ -83,6 +83,9 @@ impl<'a> Driver<'a> {
         if plan.with_tools {
             request = request.with_tools(self.specs.clone());
         }
+        if let Some(instruction) = &ctx.turn_instruction {
+            request = request.with_instruction(instruction.clone());
+        }
         if let Some(instruction) = &plan.instruction {
             request = request.with_instruction(instruction.clone());
         }
@@ -215,7 +218,8 @@ impl<'a> Driver<'a> {
         };
         let tool_ctx = ToolContext::new(identity.session_id.clone(), identity.agent_id.clone())
             .with_call_id(call.id.clone())
-            .with_cancel(self.cancel.clone());
+            .with_cancel(self.cancel.clone())
+            .with_extensions(self.ctx.extensions.clone());
         let work = async {
             let arguments = match self.ctx.gate.check(&info).await {
                 GateVerdict::Allowed => call.arguments.clone(),

@@ -31,7 +31,7 @@ use super::event::{AgentEvent, FinalMessage};
 use super::gate::ToolGate;
 use super::tool::ToolRegistry;
 use super::ui::{NoopAdapter, UIAdapter};
-use crate::common::{IdSource, UniqueIds};
+use crate::common::{Extensions, IdSource, UniqueIds};
 use crate::model::{Message, Provider, ProviderError};
 
 /// Settings of the loop itself.
@@ -139,6 +139,13 @@ pub struct LoopContext {
     pub identity: AgentIdentity,
     /// Ids for tool calls the provider sent without one.
     pub ids: Arc<dyn IdSource>,
+    /// An instruction added, unrecorded, to every model call of the turn
+    /// (for example `PEER_REQUEST_RULE` in a delegated turn); it comes before
+    /// the loop's own instructions, so the summary request still ends with
+    /// its literal.
+    pub turn_instruction: Option<String>,
+    /// Values handed to every tool of the turn in its [`ToolContext`](super::tool::ToolContext).
+    pub extensions: Extensions,
 }
 
 impl fmt::Debug for LoopContext {
@@ -165,6 +172,8 @@ impl LoopContext {
             model: ModelSettings::default(),
             identity: AgentIdentity::default(),
             ids: Arc::new(UniqueIds::new()),
+            turn_instruction: None,
+            extensions: Extensions::new(),
         }
     }
 
