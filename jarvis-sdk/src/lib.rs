@@ -79,11 +79,12 @@ pub use agent::{
     AgentError, AgentEvent, AgentIdentity, AgentLoopConfig, AllowAll, ApprovalDecision, ApprovalRequest,
     Approver, BeforeToolCall, Durability, ENTRY_SCHEMA_VERSION, EntryBody, FINAL_TOOL_NAME, FanoutAdapter,
     FinalArgs, FinalMessage, FinalTool, GateDecision, GateStage, GateVerdict, Harness, HarnessConfig,
-    JsonlOptions, JsonlSessionStore, LEGACY_AGENT_ID, LoadReport, LoopContext, LoopOutcome, MAX_AGENT_ID_LEN,
-    MAX_SESSION_ID_LEN, MAX_TITLE_CHARS, MemorySessionStore, MessageDelta, ModelSettings, NewSession,
-    NoopAdapter, SessionEntry, SessionError, SessionId, SessionKind, SessionMeta, SessionStore, StopReason,
-    Tool, ToolCallInfo, ToolContext, ToolError, ToolGate, ToolPolicy, ToolRegistry, ToolResult, Typed,
-    TypedTool, UIAdapter, prompts, run_agent_loop, schema_for, validate_agent_id,
+    HubAttachment, JsonlOptions, JsonlSessionStore, LEGACY_AGENT_ID, LoadReport, LoopContext, LoopOutcome,
+    MAX_AGENT_ID_LEN, MAX_SESSION_ID_LEN, MAX_TITLE_CHARS, MemorySessionStore, MessageDelta, ModelSettings,
+    NewSession, NoThinking, NoopAdapter, ScreenHub, SessionEntry, SessionError, SessionId, SessionKind,
+    SessionMeta, SessionStore, StopReason, ThinkingHook, ThinkingInput, Tool, ToolCallInfo, ToolContext,
+    ToolError, ToolGate, ToolPolicy, ToolRegistry, ToolResult, Typed, TypedTool, UIAdapter, prompts,
+    run_agent_loop, schema_for, validate_agent_id,
 };
 pub use common::{
     Clock, Extensions, HOME_LOCK_FILE, HomeLock, HomeLockError, IdSource, LockHolder, ManualClock,
@@ -91,10 +92,10 @@ pub use common::{
     truncate_with_marker, write_atomic,
 };
 pub use core::{
-    AgentToolPolicy, ApprovalBroker, ApprovalError, ApprovalRule, Attachment, Boundaries, Caller,
-    DEFAULT_APPROVAL_TIMEOUT, LayeredApprovalRules, RuleDecision, RuleSource, SecurityError, SecurityInput,
-    SecurityPipeline, SecurityStage, SessionPolicy, Slot, TokenAuth, Validation, ValidationConfig,
-    html_escape,
+    AgentSession, AgentSessionParts, AgentToolPolicy, ApprovalBroker, ApprovalError, ApprovalRule,
+    Attachment, Boundaries, Caller, DEFAULT_APPROVAL_TIMEOUT, LayeredApprovalRules, PromptOptions,
+    RuleDecision, RuleSource, SecurityError, SecurityInput, SecurityPipeline, SecurityStage,
+    SessionAttachment, SessionPolicy, Slot, TokenAuth, TurnError, Validation, ValidationConfig, html_escape,
 };
 pub use core::{
     BuiltinConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_LIST_CAP, DEFAULT_OUTPUT_CAP, DEFAULT_READ_CAP,

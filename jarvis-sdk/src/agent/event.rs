@@ -68,6 +68,12 @@ pub enum AgentEvent {
         /// What went wrong.
         message: String,
     },
+    /// The security pipeline refused an input; no turn ran and the model
+    /// never saw it.
+    InputRejected {
+        /// Why, for the person.
+        message: String,
+    },
 }
 
 impl AgentEvent {
@@ -81,6 +87,7 @@ impl AgentEvent {
             AgentEvent::ToolExecutionEnd { .. } => "tool_execution_end",
             AgentEvent::AgentEnd { .. } => "agent_end",
             AgentEvent::AgentError { .. } => "agent_error",
+            AgentEvent::InputRejected { .. } => "input_rejected",
         }
     }
 }

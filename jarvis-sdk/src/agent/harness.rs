@@ -111,6 +111,19 @@ impl Harness {
         prompt: impl Into<String>,
         cancel: &CancellationToken,
     ) -> Result<LoopOutcome, AgentError> {
+        self.run_turn_with(session, prompt, |_| {}, cancel).await
+    }
+
+    /// [`Harness::run_turn`], with `adjust` applied to this turn's copy of
+    /// the loop context (a delegated turn's instruction, extensions, or the
+    /// approver of the session that delegated).
+    pub async fn run_turn_with(
+        &self,
+        session: &SessionId,
+        prompt: impl Into<String>,
+        adjust: impl FnOnce(&mut LoopContext),
+        cancel: &CancellationToken,
+    ) -> Result<LoopOutcome, AgentError> {
         self.config.loop_config.validate()?;
         let meta = self
             .store
@@ -139,6 +152,7 @@ impl Harness {
 
         let mut ctx = self.ctx.clone();
         ctx.identity.session_id = session.to_string();
+        adjust(&mut ctx);
         let outcome = run_agent_loop(&ctx, &self.config.loop_config, history, cancel).await?;
 
         let mut batch: Vec<EntryBody> = Vec::with_capacity(outcome.new_messages.len() + 1);

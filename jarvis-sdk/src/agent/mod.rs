@@ -12,6 +12,7 @@ mod gate;
 mod harness;
 mod run;
 mod session;
+mod thinking;
 mod tool;
 mod ui;
 
@@ -32,8 +33,9 @@ pub use session::{
     LoadReport, MAX_AGENT_ID_LEN, MAX_SESSION_ID_LEN, MAX_TITLE_CHARS, MemorySessionStore, NewSession,
     SessionEntry, SessionError, SessionId, SessionKind, SessionMeta, SessionStore, validate_agent_id,
 };
+pub use thinking::{NoThinking, ThinkingHook, ThinkingInput};
 pub use tool::{
     FINAL_TOOL_NAME, FinalArgs, FinalTool, Tool, ToolContext, ToolError, ToolRegistry, ToolResult, Typed,
     TypedTool, schema_for,
 };
-pub use ui::{FanoutAdapter, NoopAdapter, UIAdapter};
+pub use ui::{FanoutAdapter, HubAttachment, NoopAdapter, ScreenHub, UIAdapter};

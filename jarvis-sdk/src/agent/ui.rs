@@ -87,3 +87,107 @@ impl UIAdapter for FanoutAdapter {
         }
     }
 }
+
+/// A fan-out whose subscribers come and go while turns run: every screen
+/// attached to a session receives the same events.
+#[derive(Clone, Default)]
+pub struct ScreenHub {
+    inner: Arc<HubInner>,
+}
+
+#[derive(Default)]
+struct HubInner {
+    screens: std::sync::Mutex<Vec<(u64, Arc<dyn UIAdapter>)>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl std::fmt::Debug for ScreenHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScreenHub").field("screens", &self.len()).finish()
+    }
+}
+
+/// A screen's place in a [`ScreenHub`]; dropping it detaches the screen.
+#[must_use = "the screen is detached when this is dropped"]
+pub struct HubAttachment {
+    hub: std::sync::Weak<HubInner>,
+    id: u64,
+}
+
+impl std::fmt::Debug for HubAttachment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HubAttachment").field("id", &self.id).finish()
+    }
+}
+
+impl Drop for HubAttachment {
+    fn drop(&mut self) {
+        if let Some(hub) = self.hub.upgrade() {
+            hub.screens
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|(id, _)| *id != self.id);
+        }
+    }
+}
+
+impl ScreenHub {
+    /// A hub with no screens.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Attaches `screen` until the returned attachment is dropped.
+    pub fn attach(&self, screen: Arc<dyn UIAdapter>) -> HubAttachment {
+        let id = self.inner.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner
+            .screens
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((id, screen));
+        HubAttachment {
+            hub: Arc::downgrade(&self.inner),
+            id,
+        }
+    }
+
+    /// Screens attached now.
+    pub fn len(&self) -> usize {
+        self.inner.screens.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Whether no screen is attached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn screens(&self) -> Vec<Arc<dyn UIAdapter>> {
+        let screens = self.inner.screens.lock().unwrap_or_else(|e| e.into_inner());
+        screens.iter().map(|(_, s)| s.clone()).collect()
+    }
+}
+
+impl UIAdapter for ScreenHub {
+    /// A screen asking to stop aborts the turn for everyone.
+    fn on_event(&self, event: &AgentEvent) -> ControlFlow<()> {
+        let mut flow = ControlFlow::Continue(());
+        for screen in self.screens() {
+            if screen.on_event(event).is_break() {
+                flow = ControlFlow::Break(());
+            }
+        }
+        flow
+    }
+
+    fn on_approval_request(&self, request: &ApprovalRequest) {
+        for screen in self.screens() {
+            screen.on_approval_request(request);
+        }
+    }
+
+    fn on_approval_resolved(&self, request_id: &str, decision: ApprovalDecision) {
+        for screen in self.screens() {
+            screen.on_approval_resolved(request_id, decision);
+        }
+    }
+}

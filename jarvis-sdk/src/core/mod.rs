@@ -10,6 +10,7 @@
 pub(crate) mod approval;
 mod sandbox;
 pub(crate) mod security;
+mod session;
 mod tool_policy;
 mod tools;
 
@@ -25,6 +26,7 @@ pub use security::{
     Caller, SecurityError, SecurityInput, SecurityPipeline, SecurityStage, SessionPolicy, Slot, TokenAuth,
     Validation, ValidationConfig, html_escape,
 };
+pub use session::{AgentSession, AgentSessionParts, PromptOptions, SessionAttachment, TurnError};
 pub use tool_policy::{AgentToolPolicy, Boundaries};
 pub use tools::{
     BuiltinConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_LIST_CAP, DEFAULT_OUTPUT_CAP, DEFAULT_READ_CAP,

@@ -783,7 +783,10 @@ async fn a_turn_instruction_rides_on_every_call_and_tools_see_extensions() {
             _args: serde_json::Value,
             ctx: &jarvis_sdk::ToolContext,
         ) -> Result<ToolResult, jarvis_sdk::ToolError> {
-            Ok(ToolResult::ok(format!("chain {}", ctx.extensions.get::<Chain>().map_or("?", |c| c.0))))
+            Ok(ToolResult::ok(format!(
+                "chain {}",
+                ctx.extensions.get::<Chain>().map_or("?", |c| c.0)
+            )))
         }
     }
     let faux = Arc::new(FauxProvider::from_yaml(&overflow_script("{ text: S }", "{ text: done }")).unwrap());
@@ -796,20 +799,32 @@ async fn a_turn_instruction_rides_on_every_call_and_tools_see_extensions() {
         max_turns: 1,
         ..AgentLoopConfig::default()
     };
-    let outcome = run_agent_loop(&ctx, &config, vec![Message::user("go")], &CancellationToken::new())
-        .await
-        .unwrap();
+    let outcome = run_agent_loop(
+        &ctx,
+        &config,
+        vec![Message::user("go")],
+        &CancellationToken::new(),
+    )
+    .await
+    .unwrap();
     let requests = faux.requests();
     assert_eq!(requests.len(), 3, "step, summary, continuation");
     for r in &requests {
         let instruction = r.instruction().unwrap();
-        assert!(instruction.starts_with("RULE: answer from tool results only."), "{instruction}");
+        assert!(
+            instruction.starts_with("RULE: answer from tool results only."),
+            "{instruction}"
+        );
     }
     assert!(requests[1].instruction().unwrap().ends_with(SUMMARY_INSTRUCTION));
-    let Message::Tool(result) = &outcome.new_messages[1] else { panic!() };
+    let Message::Tool(result) = &outcome.new_messages[1] else {
+        panic!()
+    };
     assert_eq!(result.content, "chain main>karen");
     assert!(
-        !serde_json::to_string(&outcome.new_messages).unwrap().contains("RULE:"),
+        !serde_json::to_string(&outcome.new_messages)
+            .unwrap()
+            .contains("RULE:"),
         "the turn instruction is never recorded"
     );
 }
