@@ -9,16 +9,17 @@
 //!
 //! | layer | owns |
 //! |---|---|
-//! | `common` | [`Clock`], [`IdSource`], character-counted text, atomic file writes |
+//! | `common` | [`Clock`], [`IdSource`], [`Timestamp`], character-counted text, atomic file writes, the [`HomeLock`] |
 //! | `model` | the [`Provider`] trait, [`ChatRequest`], [`ProviderEvent`], the shared [`ResponseAssembler`], [`FauxProvider`] |
 //! | `memory` | memory service and stores (to come) |
-//! | `agent` | [`run_agent_loop`] with the overflow resume, [`AgentEvent`], [`UIAdapter`], [`Tool`], the tool-call gate ([`ToolGate`]) |
+//! | `agent` | [`run_agent_loop`] with the overflow resume, [`AgentEvent`], [`UIAdapter`], [`Tool`], the tool-call gate ([`ToolGate`]), sessions ([`SessionStore`]: [`JsonlSessionStore`], [`MemorySessionStore`], `PostgresSessionStore`) and the turn [`Harness`] |
 //! | `core` | sessions of one turn, security, built-in tools (to come) |
 //! | `app` | agent profiles, the registry and assembly (to come) |
 //!
-//! Four plugin points are small object-safe traits held as `Arc<dyn …>`:
-//! [`Provider`] (a model service), [`UIAdapter`] (a screen), [`Tool`], and
-//! the gate stages [`ToolPolicy`], [`BeforeToolCall`] and [`Approver`].
+//! The plugin points are small object-safe traits held as `Arc<dyn …>`:
+//! [`Provider`] (a model service), [`UIAdapter`] (a screen), [`Tool`],
+//! [`SessionStore`] (where conversations live), and the gate stages
+//! [`ToolPolicy`], [`BeforeToolCall`] and [`Approver`].
 //!
 //! ## One turn, offline
 //!
@@ -57,7 +58,8 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `test-utils` | no | [`testing`]: a recording [`UIAdapter`], closure tools, a fixed approver |
+//! | `postgres` | no | `PostgresSessionStore`: sessions in Postgres (tokio-postgres with a deadpool pool) |
+//! | `test-utils` | no | [`testing`]: a recording [`UIAdapter`], closure tools, a fixed approver, a throwaway Postgres cluster |
 //!
 //! The default build has no HTTP server, no terminal UI and no database
 //! client.

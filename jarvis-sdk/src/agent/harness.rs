@@ -56,6 +56,26 @@ impl HarnessConfig {
 /// [`identity`](LoopContext::identity); a session of another agent is
 /// refused ([`SessionError::WrongAgent`]), since a session's agent never
 /// changes (R-SESS-1).
+///
+/// ```
+/// use std::sync::Arc;
+/// use jarvis_sdk::{
+///     CancellationToken, FauxProvider, Harness, LoopContext, MemorySessionStore, NewSession, SessionId,
+///     SessionStore,
+/// };
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let store = Arc::new(MemorySessionStore::new());
+/// let id = SessionId::default_for("main").unwrap();
+/// store.create(NewSession::user(id.clone(), "main")).await.unwrap();
+/// let faux = FauxProvider::from_yaml(r#"fallback: { text: "Hello." }"#).unwrap();
+/// let harness = Harness::new(store.clone(), LoopContext::new(Arc::new(faux)));
+/// let outcome = harness.run_turn(&id, "Hi", &CancellationToken::new()).await.unwrap();
+/// assert_eq!(outcome.final_message.content, "Hello.");
+/// // turn_start, the user message, the answer, turn_end
+/// assert_eq!(store.entries(&id).await.unwrap().len(), 4);
+/// # });
+/// ```
 #[derive(Clone)]
 pub struct Harness {
     store: Arc<dyn SessionStore>,
@@ -130,7 +150,10 @@ impl Harness {
         let mut history = history_messages(&window);
         let user = Message::user(prompt);
         self.store
-            .append(session, vec![EntryBody::TurnStart, EntryBody::message(user.clone())])
+            .append(
+                session,
+                vec![EntryBody::TurnStart, EntryBody::message(user.clone())],
+            )
             .await?;
         history.push(user);
 
@@ -164,10 +187,12 @@ pub(crate) fn history_messages(entries: &[SessionEntry]) -> Vec<Message> {
     while i < messages.len() {
         match messages[i] {
             Message::Assistant(a) if !a.tool_calls.is_empty() => {
-                let end = i + 1 + messages[i + 1..]
-                    .iter()
-                    .take_while(|m| matches!(m, Message::Tool(_)))
-                    .count();
+                let end = i
+                    + 1
+                    + messages[i + 1..]
+                        .iter()
+                        .take_while(|m| matches!(m, Message::Tool(_)))
+                        .count();
                 let results = &messages[i + 1..end];
                 let answered = a.tool_calls.iter().all(|call| {
                     results

@@ -24,15 +24,15 @@ pub use gate::{
 pub use harness::{Harness, HarnessConfig};
 pub use run::prompts;
 pub use run::{AgentIdentity, AgentLoopConfig, LoopContext, LoopOutcome, ModelSettings, run_agent_loop};
-pub use tool::{
-    FINAL_TOOL_NAME, FinalArgs, FinalTool, Tool, ToolContext, ToolError, ToolRegistry, ToolResult, Typed,
-    TypedTool, schema_for,
-};
 #[cfg(feature = "postgres")]
 pub use session::PostgresSessionStore;
 pub use session::{
-    Durability, ENTRY_SCHEMA_VERSION, EntryBody, JsonlOptions, JsonlSessionStore, LEGACY_AGENT_ID, LoadReport,
-    MAX_AGENT_ID_LEN, MAX_SESSION_ID_LEN, MAX_TITLE_CHARS, MemorySessionStore, NewSession, SessionEntry,
-    SessionError, SessionId, SessionKind, SessionMeta, SessionStore, validate_agent_id,
+    Durability, ENTRY_SCHEMA_VERSION, EntryBody, JsonlOptions, JsonlSessionStore, LEGACY_AGENT_ID,
+    LoadReport, MAX_AGENT_ID_LEN, MAX_SESSION_ID_LEN, MAX_TITLE_CHARS, MemorySessionStore, NewSession,
+    SessionEntry, SessionError, SessionId, SessionKind, SessionMeta, SessionStore, validate_agent_id,
+};
+pub use tool::{
+    FINAL_TOOL_NAME, FinalArgs, FinalTool, Tool, ToolContext, ToolError, ToolRegistry, ToolResult, Typed,
+    TypedTool, schema_for,
 };
 pub use ui::{FanoutAdapter, NoopAdapter, UIAdapter};

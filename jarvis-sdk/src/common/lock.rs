@@ -149,7 +149,11 @@ fn host_name() -> String {
     ["/proc/sys/kernel/hostname", "/etc/hostname"]
         .iter()
         .filter_map(|p| std::fs::read_to_string(p).ok())
-        .chain(["HOSTNAME", "COMPUTERNAME"].iter().filter_map(|v| std::env::var(v).ok()))
+        .chain(
+            ["HOSTNAME", "COMPUTERNAME"]
+                .iter()
+                .filter_map(|v| std::env::var(v).ok()),
+        )
         .map(|s| s.trim().to_owned())
         .find(|s| !s.is_empty())
         .unwrap_or_else(|| "unknown".to_owned())
@@ -174,7 +178,10 @@ mod tests {
         }
         let text = err.to_string();
         assert!(text.starts_with("home lock: "), "{text}");
-        assert!(text.contains(&format!("process {}", std::process::id())), "{text}");
+        assert!(
+            text.contains(&format!("process {}", std::process::id())),
+            "{text}"
+        );
         assert!(text.contains(&first.holder().host), "{text}");
 
         drop(first);

@@ -67,7 +67,9 @@ impl Timestamp {
     /// Digits of the fraction beyond milliseconds are cut; `t` and `z` are
     /// accepted in lower case, and a space may stand for `T`.
     pub fn parse_rfc3339(s: &str) -> Result<Self, TimestampError> {
-        parse(s.as_bytes()).ok_or_else(|| TimestampError { input: s.chars().take(64).collect() })
+        parse(s.as_bytes()).ok_or_else(|| TimestampError {
+            input: s.chars().take(64).collect(),
+        })
     }
 }
 
@@ -238,7 +240,10 @@ mod tests {
             "2026-11-29T19:45:05.123Z"
         );
         assert_eq!(Timestamp::from_millis(-1).to_string(), "1969-12-31T23:59:59.999Z");
-        assert_eq!(Timestamp::from_millis(951_782_400_000).to_string(), "2000-02-29T00:00:00.000Z");
+        assert_eq!(
+            Timestamp::from_millis(951_782_400_000).to_string(),
+            "2000-02-29T00:00:00.000Z"
+        );
     }
 
     #[test]
@@ -247,8 +252,14 @@ mod tests {
         assert_eq!(ts("2026-11-29T19:45:05Z").as_millis(), 1_795_981_505_000);
         assert_eq!(ts("2026-11-29T19:45:05.1Z").as_millis(), 1_795_981_505_100);
         assert_eq!(ts("2026-11-29T19:45:05.123999Z").as_millis(), 1_795_981_505_123);
-        assert_eq!(ts("2026-11-30T04:45:05.123+09:00"), ts("2026-11-29T19:45:05.123Z"));
-        assert_eq!(ts("2026-11-29T14:45:05.123-05:00"), ts("2026-11-29T19:45:05.123Z"));
+        assert_eq!(
+            ts("2026-11-30T04:45:05.123+09:00"),
+            ts("2026-11-29T19:45:05.123Z")
+        );
+        assert_eq!(
+            ts("2026-11-29T14:45:05.123-05:00"),
+            ts("2026-11-29T19:45:05.123Z")
+        );
         assert_eq!(ts("2026-11-29 19:45:05.123z"), ts("2026-11-29T19:45:05.123Z"));
         assert_eq!(ts("0000-01-01T00:00:00Z").as_millis(), MIN_MS);
         assert_eq!(ts("9999-12-31T23:59:59.999Z").as_millis(), MAX_MS);
@@ -310,7 +321,13 @@ mod tests {
 
     #[test]
     fn formatting_clamps_out_of_range_values() {
-        assert_eq!(Timestamp::from_millis(i64::MAX).to_string(), "9999-12-31T23:59:59.999Z");
-        assert_eq!(Timestamp::from_millis(i64::MIN).to_string(), "0000-01-01T00:00:00.000Z");
+        assert_eq!(
+            Timestamp::from_millis(i64::MAX).to_string(),
+            "9999-12-31T23:59:59.999Z"
+        );
+        assert_eq!(
+            Timestamp::from_millis(i64::MIN).to_string(),
+            "0000-01-01T00:00:00.000Z"
+        );
     }
 }

@@ -150,12 +150,12 @@ impl ChatRequest {
     /// Calling it twice joins both instructions into that one message.
     pub fn with_instruction(mut self, text: impl Into<String>) -> Self {
         let text = text.into();
-        if self.injected {
-            if let Some(Message::User(last)) = self.messages.last_mut() {
-                last.content.push_str("\n\n");
-                last.content.push_str(&text);
-                return self;
-            }
+        if self.injected
+            && let Some(Message::User(last)) = self.messages.last_mut()
+        {
+            last.content.push_str("\n\n");
+            last.content.push_str(&text);
+            return self;
         }
         self.messages.push(Message::user(text));
         self.injected = true;

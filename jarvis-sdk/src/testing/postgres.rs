@@ -93,7 +93,10 @@ impl TempPostgres {
     /// it is stopped and removed when the process ends.
     pub fn shared() -> Result<&'static TempPostgres, String> {
         static SHARED: OnceLock<Result<TempPostgres, String>> = OnceLock::new();
-        SHARED.get_or_init(TempPostgres::start).as_ref().map_err(Clone::clone)
+        SHARED
+            .get_or_init(TempPostgres::start)
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
     /// The shared cluster, or `None` after printing a loud skip line naming
@@ -143,7 +146,11 @@ impl TempPostgres {
 
 impl Drop for TempPostgres {
     fn drop(&mut self) {
-        let taken = self.watchdog.get_mut().map(Option::take).unwrap_or_else(|e| e.into_inner().take());
+        let taken = self
+            .watchdog
+            .get_mut()
+            .map(Option::take)
+            .unwrap_or_else(|e| e.into_inner().take());
         if let Some((mut child, stdin)) = taken {
             drop(stdin);
             let _ = child.wait();
@@ -163,14 +170,26 @@ fn required() -> bool {
 /// order, so a crash of the owner at any moment still ends in a clean-up.
 fn lifecycle_script(bin: &Path, root: bool, port: u16) -> String {
     let as_postgres = if root {
-        format!("{} -u postgres -- ", quote(&find_program("runuser").display().to_string()))
+        format!(
+            "{} -u postgres -- ",
+            quote(&find_program("runuser").display().to_string())
+        )
     } else {
         String::new()
     };
     let initdb = quote(&bin.join("initdb").display().to_string());
     let pg_ctl = quote(&bin.join("pg_ctl").display().to_string());
-    let tmp = quote(&std::env::temp_dir().join("jarvis-pg-XXXXXX").display().to_string());
-    let chown = if root { "chown postgres:postgres \"$d\" && " } else { "" };
+    let tmp = quote(
+        &std::env::temp_dir()
+            .join("jarvis-pg-XXXXXX")
+            .display()
+            .to_string(),
+    );
+    let chown = if root {
+        "chown postgres:postgres \"$d\" && "
+    } else {
+        ""
+    };
     format!(
         r#"trap '' INT TERM HUP PIPE
 d=$(mktemp -d {tmp}) || exit 1

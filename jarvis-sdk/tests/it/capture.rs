@@ -18,12 +18,17 @@ impl Logs {
 
     /// The warnings so far.
     pub(crate) fn warnings(&self) -> Vec<String> {
-        self.lines().into_iter().filter(|l| l.starts_with("WARN ")).collect()
+        self.lines()
+            .into_iter()
+            .filter(|l| l.starts_with("WARN "))
+            .collect()
     }
 
     /// Whether some warning contains every one of `needles`.
     pub(crate) fn warned(&self, needles: &[&str]) -> bool {
-        self.warnings().iter().any(|w| needles.iter().all(|n| w.contains(n)))
+        self.warnings()
+            .iter()
+            .any(|w| needles.iter().all(|n| w.contains(n)))
     }
 }
 

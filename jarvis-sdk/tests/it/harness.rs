@@ -6,9 +6,9 @@ use async_trait::async_trait;
 use jarvis_sdk::testing::{FnTool, RecordingAdapter};
 use jarvis_sdk::{
     AgentError, AgentEvent, AgentIdentity, AgentLoopConfig, AssistantMessage, CancellationToken, EntryBody,
-    FauxProvider, FauxReply, FauxScript, Harness, HarnessConfig, JsonlOptions, JsonlSessionStore, LoopContext,
-    MemorySessionStore, Message, NewSession, SessionEntry, SessionError, SessionId, SessionMeta, SessionStore,
-    StopReason, ToolCall, ToolRegistry,
+    FauxProvider, FauxReply, FauxScript, Harness, HarnessConfig, JsonlOptions, JsonlSessionStore,
+    LoopContext, MemorySessionStore, Message, NewSession, SessionEntry, SessionError, SessionId, SessionMeta,
+    SessionStore, StopReason, ToolCall, ToolRegistry,
 };
 use serde_json::json;
 
@@ -55,10 +55,15 @@ async fn a_turn_is_recorded_between_markers() {
     let mut tools = ToolRegistry::new();
     tools.register(Arc::new(FnTool::constant("lookup", "v"))).unwrap();
     let ui = Arc::new(RecordingAdapter::new());
-    let ctx = context(faux(script), "main").with_tools(tools).with_ui(ui.clone());
+    let ctx = context(faux(script), "main")
+        .with_tools(tools)
+        .with_ui(ui.clone());
     let harness = Harness::new(store.clone(), ctx);
 
-    let outcome = harness.run_turn(&sid, "find k", &CancellationToken::new()).await.unwrap();
+    let outcome = harness
+        .run_turn(&sid, "find k", &CancellationToken::new())
+        .await
+        .unwrap();
     assert_eq!(outcome.final_message.content, "found it");
     let entries = store.entries(&sid).await.unwrap();
     let kinds: Vec<String> = entries
@@ -66,18 +71,34 @@ async fn a_turn_is_recorded_between_markers() {
         .map(|e| match &e.body {
             EntryBody::Message { message } => format!("{:?}", message.role()),
             EntryBody::TurnStart => "turn_start".into(),
-            EntryBody::TurnEnd { stop_reason, turns, overflows } => {
+            EntryBody::TurnEnd {
+                stop_reason,
+                turns,
+                overflows,
+            } => {
                 format!("turn_end {stop_reason:?} {turns} {overflows}")
             }
             other => format!("{other:?}"),
         })
         .collect();
-    assert_eq!(kinds, ["turn_start", "User", "Assistant", "Tool", "Assistant", "turn_end Stop 2 0"]);
+    assert_eq!(
+        kinds,
+        [
+            "turn_start",
+            "User",
+            "Assistant",
+            "Tool",
+            "Assistant",
+            "turn_end Stop 2 0"
+        ]
+    );
     assert_eq!(entries[1].body, msg(Message::user("find k")));
     let recorded: Vec<Message> = entries.iter().filter_map(|e| e.message().cloned()).collect();
     assert_eq!(recorded[1..], outcome.new_messages[..]);
     match &ui.events()[0] {
-        AgentEvent::AgentStart { session_id, agent_id, .. } => {
+        AgentEvent::AgentStart {
+            session_id, agent_id, ..
+        } => {
             assert_eq!((session_id.as_str(), agent_id.as_str()), ("s", "main"));
         }
         other => panic!("{other:?}"),
@@ -113,7 +134,10 @@ async fn a_session_of_another_agent_is_refused() {
     let sid = session(&*store, "s", "karen").await;
     let provider = faux(echo());
     let harness = Harness::new(store.clone(), context(provider.clone(), "main"));
-    let err = harness.run_turn(&sid, "hi", &CancellationToken::new()).await.unwrap_err();
+    let err = harness
+        .run_turn(&sid, "hi", &CancellationToken::new())
+        .await
+        .unwrap_err();
     assert!(
         matches!(&err, AgentError::Session(SessionError::WrongAgent { .. })),
         "{err:?}"
@@ -129,7 +153,10 @@ async fn a_session_of_another_agent_is_refused() {
         .run_turn(&id("nope"), "hi", &CancellationToken::new())
         .await
         .unwrap_err();
-    assert!(matches!(err, AgentError::Session(SessionError::NotFound { .. })), "{err:?}");
+    assert!(
+        matches!(err, AgentError::Session(SessionError::NotFound { .. })),
+        "{err:?}"
+    );
     assert!(store.get(&id("nope")).await.unwrap().is_none());
 }
 
@@ -142,7 +169,10 @@ async fn a_bad_loop_configuration_records_nothing() {
         ..AgentLoopConfig::default()
     });
     let harness = Harness::new(store.clone(), context(faux(echo()), "main")).with_config(config);
-    let err = harness.run_turn(&sid, "hi", &CancellationToken::new()).await.unwrap_err();
+    let err = harness
+        .run_turn(&sid, "hi", &CancellationToken::new())
+        .await
+        .unwrap_err();
     assert!(matches!(err, AgentError::InvalidConfig(_)), "{err:?}");
     assert!(store.entries(&sid).await.unwrap().is_empty());
 }
@@ -231,14 +261,24 @@ async fn every_turn_reads_once_writes_twice_and_syncs_last() {
     let store = Spy::new();
     let sid = session(&*store, "s", "main").await;
     let harness = Harness::new(store.clone(), context(faux(echo()), "main"));
-    harness.run_turn(&sid, "hi", &CancellationToken::new()).await.unwrap();
+    harness
+        .run_turn(&sid, "hi", &CancellationToken::new())
+        .await
+        .unwrap();
     assert_eq!(store.calls(), ["get", "recent 2", "append 2", "append 2", "sync"]);
 
     // A store failure is the turn's error.
     *store.fail_append.lock().unwrap() = Some(1);
-    let err = harness.run_turn(&sid, "again", &CancellationToken::new()).await.unwrap_err();
+    let err = harness
+        .run_turn(&sid, "again", &CancellationToken::new())
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("cannot append to disk"), "{err}");
-    assert_eq!(store.calls(), ["get", "recent 2", "append 2", "append 2"], "no sync after a failure");
+    assert_eq!(
+        store.calls(),
+        ["get", "recent 2", "append 2", "append 2"],
+        "no sync after a failure"
+    );
 }
 
 #[tokio::test]
@@ -251,7 +291,16 @@ async fn an_aborted_turn_is_recorded_too() {
     let outcome = harness.run_turn(&sid, "hi", &cancel).await.unwrap();
     assert_eq!(outcome.final_message.stop_reason, StopReason::Aborted);
     let last = store.entries(&sid).await.unwrap().pop().unwrap();
-    assert!(matches!(last.body, EntryBody::TurnEnd { stop_reason: StopReason::Aborted, .. }), "{last:?}");
+    assert!(
+        matches!(
+            last.body,
+            EntryBody::TurnEnd {
+                stop_reason: StopReason::Aborted,
+                ..
+            }
+        ),
+        "{last:?}"
+    );
 }
 
 #[tokio::test]
@@ -268,12 +317,18 @@ async fn a_turn_cut_short_by_a_crash_does_not_poison_the_next() {
     });
     // What a crash between the loop's steps and the end of the turn leaves.
     store
-        .append(&sid, vec![EntryBody::TurnStart, msg(Message::user("lost")), msg(dangling)])
+        .append(
+            &sid,
+            vec![EntryBody::TurnStart, msg(Message::user("lost")), msg(dangling)],
+        )
         .await
         .unwrap();
     let provider = faux(echo());
     let harness = Harness::new(store.clone(), context(provider.clone(), "main"));
-    harness.run_turn(&sid, "next", &CancellationToken::new()).await.unwrap();
+    harness
+        .run_turn(&sid, "next", &CancellationToken::new())
+        .await
+        .unwrap();
     let seen = provider.requests()[0].recorded_messages().to_vec();
     assert_eq!(seen, vec![Message::user("lost"), Message::user("next")]);
 }
@@ -287,13 +342,22 @@ async fn turns_continue_across_a_restart_of_the_jsonl_store() {
         let sid = session(&*store, "s", "main").await;
         let harness = Harness::new(store, context(provider.clone(), "main"));
         for n in 1..=2 {
-            harness.run_turn(&sid, format!("q{n}"), &CancellationToken::new()).await.unwrap();
+            harness
+                .run_turn(&sid, format!("q{n}"), &CancellationToken::new())
+                .await
+                .unwrap();
         }
     }
     let store = Arc::new(JsonlSessionStore::open_with(home.path(), JsonlOptions::default()).unwrap());
     let harness = Harness::new(store.clone(), context(provider.clone(), "main"));
-    harness.run_turn(&id("s"), "q3", &CancellationToken::new()).await.unwrap();
-    assert_eq!(users(provider.requests()[2].recorded_messages()), ["q1", "q2", "q3"]);
+    harness
+        .run_turn(&id("s"), "q3", &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        users(provider.requests()[2].recorded_messages()),
+        ["q1", "q2", "q3"]
+    );
     assert_eq!(store.entries(&id("s")).await.unwrap().len(), 12);
 }
 

@@ -26,5 +26,8 @@ pub(crate) async fn fresh_schema(what: &str) -> Option<(String, String)> {
         .batch_execute(&format!("CREATE SCHEMA {schema}"))
         .await
         .expect("a schema can be created");
-    Some((format!("{} options='-c search_path={schema}'", cluster.url()), schema))
+    Some((
+        format!("{} options='-c search_path={schema}'", cluster.url()),
+        schema,
+    ))
 }

@@ -123,7 +123,7 @@ pub(crate) fn turn(n: usize) -> Vec<EntryBody> {
             tool_call_id: format!("call_{n}"),
             tool_name: "lookup".into(),
             content: format!("result {n}"),
-            is_error: n % 2 == 0,
+            is_error: n.is_multiple_of(2),
         })),
         msg(Message::assistant_text(format!("answer {n}"))),
         EntryBody::TurnEnd {
@@ -165,40 +165,62 @@ async fn create_then_get(fx: Fixture) {
 async fn the_agent_is_fixed_at_creation(fx: Fixture) {
     let store = &fx.store;
     let meta = store.create(NewSession::user(id("s1"), "karen")).await.unwrap();
-    let err = store.create(NewSession::user(id("s1"), "main")).await.unwrap_err();
+    let err = store
+        .create(NewSession::user(id("s1"), "main"))
+        .await
+        .unwrap_err();
     assert!(err.is_already_exists(), "{err}");
     assert_eq!(err.to_string(), "session store: session s1 exists already");
-    let (again, created) = store.get_or_create(NewSession::user(id("s1"), "main")).await.unwrap();
+    let (again, created) = store
+        .get_or_create(NewSession::user(id("s1"), "main"))
+        .await
+        .unwrap();
     assert!(!created);
     assert_eq!(again, meta, "an existing session keeps its agent");
-    let (fresh, created) = store.get_or_create(NewSession::user(id("s2"), "main")).await.unwrap();
+    let (fresh, created) = store
+        .get_or_create(NewSession::user(id("s2"), "main"))
+        .await
+        .unwrap();
     assert!(created);
     assert_eq!(fresh.agent_id, "main");
 }
 
 async fn peer_sessions_record_caller_and_callee(fx: Fixture) {
     let sid = SessionId::peer("main", "karen").unwrap();
-    let meta = fx.store.create(NewSession::peer(sid.clone(), "main", "karen")).await.unwrap();
+    let meta = fx
+        .store
+        .create(NewSession::peer(sid.clone(), "main", "karen"))
+        .await
+        .unwrap();
     assert_eq!(meta.kind, SessionKind::Peer);
     assert_eq!(meta.agent_id, "karen");
     assert_eq!(meta.caller.as_deref(), Some("main"));
     assert_eq!(meta.callee.as_deref(), Some("karen"));
     let json = serde_json::to_value(&meta).unwrap();
-    assert_eq!((json["kind"].clone(), json["caller"].clone()), (json!("peer"), json!("main")));
+    assert_eq!(
+        (json["kind"].clone(), json["caller"].clone()),
+        (json!("peer"), json!("main"))
+    );
     let fx = fx.reopen().await;
     assert_eq!(fx.store.get(&sid).await.unwrap(), Some(meta));
 }
 
 async fn bad_new_sessions_are_refused(fx: Fixture) {
     let store = &fx.store;
-    let err = store.create(NewSession::user(id("s1"), "ka/ren")).await.unwrap_err();
+    let err = store
+        .create(NewSession::user(id("s1"), "ka/ren"))
+        .await
+        .unwrap_err();
     assert!(err.is_invalid_input(), "{err}");
     let mut peer = NewSession::peer(id("s2"), "main", "karen");
     peer.agent_id = "main".into();
     assert!(store.create(peer).await.unwrap_err().is_invalid_input());
     let long = NewSession::user(id("s3"), "main").with_title("x".repeat(201));
     let err = store.create(long).await.unwrap_err();
-    assert_eq!(err.to_string(), "session store: invalid title: it is longer than 200 characters");
+    assert_eq!(
+        err.to_string(),
+        "session store: invalid title: it is longer than 200 characters"
+    );
     assert!(store.list().await.unwrap().is_empty(), "nothing was created");
 }
 
@@ -223,12 +245,19 @@ async fn appends_number_entries_and_read_back(fx: Fixture) {
     assert!(err.is_not_found(), "{err}");
     assert_eq!(err.to_string(), "session store: no session nope");
     assert!(store.entries(&id("nope")).await.unwrap_err().is_not_found());
-    assert!(store.get(&id("nope")).await.unwrap().is_none(), "a failed append creates nothing");
+    assert!(
+        store.get(&id("nope")).await.unwrap().is_none(),
+        "a failed append creates nothing"
+    );
 
     let fx = fx.reopen().await;
     let again = fx.store.entries(&id("s1")).await.unwrap();
     assert_eq!(again, all);
-    assert_eq!(fx.store.append(&id("s1"), turn(3)).await.unwrap(), 18, "numbering goes on");
+    assert_eq!(
+        fx.store.append(&id("s1"), turn(3)).await.unwrap(),
+        18,
+        "numbering goes on"
+    );
 }
 
 async fn the_recent_window_is_whole_turns(fx: Fixture) {
@@ -250,7 +279,11 @@ async fn the_recent_window_is_whole_turns(fx: Fixture) {
     check(store.recent(&id("s1"), 3).await.unwrap(), 3);
     check(store.recent(&id("s1"), 10).await.unwrap(), 10);
     let all = store.recent(&id("s1"), 100).await.unwrap();
-    assert_eq!(all, store.entries(&id("s1")).await.unwrap(), "fewer turns than asked: everything");
+    assert_eq!(
+        all,
+        store.entries(&id("s1")).await.unwrap(),
+        "fewer turns than asked: everything"
+    );
     assert!(store.recent(&id("nope"), 3).await.unwrap_err().is_not_found());
     assert!(store.recent(&id("nope"), 0).await.unwrap_err().is_not_found());
 
@@ -270,7 +303,8 @@ async fn list_is_newest_first(fx: Fixture) {
     store.append(&id("c"), turn(1)).await.unwrap();
     fx.tick();
     store.set_title(&id("b"), Some("renamed".into())).await.unwrap();
-    let order = |metas: Vec<jarvis_sdk::SessionMeta>| metas.into_iter().map(|m| m.id.to_string()).collect::<Vec<_>>();
+    let order =
+        |metas: Vec<jarvis_sdk::SessionMeta>| metas.into_iter().map(|m| m.id.to_string()).collect::<Vec<_>>();
     assert_eq!(order(store.list().await.unwrap()), ["b", "c", "d", "a"]);
     let fx = fx.reopen().await;
     assert_eq!(order(fx.store.list().await.unwrap()), ["b", "c", "d", "a"]);
@@ -295,24 +329,55 @@ async fn forks_keep_the_agent_and_the_history(fx: Fixture) {
     assert_eq!(store.entries(&id("child")).await.unwrap(), parent_entries);
 
     assert_eq!(store.append(&id("child"), turn(3)).await.unwrap(), 18);
-    assert_eq!(store.entries(&id("parent")).await.unwrap(), parent_entries, "the parent is untouched");
+    assert_eq!(
+        store.entries(&id("parent")).await.unwrap(),
+        parent_entries,
+        "the parent is untouched"
+    );
     store.append(&id("parent"), turn(4)).await.unwrap();
-    assert_eq!(store.recent(&id("child"), 1).await.unwrap()[0].body, msg(Message::user("question 3")));
-    assert_eq!(store.recent(&id("parent"), 1).await.unwrap()[0].body, msg(Message::user("question 4")));
+    assert_eq!(
+        store.recent(&id("child"), 1).await.unwrap()[0].body,
+        msg(Message::user("question 3"))
+    );
+    assert_eq!(
+        store.recent(&id("parent"), 1).await.unwrap()[0].body,
+        msg(Message::user("question 4"))
+    );
 
-    assert!(store.fork(&id("parent"), id("child")).await.unwrap_err().is_already_exists());
-    assert!(store.fork(&id("nope"), id("other")).await.unwrap_err().is_not_found());
+    assert!(
+        store
+            .fork(&id("parent"), id("child"))
+            .await
+            .unwrap_err()
+            .is_already_exists()
+    );
+    assert!(
+        store
+            .fork(&id("nope"), id("other"))
+            .await
+            .unwrap_err()
+            .is_not_found()
+    );
     assert!(store.get(&id("other")).await.unwrap().is_none());
 
     let peer = SessionId::peer("main", "karen").unwrap();
-    store.create(NewSession::peer(peer.clone(), "main", "karen")).await.unwrap();
+    store
+        .create(NewSession::peer(peer.clone(), "main", "karen"))
+        .await
+        .unwrap();
     let from_peer = store.fork(&peer, id("from-peer")).await.unwrap();
-    assert_eq!((from_peer.agent_id.as_str(), from_peer.kind), ("karen", SessionKind::User));
+    assert_eq!(
+        (from_peer.agent_id.as_str(), from_peer.kind),
+        ("karen", SessionKind::User)
+    );
     assert_eq!((from_peer.caller, from_peer.callee), (None, None));
 
     let fx = fx.reopen().await;
     let child_after = fx.store.get(&id("child")).await.unwrap().unwrap();
-    assert_eq!((child_after.agent_id.as_str(), child_after.parent_id), ("karen", Some(id("parent"))));
+    assert_eq!(
+        (child_after.agent_id.as_str(), child_after.parent_id),
+        ("karen", Some(id("parent")))
+    );
     assert_eq!(fx.store.entries(&id("child")).await.unwrap().len(), 18);
 }
 
@@ -320,15 +385,30 @@ async fn titles_are_set_trimmed_and_cleared(fx: Fixture) {
     let store = &fx.store;
     store.create(NewSession::user(id("s1"), "main")).await.unwrap();
     fx.tick();
-    let meta = store.set_title(&id("s1"), Some("  Housing  ".into())).await.unwrap();
+    let meta = store
+        .set_title(&id("s1"), Some("  Housing  ".into()))
+        .await
+        .unwrap();
     assert_eq!(meta.title.as_deref(), Some("Housing"));
     assert_eq!(meta.updated_at, fx.now());
-    assert_eq!(store.get(&id("s1")).await.unwrap().unwrap().title.as_deref(), Some("Housing"));
+    assert_eq!(
+        store.get(&id("s1")).await.unwrap().unwrap().title.as_deref(),
+        Some("Housing")
+    );
     let err = store.set_title(&id("s1"), Some("a\nb".into())).await.unwrap_err();
     assert!(matches!(err, SessionError::InvalidTitle { .. }), "{err}");
-    assert!(store.set_title(&id("nope"), None).await.unwrap_err().is_not_found());
+    assert!(
+        store
+            .set_title(&id("nope"), None)
+            .await
+            .unwrap_err()
+            .is_not_found()
+    );
     let fx = fx.reopen().await;
-    assert_eq!(fx.store.get(&id("s1")).await.unwrap().unwrap().title.as_deref(), Some("Housing"));
+    assert_eq!(
+        fx.store.get(&id("s1")).await.unwrap().unwrap().title.as_deref(),
+        Some("Housing")
+    );
     let cleared = fx.store.set_title(&id("s1"), Some("   ".into())).await.unwrap();
     assert_eq!(cleared.title, None);
     let fx = fx.reopen().await;
@@ -344,7 +424,11 @@ async fn unknown_agents_are_reported(fx: Fixture) {
     let unknown = store.unknown_agents(&known).await.unwrap();
     assert_eq!(unknown.len(), 1);
     assert_eq!(unknown[0].agent_id, "ghost");
-    assert!(logs.warned(&["session b", "\"ghost\"", "not defined"]), "{:?}", logs.lines());
+    assert!(
+        logs.warned(&["session b", "\"ghost\"", "not defined"]),
+        "{:?}",
+        logs.lines()
+    );
     let err = unknown[0].check_agent(known).unwrap_err();
     assert!(matches!(err, SessionError::UnknownAgent { .. }));
 }
@@ -366,7 +450,10 @@ async fn concurrent_appends_never_interleave(fx: Fixture) {
     let all = store.entries(&id("s1")).await.unwrap();
     assert_eq!(seqs(&all), (1..=48).collect::<Vec<_>>());
     for batch in all.chunks(6) {
-        let EntryBody::Message { message: Message::User(u) } = &batch[1].body else {
+        let EntryBody::Message {
+            message: Message::User(u),
+        } = &batch[1].body
+        else {
             panic!("a batch was split: {batch:?}")
         };
         let n: usize = u.content.trim_start_matches("question ").parse().unwrap();

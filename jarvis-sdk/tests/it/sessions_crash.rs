@@ -81,7 +81,10 @@ fn crash_child() {
             let store = store.clone();
             let ctx = LoopContext::new(faux.clone()).with_identity(AgentIdentity::default());
             tokio::spawn(async move {
-                store.get_or_create(NewSession::user(sid.clone(), "main")).await.unwrap();
+                store
+                    .get_or_create(NewSession::user(sid.clone(), "main"))
+                    .await
+                    .unwrap();
                 let mut n = store
                     .entries(&sid)
                     .await
@@ -96,7 +99,10 @@ fn crash_child() {
                     n += 1;
                     let size = rng.range(128 << 10, 2 << 20) as usize;
                     let text = prompt(sid.as_str(), n, size);
-                    harness.run_turn(&sid, text, &CancellationToken::new()).await.unwrap();
+                    harness
+                        .run_turn(&sid, text, &CancellationToken::new())
+                        .await
+                        .unwrap();
                     let mut out = std::io::stdout().lock();
                     writeln!(out, "{DONE} {sid} {n}").unwrap();
                     out.flush().unwrap();
@@ -119,7 +125,11 @@ struct Checked {
 /// prompts, and every reported turn present and ended.
 fn check(sid: &str, entries: &[SessionEntry], reported: &BTreeSet<usize>) -> Checked {
     let seqs: Vec<u64> = entries.iter().map(|e| e.seq).collect();
-    assert_eq!(seqs, (1..=entries.len() as u64).collect::<Vec<_>>(), "{sid}: gaps in seq");
+    assert_eq!(
+        seqs,
+        (1..=entries.len() as u64).collect::<Vec<_>>(),
+        "{sid}: gaps in seq"
+    );
     let mut ended = BTreeSet::new();
     let mut turns = BTreeSet::new();
     let mut current = None;
@@ -132,7 +142,10 @@ fn check(sid: &str, entries: &[SessionEntry], reported: &BTreeSet<usize>) -> Che
                 assert_eq!(head[..1], ["turn"], "{sid}: a torn prompt");
                 let n: usize = head[1].parse().unwrap();
                 assert_eq!(head[2..], ["of", sid], "{sid}: prompt of another session");
-                assert!(u.content.ends_with(&format!(" end {n}")), "{sid}: prompt {n} is cut");
+                assert!(
+                    u.content.ends_with(&format!(" end {n}")),
+                    "{sid}: prompt {n} is cut"
+                );
                 assert!(turns.insert(n), "{sid}: turn {n} twice");
                 assert!(turns.iter().all(|&t| t <= n), "{sid}: turns out of order");
                 current = Some(n);
@@ -146,10 +159,19 @@ fn check(sid: &str, entries: &[SessionEntry], reported: &BTreeSet<usize>) -> Che
         }
     }
     for n in reported {
-        assert!(ended.contains(n), "{sid}: turn {n} was reported complete but is missing or unfinished");
+        assert!(
+            ended.contains(n),
+            "{sid}: turn {n} was reported complete but is missing or unfinished"
+        );
     }
-    let ended_mid_turn = !matches!(entries.last().map(|e| &e.body), None | Some(EntryBody::TurnEnd { .. }));
-    Checked { turns, ended_mid_turn }
+    let ended_mid_turn = !matches!(
+        entries.last().map(|e| &e.body),
+        None | Some(EntryBody::TurnEnd { .. })
+    );
+    Checked {
+        turns,
+        ended_mid_turn,
+    }
 }
 
 #[test]
@@ -182,7 +204,12 @@ fn sigkill_at_random_moments_loses_no_completed_turn() {
             sessions.push(format!("crash-{}", kill - 1));
         }
         let mut child = Command::new(&exe)
-            .args(["sessions_crash::crash_child", "--exact", "--nocapture", "--test-threads=1"])
+            .args([
+                "sessions_crash::crash_child",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(HOME_ENV, home.path())
             .env(SESSIONS_ENV, sessions.join(","))
             .env(SEED_ENV, rng.next().to_string())
@@ -224,7 +251,11 @@ fn sigkill_at_random_moments_loses_no_completed_turn() {
                     return; // killed before it was created
                 }
                 let report = store.load_report(&id).await.unwrap();
-                assert_eq!((report.skipped_lines, report.oversized_lines), (0, 0), "{sid}: {report:?}");
+                assert_eq!(
+                    (report.skipped_lines, report.oversized_lines),
+                    (0, 0),
+                    "{sid}: {report:?}"
+                );
                 torn |= report.torn_bytes > 0;
                 let entries = store.entries(&id).await.unwrap();
                 let empty = BTreeSet::new();
@@ -252,5 +283,8 @@ fn sigkill_at_random_moments_loses_no_completed_turn() {
         sessions.len()
     );
     let _ = writeln!(std::io::stderr(), "{summary}");
-    assert!(torn_kills > 0, "no kill landed in the middle of a write, so this proved nothing: {summary}");
+    assert!(
+        torn_kills > 0,
+        "no kill landed in the middle of a write, so this proved nothing: {summary}"
+    );
 }

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use jarvis_sdk::{
-    JsonlOptions, JsonlSessionStore, ManualClock, Message, NewSession, SessionEntry,
-    SessionError, SessionId, SessionStore,
+    JsonlOptions, JsonlSessionStore, ManualClock, Message, NewSession, SessionEntry, SessionError, SessionId,
+    SessionStore,
 };
 
 use crate::capture::capture;
@@ -78,7 +78,8 @@ async fn a_torn_last_line_is_cut_off_and_reported() {
     let home = Home::new();
     let before = home.with_turns("s", 3).await;
     let clean_len = std::fs::metadata(home.log("s")).unwrap().len();
-    let torn = br#"{"v":1,"seq":19,"ts":"2026-11-29T19:45:05.123Z","kind":"message","message":{"role":"user","con"#;
+    let torn =
+        br#"{"v":1,"seq":19,"ts":"2026-11-29T19:45:05.123Z","kind":"message","message":{"role":"user","con"#;
     append_raw(&home.log("s"), torn);
 
     let (logs, _guard) = capture();
@@ -87,10 +88,22 @@ async fn a_torn_last_line_is_cut_off_and_reported() {
     let report = store.load_report(&id("s")).await.unwrap();
     assert_eq!(report.torn_bytes, torn.len() as u64);
     assert_eq!((report.entries, report.skipped_lines), (18, 0));
-    assert!(logs.warned(&["torn last line", &torn.len().to_string()]), "{:?}", logs.lines());
-    assert_eq!(std::fs::metadata(home.log("s")).unwrap().len(), clean_len, "cut off on disk");
+    assert!(
+        logs.warned(&["torn last line", &torn.len().to_string()]),
+        "{:?}",
+        logs.lines()
+    );
+    assert_eq!(
+        std::fs::metadata(home.log("s")).unwrap().len(),
+        clean_len,
+        "cut off on disk"
+    );
 
-    assert_eq!(store.append(&id("s"), turn(4)).await.unwrap(), 24, "numbering goes on");
+    assert_eq!(
+        store.append(&id("s"), turn(4)).await.unwrap(),
+        24,
+        "numbering goes on"
+    );
     drop(store);
     let store = home.open();
     assert_eq!(store.entries(&id("s")).await.unwrap().len(), 24);
@@ -197,7 +210,10 @@ async fn a_50_mb_line_loses_no_other_entry() {
     // A real 50 MB entry under the default limit is stored and read back.
     let store = home.open();
     let huge = "한".repeat((50 << 20) / 3);
-    store.append(&id("s"), vec![msg(Message::user(huge.clone()))]).await.unwrap();
+    store
+        .append(&id("s"), vec![msg(Message::user(huge.clone()))])
+        .await
+        .unwrap();
     drop(store);
     let store = home.open();
     let all = store.entries(&id("s")).await.unwrap();
@@ -220,7 +236,10 @@ async fn a_history_without_metadata_belongs_to_main() {
     assert_eq!(meta.updated_at, entries.last().unwrap().ts);
     assert_eq!(store.entries(&id("legacy")).await.unwrap(), entries);
     assert!(store.load_report(&id("legacy")).await.unwrap().missing_meta);
-    assert!(logs.warned(&["session legacy has no metadata file", "legacy session of agent main"]));
+    assert!(logs.warned(&[
+        "session legacy has no metadata file",
+        "legacy session of agent main"
+    ]));
     assert_eq!(store.list().await.unwrap().len(), 1);
     assert!(!home.meta("legacy").exists(), "reading changes nothing on disk");
     // Giving it a title writes its metadata, still as main's.
@@ -266,13 +285,36 @@ async fn damaged_metadata_is_a_clear_error_and_the_list_goes_on() {
     let store = home.open();
     let err = store.get(&id("bad")).await.unwrap_err();
     assert!(matches!(err, SessionError::CorruptMeta { .. }), "{err:?}");
-    assert!(err.to_string().starts_with("session store: the metadata of session bad in "));
-    assert!(std::error::Error::source(&err).is_some(), "the parse error is chained");
-    let listed: Vec<String> = store.list().await.unwrap().into_iter().map(|m| m.id.to_string()).collect();
+    assert!(
+        err.to_string()
+            .starts_with("session store: the metadata of session bad in ")
+    );
+    assert!(
+        std::error::Error::source(&err).is_some(),
+        "the parse error is chained"
+    );
+    let listed: Vec<String> = store
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.id.to_string())
+        .collect();
     assert_eq!(listed, ["good"]);
-    assert!(logs.warned(&["left session bad out of the list", "damaged"]), "{:?}", logs.lines());
-    assert!(store.append(&id("bad"), turn(2)).await.is_err(), "no writes to a session of unknown owner");
-    assert_eq!(std::fs::read(home.log("bad")).unwrap(), log_before, "its history is untouched");
+    assert!(
+        logs.warned(&["left session bad out of the list", "damaged"]),
+        "{:?}",
+        logs.lines()
+    );
+    assert!(
+        store.append(&id("bad"), turn(2)).await.is_err(),
+        "no writes to a session of unknown owner"
+    );
+    assert_eq!(
+        std::fs::read(home.log("bad")).unwrap(),
+        log_before,
+        "its history is untouched"
+    );
 }
 
 #[tokio::test]
@@ -282,7 +324,10 @@ async fn one_process_owns_a_home() {
     let err = JsonlSessionStore::open(home.dir.path()).unwrap_err();
     assert!(matches!(err, SessionError::Lock(_)), "{err:?}");
     let source = std::error::Error::source(&err).unwrap().to_string();
-    assert!(source.contains(&format!("process {}", std::process::id())), "{source}");
+    assert!(
+        source.contains(&format!("process {}", std::process::id())),
+        "{source}"
+    );
     assert!(source.contains("jarvis.lock"), "{source}");
     drop(first);
     home.open();
@@ -293,7 +338,13 @@ async fn stray_files_and_foreign_names_are_ignored() {
     let home = Home::new();
     home.with_turns("s", 1).await;
     let sessions = home.dir.path().join("sessions");
-    for name in ["notes.txt", ".s.meta.json.123.tmp", "bad name.jsonl", "..jsonl", "x.y.jsonl"] {
+    for name in [
+        "notes.txt",
+        ".s.meta.json.123.tmp",
+        "bad name.jsonl",
+        "..jsonl",
+        "x.y.jsonl",
+    ] {
         std::fs::write(sessions.join(name), b"{}").unwrap();
     }
     let store = home.open();
@@ -325,7 +376,10 @@ async fn the_recent_window_never_rereads_the_history() {
     let six = store.recent(&id("s"), 6).await.unwrap();
     assert_eq!(six[0].body, msg(Message::user("question 15")));
     assert_eq!(six.len(), 35);
-    assert!(store.entries(&id("s")).await.unwrap().len() < 120, "the whole read sees the damage");
+    assert!(
+        store.entries(&id("s")).await.unwrap().len() < 120,
+        "the whole read sees the damage"
+    );
 }
 
 #[tokio::test]
@@ -336,10 +390,17 @@ async fn a_failed_write_is_an_error_and_the_session_refuses_more() {
     // The history file is a device that is always full.
     std::os::unix::fs::symlink("/dev/full", home.log("s")).unwrap();
     let err = store.append(&id("s"), turn(1)).await.unwrap_err();
-    assert!(err.to_string().starts_with("session store: cannot append to "), "{err}");
+    assert!(
+        err.to_string().starts_with("session store: cannot append to "),
+        "{err}"
+    );
     let err = store.append(&id("s"), turn(1)).await.unwrap_err();
     assert!(matches!(err, SessionError::Poisoned { .. }), "{err:?}");
-    assert_eq!(store.entries(&id("s")).await.unwrap(), vec![], "nothing was recorded");
+    assert_eq!(
+        store.entries(&id("s")).await.unwrap(),
+        vec![],
+        "nothing was recorded"
+    );
 }
 
 #[tokio::test]

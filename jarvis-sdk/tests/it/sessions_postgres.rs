@@ -35,7 +35,11 @@ async fn schema_of(schema: &str) -> Vec<String> {
         .unwrap()
     {
         let def: String = row.get(1);
-        out.push(format!("index {} {}", row.get::<_, String>(0), def.replace(schema, "S")));
+        out.push(format!(
+            "index {} {}",
+            row.get::<_, String>(0),
+            def.replace(schema, "S")
+        ));
     }
     for row in client
         .query(
@@ -47,16 +51,26 @@ async fn schema_of(schema: &str) -> Vec<String> {
         .unwrap()
     {
         let def: String = row.get(1);
-        out.push(format!("constraint {} {}", row.get::<_, String>(0), def.replace(schema, "S")));
+        out.push(format!(
+            "constraint {} {}",
+            row.get::<_, String>(0),
+            def.replace(schema, "S")
+        ));
     }
     out
 }
 
 #[tokio::test]
 async fn migrations_twice_and_at_once_leave_the_same_schema() {
-    let Some((once_url, once)) = fresh_schema("postgres migrations").await else { return };
-    let Some((twice_url, twice)) = fresh_schema("postgres migrations").await else { return };
-    let Some((racing_url, racing)) = fresh_schema("postgres migrations").await else { return };
+    let Some((once_url, once)) = fresh_schema("postgres migrations").await else {
+        return;
+    };
+    let Some((twice_url, twice)) = fresh_schema("postgres migrations").await else {
+        return;
+    };
+    let Some((racing_url, racing)) = fresh_schema("postgres migrations").await else {
+        return;
+    };
 
     PostgresSessionStore::connect(&once_url).await.unwrap();
     let store = PostgresSessionStore::connect(&twice_url).await.unwrap();
@@ -69,15 +83,27 @@ async fn migrations_twice_and_at_once_leave_the_same_schema() {
     }
 
     let expected = schema_of(&once).await;
-    assert!(expected.iter().any(|l| l.starts_with("column jarvis_sessions agent_id text NO 'main'")), "{expected:#?}");
-    assert!(expected.iter().any(|l| l.starts_with("index jarvis_entries_turns")), "{expected:#?}");
+    assert!(
+        expected
+            .iter()
+            .any(|l| l.starts_with("column jarvis_sessions agent_id text NO 'main'")),
+        "{expected:#?}"
+    );
+    assert!(
+        expected
+            .iter()
+            .any(|l| l.starts_with("index jarvis_entries_turns")),
+        "{expected:#?}"
+    );
     assert_eq!(schema_of(&twice).await, expected);
     assert_eq!(schema_of(&racing).await, expected);
 }
 
 #[tokio::test]
 async fn a_legacy_table_gains_agent_id_and_its_rows_read_as_main() {
-    let Some((url, schema)) = fresh_schema("postgres legacy migration").await else { return };
+    let Some((url, schema)) = fresh_schema("postgres legacy migration").await else {
+        return;
+    };
     let client = admin(TempPostgres::shared().unwrap()).await;
     client
         .batch_execute(&format!(
@@ -108,7 +134,9 @@ async fn a_legacy_table_gains_agent_id_and_its_rows_read_as_main() {
 
 #[tokio::test]
 async fn damaged_rows_are_skipped_with_a_warning() {
-    let Some((url, schema)) = fresh_schema("postgres damaged rows").await else { return };
+    let Some((url, schema)) = fresh_schema("postgres damaged rows").await else {
+        return;
+    };
     let store = PostgresSessionStore::connect(&url).await.unwrap();
     store.create(NewSession::user(id("s"), "main")).await.unwrap();
     store.append(&id("s"), turn(1)).await.unwrap();
@@ -123,9 +151,17 @@ async fn damaged_rows_are_skipped_with_a_warning() {
         .unwrap();
     let (logs, _guard) = capture();
     assert_eq!(store.entries(&id("s")).await.unwrap().len(), 6);
-    assert!(logs.warned(&["skipped a damaged entry of session s"]), "{:?}", logs.lines());
+    assert!(
+        logs.warned(&["skipped a damaged entry of session s"]),
+        "{:?}",
+        logs.lines()
+    );
     assert!(logs.warned(&["skipped entry 8 of session s: unknown schema version 2"]));
-    assert_eq!(store.append(&id("s"), turn(2)).await.unwrap(), 14, "numbering goes past them");
+    assert_eq!(
+        store.append(&id("s"), turn(2)).await.unwrap(),
+        14,
+        "numbering goes past them"
+    );
 }
 
 #[tokio::test]
@@ -158,7 +194,10 @@ async fn a_server_that_goes_away_gives_clear_errors() {
     drop(cluster);
     let err = store.append(&id("s"), turn(1)).await.unwrap_err();
     assert!(
-        matches!(err, SessionError::Unreachable { .. } | SessionError::Database { .. }),
+        matches!(
+            err,
+            SessionError::Unreachable { .. } | SessionError::Database { .. }
+        ),
         "{err:?}"
     );
     assert!(err.to_string().starts_with("session store (postgres): "), "{err}");

@@ -110,7 +110,10 @@ fn check(id: &str, max: usize) -> Result<(), &'static str> {
     if id.len() > max {
         return Err("it is too long");
     }
-    if !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+    if !id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
         return Err("only letters, digits, '_' and '-' are allowed");
     }
     let lower = id.to_ascii_lowercase();
@@ -138,7 +141,10 @@ mod tests {
     #[test]
     fn accepts_the_fixed_forms_and_generated_ids() {
         assert_eq!(SessionId::default_for("karen").unwrap().as_str(), "default-karen");
-        assert_eq!(SessionId::peer("main", "karen").unwrap().as_str(), "peer-main-karen");
+        assert_eq!(
+            SessionId::peer("main", "karen").unwrap().as_str(),
+            "peer-main-karen"
+        );
         let ids = SequentialIds::default();
         assert_eq!(SessionId::generate(&ids).unwrap().as_str(), "s_1");
         let unique = crate::common::UniqueIds::new();
@@ -169,7 +175,10 @@ mod tests {
         ] {
             let err = SessionId::new(bad).unwrap_err();
             assert!(matches!(err, SessionError::InvalidId { .. }), "{bad:?}");
-            assert!(err.to_string().starts_with("session store: invalid session id"), "{err}");
+            assert!(
+                err.to_string().starts_with("session store: invalid session id"),
+                "{err}"
+            );
         }
         assert!(SessionId::default_for("ka/ren").is_err());
         assert!(SessionId::peer("main", "").is_err());

@@ -274,7 +274,9 @@ impl JsonlSessionStore {
             return Ok(s);
         }
         let _gate = self.inner.gate.lock().await;
-        self.load_gated(id).await?.ok_or_else(|| SessionError::not_found(id))
+        self.load_gated(id)
+            .await?
+            .ok_or_else(|| SessionError::not_found(id))
     }
 
     /// Loads the session; the caller holds the gate.
@@ -320,7 +322,12 @@ impl JsonlSessionStore {
     }
 
     /// Reads whole lines of the history from byte `from` up to byte `to`.
-    async fn read_range(&self, id: &SessionId, from: u64, to: u64) -> Result<Vec<SessionEntry>, SessionError> {
+    async fn read_range(
+        &self,
+        id: &SessionId,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<SessionEntry>, SessionError> {
         if from >= to {
             return Ok(Vec::new());
         }
@@ -473,6 +480,9 @@ impl SessionStore for JsonlSessionStore {
     }
 
     async fn list(&self) -> Result<Vec<SessionMeta>, SessionError> {
+        // ponytail: listing loads every session (once per process), which
+        // also gives `updated_at` from the last entry; a server with
+        // thousands of long sessions would want a summary file instead.
         let dir = self.inner.dir.clone();
         let ids = blocking(move || session_ids(&dir)).await??;
         let _gate = self.inner.gate.lock().await;
@@ -492,9 +502,14 @@ impl SessionStore for JsonlSessionStore {
     async fn fork(&self, parent: &SessionId, child: SessionId) -> Result<SessionMeta, SessionError> {
         let ts = now(&*self.inner.options.clock);
         let _gate = self.inner.gate.lock().await;
-        let source = self.load_gated(parent).await?.ok_or_else(|| SessionError::not_found(parent))?;
+        let source = self
+            .load_gated(parent)
+            .await?
+            .ok_or_else(|| SessionError::not_found(parent))?;
         if self.exists_gated(&child) {
-            return Err(SessionError::AlreadyExists { id: child.to_string() });
+            return Err(SessionError::AlreadyExists {
+                id: child.to_string(),
+            });
         }
         let state = {
             let st = source.lock();
@@ -532,7 +547,10 @@ impl SessionStore for JsonlSessionStore {
         let title = normalize_title(title)?;
         let ts = now(&*self.inner.options.clock);
         let _gate = self.inner.gate.lock().await;
-        let session = self.load_gated(id).await?.ok_or_else(|| SessionError::not_found(id))?;
+        let session = self
+            .load_gated(id)
+            .await?
+            .ok_or_else(|| SessionError::not_found(id))?;
         let mut meta = session.lock().meta.clone();
         meta.title = title;
         meta.updated_at = meta.updated_at.max(ts);
@@ -557,7 +575,9 @@ impl SessionStore for JsonlSessionStore {
             let Some(file) = st.file.as_ref() else {
                 return Ok(());
             };
-            let clone = file.try_clone().map_err(SessionError::io("sync", self.log_path(id)))?;
+            let clone = file
+                .try_clone()
+                .map_err(SessionError::io("sync", self.log_path(id)))?;
             let dir_too = st.dir_unsynced;
             st.unsynced = false;
             st.dir_unsynced = false;
@@ -623,9 +643,7 @@ fn session_ids(dir: &Path) -> Result<Vec<SessionId>, SessionError> {
         let item = item.map_err(SessionError::io("list", dir))?;
         let name = item.file_name();
         let Some(name) = name.to_str() else { continue };
-        let stem = name
-            .strip_suffix(META_EXT)
-            .or_else(|| name.strip_suffix(LOG_EXT));
+        let stem = name.strip_suffix(META_EXT).or_else(|| name.strip_suffix(LOG_EXT));
         if let Some(id) = stem.and_then(|s| SessionId::new(s).ok()) {
             ids.push(id);
         }
@@ -785,7 +803,10 @@ fn scan(
         offset = at;
     } else if missing_newline {
         report.repaired_newline = true;
-        tracing::warn!("session store: added the missing newline at the end of {}", path.display());
+        tracing::warn!(
+            "session store: added the missing newline at the end of {}",
+            path.display()
+        );
         (|| {
             file.seek(SeekFrom::End(0))?;
             file.write_all(b"\n")?;
@@ -811,15 +832,17 @@ fn parse(line: &[u8]) -> Result<SessionEntry, String> {
 /// damaged and oversized ones (they were reported when the session loaded).
 fn read_range(path: &Path, from: u64, to: u64, limit: usize) -> Result<Vec<SessionEntry>, SessionError> {
     let mut file = File::open(path).map_err(SessionError::io("open", path))?;
-    file.seek(SeekFrom::Start(from)).map_err(SessionError::io("read", path))?;
+    file.seek(SeekFrom::Start(from))
+        .map_err(SessionError::io("read", path))?;
     let mut reader = BufReader::with_capacity(256 << 10, file.take(to - from));
     let mut buf = Vec::new();
     let mut entries = Vec::new();
     while let Some(line) = next_line(&mut reader, &mut buf, limit).map_err(SessionError::io("read", path))? {
-        if line.terminated && !line.oversized {
-            if let Ok(entry) = parse(&buf) {
-                entries.push(entry);
-            }
+        if line.terminated
+            && !line.oversized
+            && let Ok(entry) = parse(&buf)
+        {
+            entries.push(entry);
         }
     }
     Ok(entries)
@@ -922,7 +945,10 @@ mod tests {
         push(&mut tail, EntryBody::TurnStart);
         for turn in 0..4 {
             push(&mut tail, EntryBody::message(Message::user(format!("u{turn}"))));
-            push(&mut tail, EntryBody::message(Message::assistant_text(format!("a{turn}"))));
+            push(
+                &mut tail,
+                EntryBody::message(Message::assistant_text(format!("a{turn}"))),
+            );
             push(&mut tail, EntryBody::TurnStart);
         }
         assert!(!tail.complete);

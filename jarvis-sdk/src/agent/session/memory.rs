@@ -132,9 +132,13 @@ impl SessionStore for MemorySessionStore {
         let ts = now(&*self.clock);
         let mut sessions = self.lock();
         if sessions.contains_key(&child) {
-            return Err(SessionError::AlreadyExists { id: child.to_string() });
+            return Err(SessionError::AlreadyExists {
+                id: child.to_string(),
+            });
         }
-        let source = sessions.get(parent).ok_or_else(|| SessionError::not_found(parent))?;
+        let source = sessions
+            .get(parent)
+            .ok_or_else(|| SessionError::not_found(parent))?;
         let meta = fork_meta(&source.meta, child, ts);
         let copy = Session {
             meta: meta.clone(),

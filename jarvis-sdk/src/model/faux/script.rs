@@ -198,10 +198,10 @@ impl CompiledWhen {
         if w.last_role.is_some_and(|r| Some(r) != req.last_recorded_role()) {
             return false;
         }
-        if let Some(re) = &self.last_user {
-            if !req.last_user_text().is_some_and(|t| re.is_match(t)) {
-                return false;
-            }
+        if let Some(re) = &self.last_user
+            && !req.last_user_text().is_some_and(|t| re.is_match(t))
+        {
+            return false;
         }
         true
     }
