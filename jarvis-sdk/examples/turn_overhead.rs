@@ -5,7 +5,9 @@
 //!
 //! A discarded warm-up session, then 3 sessions × 200 turns: medians over
 //! turns 1–20 and 181–200 (60 turns each); then one session of 10,000 turns:
-//! the median over turns 9,981–10,000. Conditions: the JSONL store with
+//! the median over turns 9,981–10,000, and, taken turn by turn alongside
+//! them, turns 1–20 of a fresh session (a control for drift of the machine
+//! over the long run). Conditions: the JSONL store with
 //! fsync off (as the seed measured), the same with fsync at the end of every
 //! turn (the default; the long session is skipped), the in-memory store, and
 //! Postgres on a throwaway local cluster when its binaries are installed.
@@ -146,30 +148,41 @@ impl Bench {
         }
     }
 
-    /// Runs a fresh session of `turns` turns and answers every turn's figures.
-    async fn session(&mut self, turns: usize) -> Vec<Sample> {
+    /// A fresh, empty session.
+    async fn new_session(&mut self) -> SessionId {
         self.sessions += 1;
         let id = SessionId::new(format!("bench-{}", self.sessions)).unwrap();
         self.timed
             .create(NewSession::user(id.clone(), "main"))
             .await
             .unwrap();
+        id
+    }
+
+    /// Runs turn `n` of `id` and answers its figures.
+    async fn turn(&self, id: &SessionId, n: usize) -> Sample {
+        self.timed.read.store(0, Ordering::Relaxed);
+        self.timed.write.store(0, Ordering::Relaxed);
+        self.events.spent.store(0, Ordering::Relaxed);
+        let prompt = format!("Question {n}: which housing notices close this week?");
         let cancel = CancellationToken::new();
+        let start = Instant::now();
+        self.harness.run_turn(id, prompt, &cancel).await.unwrap();
+        let total = start.elapsed();
+        Sample {
+            total: total.as_secs_f64() * 1e3,
+            read: ms(self.timed.read.load(Ordering::Relaxed)),
+            write: ms(self.timed.write.load(Ordering::Relaxed)),
+            events: ms(self.events.spent.load(Ordering::Relaxed)),
+        }
+    }
+
+    /// Runs a fresh session of `turns` turns and answers every turn's figures.
+    async fn session(&mut self, turns: usize) -> Vec<Sample> {
+        let id = self.new_session().await;
         let mut samples = Vec::with_capacity(turns);
         for n in 1..=turns {
-            self.timed.read.store(0, Ordering::Relaxed);
-            self.timed.write.store(0, Ordering::Relaxed);
-            self.events.spent.store(0, Ordering::Relaxed);
-            let prompt = format!("Question {n}: which housing notices close this week?");
-            let start = Instant::now();
-            self.harness.run_turn(&id, prompt, &cancel).await.unwrap();
-            let total = start.elapsed();
-            samples.push(Sample {
-                total: total.as_secs_f64() * 1e3,
-                read: ms(self.timed.read.load(Ordering::Relaxed)),
-                write: ms(self.timed.write.load(Ordering::Relaxed)),
-                events: ms(self.events.spent.load(Ordering::Relaxed)),
-            });
+            samples.push(self.turn(&id, n).await);
         }
         samples
     }
@@ -248,10 +261,23 @@ async fn measure(
         (Plan::label(plan.turns - plan.window + 1, plan.turns), row(&late)),
     ];
     if long {
-        let samples = bench.session(plan.long).await;
+        // The long session's last turns alternate with the first turns of a
+        // fresh one, which shows how much of any difference from turns 1-20
+        // is the machine drifting rather than the session being long.
+        let id = bench.new_session().await;
+        for n in 1..=plan.long - plan.window {
+            bench.turn(&id, n).await;
+        }
+        let fresh = bench.new_session().await;
+        let (mut last, mut alongside) = (Vec::new(), Vec::new());
+        for (k, n) in (plan.long - plan.window + 1..=plan.long).enumerate() {
+            last.push(bench.turn(&id, n).await);
+            alongside.push(bench.turn(&fresh, k + 1).await);
+        }
+        rows.push((Plan::label(plan.long - plan.window + 1, plan.long), row(&last)));
         rows.push((
-            Plan::label(plan.long - plan.window + 1, plan.long),
-            row(&samples[plan.long - plan.window..]),
+            format!("{} of a fresh session, alongside", Plan::label(1, plan.window)),
+            row(&alongside),
         ));
     }
     for (label, r) in &rows {
