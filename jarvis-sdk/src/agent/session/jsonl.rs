@@ -86,11 +86,6 @@ impl JsonlOptions {
         self.clock = clock;
         self
     }
-
-    /// The line limit.
-    pub fn line_limit(&self) -> usize {
-        self.max_line_bytes
-    }
 }
 
 /// What loading one session's files found and repaired.
