@@ -9,17 +9,18 @@
 //!
 //! | layer | owns |
 //! |---|---|
-//! | `common` | [`Clock`], [`IdSource`], character-counted text, atomic file writes |
-//! | `model` | the [`Provider`] trait, [`ChatRequest`], [`ProviderEvent`], the shared [`ResponseAssembler`], [`FauxProvider`], the [`Embedder`] trait and the offline [`HashEmbedder`] |
+//! | `common` | [`Clock`], [`IdSource`], [`Timestamp`], character-counted text, atomic file writes, the [`HomeLock`], [`Extensions`] |
+//! | `model` | the [`Provider`] trait, [`ChatRequest`], [`ProviderEvent`], the shared [`ResponseAssembler`], the OpenAI-compatible, Anthropic and Ollama providers, [`FauxProvider`], the [`Embedder`] trait and the offline [`HashEmbedder`] |
 //! | `memory` | memory service and stores (to come) |
-//! | `agent` | [`run_agent_loop`] with the overflow resume, [`AgentEvent`], [`UIAdapter`], [`Tool`], the tool-call gate ([`ToolGate`]) |
-//! | `core` | the per-session [`Sandbox`] and the [`builtin_tools`]; sessions of one turn and security (to come) |
+//! | `agent` | [`run_agent_loop`] with the overflow resume, [`AgentEvent`], [`UIAdapter`], [`Tool`], the tool-call gate ([`ToolGate`]), sessions ([`SessionStore`]: [`JsonlSessionStore`], [`MemorySessionStore`], `PostgresSessionStore`) and the turn [`Harness`] |
+//! | `core` | [`AgentSession`] (security → thinking → harness → loop), the [`SecurityPipeline`], the [`ApprovalBroker`] with [`LayeredApprovalRules`], the per-session [`Sandbox`] and the [`builtin_tools`] |
 //! | `app` | agent profiles, the registry and assembly (to come) |
 //!
-//! Four plugin points are small object-safe traits held as `Arc<dyn …>`:
-//! [`Provider`] (a model service), [`UIAdapter`] (a screen), [`Tool`], and
-//! the gate stages [`ToolPolicy`], [`BeforeToolCall`] and [`Approver`];
-//! [`Embedder`] turns texts into vectors for memory recall.
+//! The plugin points are small object-safe traits held as `Arc<dyn …>`:
+//! [`Provider`] (a model service), [`UIAdapter`] (a screen), [`Tool`],
+//! the gate stages [`ToolPolicy`], [`BeforeToolCall`] and [`Approver`],
+//! [`SecurityStage`], [`SessionStore`], and [`Embedder`] (texts to vectors
+//! for memory recall).
 //!
 //! ## One turn, offline
 //!
@@ -58,7 +59,8 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `test-utils` | no | [`testing`]: a recording [`UIAdapter`], closure tools, a fixed approver |
+//! | `postgres` | no | `PostgresSessionStore`: sessions in Postgres (tokio-postgres with a deadpool pool) |
+//! | `test-utils` | no | [`testing`]: a recording [`UIAdapter`], closure tools, a fixed approver, a throwaway Postgres cluster |
 //!
 //! The default build has no HTTP server, no terminal UI and no database
 //! client.

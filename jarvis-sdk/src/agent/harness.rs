@@ -56,6 +56,26 @@ impl HarnessConfig {
 /// [`identity`](LoopContext::identity); a session of another agent is
 /// refused ([`SessionError::WrongAgent`]), since a session's agent never
 /// changes (R-SESS-1).
+///
+/// ```
+/// use std::sync::Arc;
+/// use jarvis_sdk::{
+///     CancellationToken, FauxProvider, Harness, LoopContext, MemorySessionStore, NewSession, SessionId,
+///     SessionStore,
+/// };
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let store = Arc::new(MemorySessionStore::new());
+/// let id = SessionId::default_for("main").unwrap();
+/// store.create(NewSession::user(id.clone(), "main")).await.unwrap();
+/// let faux = FauxProvider::from_yaml(r#"fallback: { text: "Hello." }"#).unwrap();
+/// let harness = Harness::new(store.clone(), LoopContext::new(Arc::new(faux)));
+/// let outcome = harness.run_turn(&id, "Hi", &CancellationToken::new()).await.unwrap();
+/// assert_eq!(outcome.final_message.content, "Hello.");
+/// // turn_start, the user message, the answer, turn_end
+/// assert_eq!(store.entries(&id).await.unwrap().len(), 4);
+/// # });
+/// ```
 #[derive(Clone)]
 pub struct Harness {
     store: Arc<dyn SessionStore>,

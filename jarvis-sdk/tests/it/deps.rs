@@ -56,6 +56,17 @@ fn the_default_build_has_no_server_terminal_or_database_crates() {
 }
 
 #[test]
+fn the_postgres_feature_brings_the_database_client() {
+    let deps = normal_deps(&["--features", "postgres"]);
+    for wanted in ["tokio-postgres", "deadpool-postgres"] {
+        assert!(
+            deps.iter().any(|d| d == wanted),
+            "{wanted} is missing with --features postgres"
+        );
+    }
+}
+
+#[test]
 fn no_feature_brings_a_server_or_terminal_crate() {
     let deps = normal_deps(&["--all-features"]);
     for bad in NEVER {

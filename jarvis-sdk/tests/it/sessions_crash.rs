@@ -97,7 +97,7 @@ fn crash_child() {
                 // A safety stop, should the parent ever fail to kill us.
                 while started.elapsed() < Duration::from_secs(60) {
                     n += 1;
-                    let size = rng.range(128 << 10, 2 << 20) as usize;
+                    let size = rng.range(256 << 10, 3 << 20) as usize;
                     let text = prompt(sid.as_str(), n, size);
                     harness
                         .run_turn(&sid, text, &CancellationToken::new())

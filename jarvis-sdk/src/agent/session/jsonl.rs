@@ -86,11 +86,6 @@ impl JsonlOptions {
         self.clock = clock;
         self
     }
-
-    /// The line limit.
-    pub fn line_limit(&self) -> usize {
-        self.max_line_bytes
-    }
 }
 
 /// What loading one session's files found and repaired.
@@ -480,6 +475,9 @@ impl SessionStore for JsonlSessionStore {
     }
 
     async fn list(&self) -> Result<Vec<SessionMeta>, SessionError> {
+        // ponytail: listing loads every session (once per process), which
+        // also gives `updated_at` from the last entry; a server with
+        // thousands of long sessions would want a summary file instead.
         let dir = self.inner.dir.clone();
         let ids = blocking(move || session_ids(&dir)).await??;
         let _gate = self.inner.gate.lock().await;

@@ -12,12 +12,18 @@
 //! `seq` read, the batch inserted, `updated_at` moved. The recent window is
 //! one indexed query (a partial index over the rows that begin turns), so a
 //! turn's cost does not grow with the session's length.
+//!
+//! Queries whose best plan depends on how many entries there are (the
+//! window, the next `seq`, the whole history) are planned on every call
+//! (`query_typed`, unnamed statements) rather than prepared once: a plan
+//! cached while the tables were small would go on scanning every turn start
+//! of a session for as long as the connection lives.
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-use tokio_postgres::types::Json;
+use tokio_postgres::types::{Json, Type};
 use tokio_postgres::{NoTls, Row};
 
 use super::error::BoxError;
@@ -42,7 +48,6 @@ ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS parent_id TEXT;
 ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS kind TEXT NOT NULL DEFAULT 'user';
 ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS caller TEXT;
 ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS callee TEXT;
-CREATE INDEX IF NOT EXISTS jarvis_sessions_updated_at ON jarvis_sessions (updated_at DESC, id);
 CREATE TABLE IF NOT EXISTS jarvis_entries (
     session_id TEXT NOT NULL REFERENCES jarvis_sessions (id) ON DELETE CASCADE,
     seq BIGINT NOT NULL,
@@ -349,12 +354,11 @@ impl SessionStore for PostgresSessionStore {
         if locked == 0 {
             return Err(SessionError::not_found(id));
         }
-        let last_stmt = tx
-            .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM jarvis_entries WHERE session_id = $1")
-            .await
-            .map_err(db("append entries"))?;
         let last: i64 = tx
-            .query_one(&last_stmt, &[&id.as_str()])
+            .query_typed_one(
+                "SELECT COALESCE(MAX(seq), 0) FROM jarvis_entries WHERE session_id = $1",
+                &[(&id.as_str(), Type::TEXT)],
+            )
             .await
             .map_err(db("append entries"))?
             .try_get(0)
@@ -390,18 +394,15 @@ impl SessionStore for PostgresSessionStore {
                 Err(SessionError::not_found(id))
             };
         }
-        let stmt = client
-            .prepare_cached(
+        let offset = i64::try_from(turns - 1).unwrap_or(i64::MAX);
+        let rows = client
+            .query_typed(
                 "SELECT seq, ts, v, body FROM jarvis_entries WHERE session_id = $1 AND seq >= COALESCE(\
                    (SELECT seq FROM jarvis_entries WHERE session_id = $1 AND starts_turn \
                     ORDER BY seq DESC OFFSET $2 LIMIT 1), 0) \
                  ORDER BY seq",
+                &[(&id.as_str(), Type::TEXT), (&offset, Type::INT8)],
             )
-            .await
-            .map_err(db("read recent entries"))?;
-        let offset = i64::try_from(turns - 1).unwrap_or(i64::MAX);
-        let rows = client
-            .query(&stmt, &[&id.as_str(), &offset])
             .await
             .map_err(db("read recent entries"))?;
         if rows.is_empty() && !self.exists(&client, id).await? {
@@ -412,12 +413,11 @@ impl SessionStore for PostgresSessionStore {
 
     async fn entries(&self, id: &SessionId) -> Result<Vec<SessionEntry>, SessionError> {
         let client = self.client().await?;
-        let stmt = client
-            .prepare_cached("SELECT seq, ts, v, body FROM jarvis_entries WHERE session_id = $1 ORDER BY seq")
-            .await
-            .map_err(db("read entries"))?;
         let rows = client
-            .query(&stmt, &[&id.as_str()])
+            .query_typed(
+                "SELECT seq, ts, v, body FROM jarvis_entries WHERE session_id = $1 ORDER BY seq",
+                &[(&id.as_str(), Type::TEXT)],
+            )
             .await
             .map_err(db("read entries"))?;
         if rows.is_empty() && !self.exists(&client, id).await? {

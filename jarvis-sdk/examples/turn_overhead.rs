@@ -1,0 +1,394 @@
+//! Measures the framework's own time per turn, outside the model (SPEC.md
+//! §16.1): the prompt path is the harness, the loop, the session store and
+//! one subscriber that serialises every event to JSON, on a `FauxProvider`
+//! that answers at once.
+//!
+//! A discarded warm-up session, then 3 sessions × 200 turns: medians over
+//! turns 1–20 and 181–200 (60 turns each); then one session of 10,000 turns:
+//! the median over turns 9,981–10,000, and, taken turn by turn alongside
+//! them, turns 1–20 of a fresh session (a control for drift of the machine
+//! over the long run). Conditions: the JSONL store with
+//! fsync off (as the seed measured), the same with fsync at the end of every
+//! turn (the default; the long session is skipped), the in-memory store, and
+//! Postgres on a throwaway local cluster when its binaries are installed.
+//! Columns: total (the whole turn), history read (`get` + `recent`), history
+//! write (`append` + `sync`), events (JSON serialisation in the subscriber).
+//!
+//! Run with `cargo run --release -p jarvis-sdk --example turn_overhead`
+//! (add `-- --smoke` for a quick check that it works).
+
+use async_trait::async_trait;
+use jarvis_sdk::testing::{REQUIRE_POSTGRES_ENV, TempPostgres};
+use jarvis_sdk::{
+    AgentEvent, CancellationToken, Durability, EntryBody, FauxProvider, FauxReply, FauxScript, Harness,
+    JsonlOptions, JsonlSessionStore, LoopContext, MemorySessionStore, NewSession, PostgresSessionStore,
+    SessionEntry, SessionError, SessionId, SessionMeta, SessionStore, UIAdapter,
+};
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Nanoseconds since `since`, added to `counter`.
+fn add(counter: &AtomicU64, since: Instant) {
+    counter.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
+}
+
+/// A store that times the calls made on it.
+#[derive(Debug)]
+struct Timed {
+    inner: Arc<dyn SessionStore>,
+    read: AtomicU64,
+    write: AtomicU64,
+}
+
+#[async_trait]
+impl SessionStore for Timed {
+    async fn create(&self, new: NewSession) -> Result<SessionMeta, SessionError> {
+        self.inner.create(new).await
+    }
+    async fn get(&self, id: &SessionId) -> Result<Option<SessionMeta>, SessionError> {
+        let start = Instant::now();
+        let out = self.inner.get(id).await;
+        add(&self.read, start);
+        out
+    }
+    async fn append(&self, id: &SessionId, entries: Vec<EntryBody>) -> Result<u64, SessionError> {
+        let start = Instant::now();
+        let out = self.inner.append(id, entries).await;
+        add(&self.write, start);
+        out
+    }
+    async fn recent(&self, id: &SessionId, turns: usize) -> Result<Vec<SessionEntry>, SessionError> {
+        let start = Instant::now();
+        let out = self.inner.recent(id, turns).await;
+        add(&self.read, start);
+        out
+    }
+    async fn entries(&self, id: &SessionId) -> Result<Vec<SessionEntry>, SessionError> {
+        self.inner.entries(id).await
+    }
+    async fn list(&self) -> Result<Vec<SessionMeta>, SessionError> {
+        self.inner.list().await
+    }
+    async fn fork(&self, parent: &SessionId, child: SessionId) -> Result<SessionMeta, SessionError> {
+        self.inner.fork(parent, child).await
+    }
+    async fn set_title(&self, id: &SessionId, title: Option<String>) -> Result<SessionMeta, SessionError> {
+        self.inner.set_title(id, title).await
+    }
+    async fn sync(&self, id: &SessionId) -> Result<(), SessionError> {
+        let start = Instant::now();
+        let out = self.inner.sync(id).await;
+        add(&self.write, start);
+        out
+    }
+}
+
+/// The one event subscriber: serialises every event to JSON, as the web
+/// server does, and times itself.
+#[derive(Default)]
+struct JsonEvents {
+    spent: AtomicU64,
+    buffer: Mutex<Vec<u8>>,
+}
+
+impl UIAdapter for JsonEvents {
+    fn on_event(&self, event: &AgentEvent) -> ControlFlow<()> {
+        let start = Instant::now();
+        let mut buffer = self.buffer.lock().unwrap();
+        buffer.clear();
+        serde_json::to_writer(&mut *buffer, event).unwrap();
+        drop(buffer);
+        add(&self.spent, start);
+        ControlFlow::Continue(())
+    }
+}
+
+/// One turn's figures, in milliseconds.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sample {
+    total: f64,
+    read: f64,
+    write: f64,
+    events: f64,
+}
+
+fn ms(nanos: u64) -> f64 {
+    nanos as f64 / 1e6
+}
+
+/// The prompt path over one store.
+struct Bench {
+    timed: Arc<Timed>,
+    events: Arc<JsonEvents>,
+    harness: Harness,
+    sessions: usize,
+}
+
+impl Bench {
+    fn new(store: Arc<dyn SessionStore>) -> Self {
+        let timed = Arc::new(Timed {
+            inner: store,
+            read: AtomicU64::new(0),
+            write: AtomicU64::new(0),
+        });
+        let events = Arc::new(JsonEvents::default());
+        let script = FauxScript::new().fallback(FauxReply::text(
+            "Noted. The notice closes on Friday; I will remind you the day before.",
+        ));
+        let faux = FauxProvider::new(script).unwrap().without_recording();
+        let ctx = LoopContext::new(Arc::new(faux)).with_ui(events.clone());
+        let harness = Harness::new(timed.clone(), ctx);
+        Self {
+            timed,
+            events,
+            harness,
+            sessions: 0,
+        }
+    }
+
+    /// A fresh, empty session.
+    async fn new_session(&mut self) -> SessionId {
+        self.sessions += 1;
+        let id = SessionId::new(format!("bench-{}", self.sessions)).unwrap();
+        self.timed
+            .create(NewSession::user(id.clone(), "main"))
+            .await
+            .unwrap();
+        id
+    }
+
+    /// Runs turn `n` of `id` and answers its figures.
+    async fn turn(&self, id: &SessionId, n: usize) -> Sample {
+        self.timed.read.store(0, Ordering::Relaxed);
+        self.timed.write.store(0, Ordering::Relaxed);
+        self.events.spent.store(0, Ordering::Relaxed);
+        let prompt = format!("Question {n}: which housing notices close this week?");
+        let cancel = CancellationToken::new();
+        let start = Instant::now();
+        self.harness.run_turn(id, prompt, &cancel).await.unwrap();
+        let total = start.elapsed();
+        Sample {
+            total: total.as_secs_f64() * 1e3,
+            read: ms(self.timed.read.load(Ordering::Relaxed)),
+            write: ms(self.timed.write.load(Ordering::Relaxed)),
+            events: ms(self.events.spent.load(Ordering::Relaxed)),
+        }
+    }
+
+    /// Runs a fresh session of `turns` turns and answers every turn's figures.
+    async fn session(&mut self, turns: usize) -> Vec<Sample> {
+        let id = self.new_session().await;
+        let mut samples = Vec::with_capacity(turns);
+        for n in 1..=turns {
+            samples.push(self.turn(&id, n).await);
+        }
+        samples
+    }
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
+/// Medians of a window of turns.
+#[derive(Debug, Clone, Copy)]
+struct Row {
+    total: f64,
+    read: f64,
+    write: f64,
+    events: f64,
+}
+
+fn row(samples: &[Sample]) -> Row {
+    let pick = |f: fn(&Sample) -> f64| median(samples.iter().map(f).collect());
+    Row {
+        total: pick(|s| s.total),
+        read: pick(|s| s.read),
+        write: pick(|s| s.write),
+        events: pick(|s| s.events),
+    }
+}
+
+/// Turn numbers of the three windows.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    warmup: usize,
+    sessions: usize,
+    turns: usize,
+    window: usize,
+    long: usize,
+}
+
+impl Plan {
+    fn label(first: usize, last: usize) -> String {
+        format!("t{first}-{last}")
+    }
+}
+
+struct Condition {
+    name: &'static str,
+    rows: Vec<(String, Row)>,
+}
+
+async fn measure(
+    key: &'static str,
+    name: &'static str,
+    store: Arc<dyn SessionStore>,
+    plan: Plan,
+    long: bool,
+) -> Condition {
+    let mut bench = Bench::new(store);
+    bench.session(plan.warmup).await;
+    let (mut early, mut late) = (Vec::new(), Vec::new());
+    for _ in 0..plan.sessions {
+        let samples = bench.session(plan.turns).await;
+        early.extend_from_slice(&samples[..plan.window]);
+        late.extend_from_slice(&samples[plan.turns - plan.window..]);
+    }
+    let mut rows = vec![
+        (Plan::label(1, plan.window), row(&early)),
+        (Plan::label(plan.turns - plan.window + 1, plan.turns), row(&late)),
+    ];
+    if long {
+        // The long session's last turns alternate with the first turns of a
+        // fresh one, which shows how much of any difference from turns 1-20
+        // is the machine drifting rather than the session being long.
+        let id = bench.new_session().await;
+        for n in 1..=plan.long - plan.window {
+            bench.turn(&id, n).await;
+        }
+        let fresh = bench.new_session().await;
+        let (mut last, mut alongside) = (Vec::new(), Vec::new());
+        for (k, n) in (plan.long - plan.window + 1..=plan.long).enumerate() {
+            last.push(bench.turn(&id, n).await);
+            alongside.push(bench.turn(&fresh, k + 1).await);
+        }
+        rows.push((Plan::label(plan.long - plan.window + 1, plan.long), row(&last)));
+        rows.push((
+            format!("{} of a fresh session, alongside", Plan::label(1, plan.window)),
+            row(&alongside),
+        ));
+    }
+    for (label, r) in &rows {
+        println!(
+            "turn_overhead {key} {label}: total {:.4} ms (history read {:.4}, history write {:.4}, events {:.4})",
+            r.total, r.read, r.write, r.events
+        );
+    }
+    Condition { name, rows }
+}
+
+fn main() {
+    let smoke = std::env::args().any(|a| a == "--smoke");
+    let plan = if smoke {
+        Plan {
+            warmup: 20,
+            sessions: 3,
+            turns: 40,
+            window: 20,
+            long: 400,
+        }
+    } else {
+        Plan {
+            warmup: 200,
+            sessions: 3,
+            turns: 200,
+            window: 20,
+            long: 10_000,
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    println!(
+        "turn_overhead: harness + loop + store + one JSON event subscriber on an instant FauxProvider; \
+         warm-up session discarded; {} sessions x {} turns, then one of {} turns; medians in ms",
+        plan.sessions, plan.turns, plan.long
+    );
+    let mut conditions = Vec::new();
+
+    let home = tempfile::tempdir().unwrap();
+    let options = JsonlOptions::default().durability(Durability::Never);
+    let jsonl = JsonlSessionStore::open_with(home.path().join("fsync-off"), options).unwrap();
+    conditions.push(runtime.block_on(measure("jsonl", "JSONL, fsync off", Arc::new(jsonl), plan, true)));
+
+    let durable = JsonlSessionStore::open(home.path().join("fsync-on")).unwrap();
+    let quick = Plan {
+        warmup: plan.window,
+        ..plan
+    };
+    conditions.push(runtime.block_on(measure(
+        "jsonl-fsync",
+        "JSONL, fsync per turn",
+        Arc::new(durable),
+        quick,
+        false,
+    )));
+
+    let memory = MemorySessionStore::new();
+    conditions.push(runtime.block_on(measure("memory", "in-memory", Arc::new(memory), plan, true)));
+
+    match TempPostgres::start() {
+        Ok(cluster) => {
+            let store = runtime
+                .block_on(PostgresSessionStore::connect(&cluster.url()))
+                .unwrap();
+            conditions.push(runtime.block_on(measure(
+                "postgres",
+                "Postgres (local socket)",
+                Arc::new(store),
+                plan,
+                true,
+            )));
+        }
+        Err(reason) if std::env::var(REQUIRE_POSTGRES_ENV).is_ok_and(|v| v == "1") => {
+            eprintln!("{REQUIRE_POSTGRES_ENV}=1 but Postgres cannot start: {reason}");
+            std::process::exit(1);
+        }
+        Err(reason) => println!("turn_overhead postgres: SKIPPED ({reason})"),
+    }
+
+    println!();
+    println!("| condition | window | total | history read | history write | events |");
+    println!("|---|---|---|---|---|---|");
+    for c in &conditions {
+        for (label, r) in &c.rows {
+            println!(
+                "| {} | {label} | {:.4} ms | {:.4} | {:.4} | {:.4} |",
+                c.name, r.total, r.read, r.write, r.events
+            );
+        }
+    }
+
+    let jsonl = &conditions[0].rows;
+    let (first, late, long) = (jsonl[0].1.total, jsonl[1].1.total, jsonl[2].1.total);
+    println!();
+    println!(
+        "turn_overhead jsonl: {} / {} = {:.2}x, {} / {} = {:.2}x (targets: late <= 0.100 ms, both <= 1.5x)",
+        jsonl[1].0,
+        jsonl[0].0,
+        late / first,
+        jsonl[2].0,
+        jsonl[0].0,
+        long / first
+    );
+    let missed = late > 0.1 || late > 1.5 * first || long > 1.5 * first;
+    if missed && !smoke {
+        eprintln!(
+            "target missed: the JSONL per-turn total must stay under 0.1 ms and within 1.5x of turns 1-20"
+        );
+        std::process::exit(1);
+    }
+}
