@@ -94,10 +94,12 @@ pub use common::{
     truncate_with_marker, write_atomic,
 };
 pub use core::{
-    AgentSession, AgentSessionParts, AgentToolPolicy, ApprovalBroker, ApprovalError, ApprovalRule,
-    Attachment, Boundaries, Caller, DEFAULT_APPROVAL_TIMEOUT, LayeredApprovalRules, PromptOptions,
-    RuleDecision, RuleSource, SecurityError, SecurityInput, SecurityPipeline, SecurityStage,
-    SessionAttachment, SessionPolicy, Slot, TokenAuth, TurnError, Validation, ValidationConfig, html_escape,
+    AgentDirectory, AgentSession, AgentSessionParts, AgentToolPolicy, ApprovalBroker, ApprovalError,
+    ApprovalRule, AskAgentArgs, AskAgentTool, Attachment, Boundaries, Caller, DEFAULT_APPROVAL_TIMEOUT,
+    DEFAULT_ASK_TIMEOUT, Delegation, DelegationChain, DelegationError, DirectoryLink, LayeredApprovalRules,
+    MAX_CHAIN, PEER_REQUEST_RULE, PromptOptions, RosterEntry, RuleDecision, RuleSource, SecurityError,
+    SecurityInput, SecurityPipeline, SecurityStage, SessionAttachment, SessionPolicy, Slot, TokenAuth,
+    TurnError, Validation, ValidationConfig, bigram_jaccard, html_escape, is_bounce,
 };
 pub use core::{
     BuiltinConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_LIST_CAP, DEFAULT_OUTPUT_CAP, DEFAULT_READ_CAP,

@@ -8,6 +8,7 @@
 //! built-in tools ([`builtin_tools`]) live here too.
 
 pub(crate) mod approval;
+mod ask;
 mod sandbox;
 pub(crate) mod security;
 mod session;
@@ -17,6 +18,10 @@ mod tools;
 pub use approval::{
     ApprovalBroker, ApprovalError, ApprovalRule, Attachment, DEFAULT_APPROVAL_TIMEOUT, LayeredApprovalRules,
     RuleDecision, RuleSource,
+};
+pub use ask::{
+    AgentDirectory, AskAgentArgs, AskAgentTool, DEFAULT_ASK_TIMEOUT, Delegation, DelegationChain,
+    DelegationError, DirectoryLink, MAX_CHAIN, PEER_REQUEST_RULE, RosterEntry, bigram_jaccard, is_bounce,
 };
 pub use sandbox::{
     DirEntryInfo, DirListing, EntryKind, FileContent, MAX_COMPONENT_LEN, MAX_PATH_LEN, Sandbox, SandboxError,
