@@ -5,6 +5,7 @@ mod assembler_props;
 mod deps;
 mod embed;
 mod gate;
+mod housing;
 mod layers;
 mod loop_concurrency;
 mod loop_props;

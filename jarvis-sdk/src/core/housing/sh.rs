@@ -25,11 +25,12 @@ use crate::model::http::HttpClient;
 pub const SH_URL_ENV: &str = "JARVIS_HOUSING__SH_URL";
 
 /// What an unconfigured SH look-up answers.
-pub const SH_NOT_CONFIGURED: &str = "SH (서울주택도시공사) has no public API that could be verified; \
-     configure a notice feed with JARVIS_HOUSING__SH_URL (a JSON feed URL or file, format in the README) \
-     or use the fixture source (JARVIS_HOUSING__MODE=fixture, sample data only)";
+pub const SH_NOT_CONFIGURED: &str = "SH has no public API that could be verified (서울주택도시공사 publishes its \
+     notices as web pages); configure a notice feed with JARVIS_HOUSING__SH_URL (a JSON feed URL or file, format \
+     in the README) or use the fixture source (JARVIS_HOUSING__MODE=fixture, sample data only)";
 
 const SERVICE: &str = "sh";
+#[cfg(feature = "http")]
 const MAX_BODY: usize = 4 * 1024 * 1024;
 
 /// Where the SH feed is read from.
