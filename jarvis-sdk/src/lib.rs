@@ -13,7 +13,7 @@
 //! | `model` | the [`Provider`] trait, [`ChatRequest`], [`ProviderEvent`], the shared [`ResponseAssembler`], the OpenAI-compatible, Anthropic and Ollama providers, [`FauxProvider`], the [`Embedder`] trait and the offline [`HashEmbedder`] |
 //! | `memory` | memory service and stores (to come) |
 //! | `agent` | [`run_agent_loop`] with the overflow resume, [`AgentEvent`], [`UIAdapter`], [`Tool`], the tool-call gate ([`ToolGate`]), sessions ([`SessionStore`]: [`JsonlSessionStore`], [`MemorySessionStore`], `PostgresSessionStore`) and the turn [`Harness`] |
-//! | `core` | [`AgentSession`] (security → thinking → harness → loop), the [`SecurityPipeline`], the [`ApprovalBroker`] with [`LayeredApprovalRules`], the per-session [`Sandbox`] and the [`builtin_tools`] |
+//! | `core` | [`AgentSession`] (security → thinking → harness → loop), the [`SecurityPipeline`], the [`ApprovalBroker`] with [`LayeredApprovalRules`], the per-session [`Sandbox`] and the [`builtin_tools`], KAREN's housing tools ([`housing_tools`]) |
 //! | `app` | agent profiles, the registry and assembly (to come) |
 //!
 //! The plugin points are small object-safe traits held as `Arc<dyn …>`:
@@ -94,6 +94,17 @@ pub use common::{
     truncate_with_marker, write_atomic,
 };
 pub use core::{
+    AGENT_ONLY_TOOLS, DEFAULT_NOTICE_LIMIT, DEFAULT_REFERENCE_RATE, FileProfileStore, FileWatchStore,
+    FixtureNoticeSource, HOUSING_MODE_ENV, HOUSING_REFERENCE_RATE_ENV, HOUSING_TIMEOUT_ENV,
+    HousingBudgetArgs, HousingBudgetTool, HousingConfig, HousingError, HousingLoanArgs, HousingLoanTool,
+    HousingProfile, HousingProfileArgs, HousingProfileTool, HousingWatchArgs, HousingWatchTool, IncomeBand,
+    LoanMonth, LoanSchedule, LoanTerms, MAX_NOTICE_LIMIT, MAX_PRINCIPAL, MAX_SEEN, MAX_YEARS,
+    MemoryProfileStore, MemoryWatchStore, Notice, NoticeAgency, NoticeArgs, NoticeError, NoticeQuery,
+    NoticeSource, NoticeTool, NoticeWatch, PROFILE_FILE, ProfileAction, ProfileStore, REFERENCE_LOAN_YEARS,
+    RepaymentMethod, SH_NOT_CONFIGURED, SH_URL_ENV, ShFeed, ShNoticeSource, UnconfiguredSource, WATCHES_FILE,
+    WatchAdded, WatchStore, amortize, check_watch, housing_tools, normalize_watch_text, sort_newest_first,
+};
+pub use core::{
     AgentDirectory, AgentSession, AgentSessionParts, AgentToolPolicy, ApprovalBroker, ApprovalError,
     ApprovalRule, AskAgentArgs, AskAgentTool, Attachment, Boundaries, Caller, DEFAULT_APPROVAL_TIMEOUT,
     DEFAULT_ASK_TIMEOUT, Delegation, DelegationChain, DelegationError, DirectoryLink, LayeredApprovalRules,
@@ -106,6 +117,8 @@ pub use core::{
     DEFAULT_WRITE_CAP, DirEntryInfo, DirListing, EntryKind, FileContent, MAX_COMPONENT_LEN, MAX_PATH_LEN,
     Sandbox, SandboxError, builtin_tools, register_builtin_tools, validate_session_id,
 };
+#[cfg(feature = "http")]
+pub use core::{LH_BASE_URL, LH_BASE_URL_ENV, LH_NOTICE_PATH, LH_SERVICE_KEY_ENV, LhConfig, LhNoticeSource};
 #[cfg(feature = "anthropic")]
 pub use model::{
     ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, AnthropicConfig, AnthropicDecoder, AnthropicProvider,

@@ -235,14 +235,15 @@ impl TypedTool for AskAgentTool {
                 current.agents.join(" → ")
             )));
         }
-        if let Some((from, received)) = &current.received {
-            if *from == callee && is_bounce(&args.request, received) {
-                return Ok(ToolResult::error(format!(
-                    "{callee}가 맡긴 일을 {callee}에게 되돌릴 수 없다. 직접 하거나 지금 아는 것으로 답하라. \
+        if let Some((from, received)) = &current.received
+            && *from == callee
+            && is_bounce(&args.request, received)
+        {
+            return Ok(ToolResult::error(format!(
+                "{callee}가 맡긴 일을 {callee}에게 되돌릴 수 없다. 직접 하거나 지금 아는 것으로 답하라. \
                      (This is the task {callee} gave you: do it yourself or answer with what you know. \
                      A different question, such as a clarifying one, may be asked.)"
-                )));
-            }
+            )));
         }
         let Some(directory) = self.link.get() else {
             return Ok(ToolResult::error("delegation is not available in this setup"));

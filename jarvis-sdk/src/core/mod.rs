@@ -1,7 +1,8 @@
 //! The core layer: `AgentSession` directs one turn (security pipeline →
 //! thinking → harness → loop); the input [`security`] pipeline, the real
 //! tool-gate stages (the per-agent [`AgentToolPolicy`] and the per-session
-//! [`ApprovalBroker`] with layered rules) live here.
+//! [`ApprovalBroker`] with layered rules) and KAREN's agent-only
+//! [`housing`] tools live here.
 //!
 //! It sits above `agent` and below `app`: it may use `agent`, `memory`,
 //! `model` and `common`, never `app`. The per-session [`Sandbox`] and the
@@ -9,6 +10,7 @@
 
 pub(crate) mod approval;
 mod ask;
+pub(crate) mod housing;
 mod sandbox;
 pub(crate) mod security;
 mod session;
@@ -22,6 +24,21 @@ pub use approval::{
 pub use ask::{
     AgentDirectory, AskAgentArgs, AskAgentTool, DEFAULT_ASK_TIMEOUT, Delegation, DelegationChain,
     DelegationError, DirectoryLink, MAX_CHAIN, PEER_REQUEST_RULE, RosterEntry, bigram_jaccard, is_bounce,
+};
+pub use housing::{
+    AGENT_ONLY_TOOLS, DEFAULT_NOTICE_LIMIT, DEFAULT_REFERENCE_RATE, FileProfileStore, FileWatchStore,
+    FixtureNoticeSource, HOUSING_MODE_ENV, HOUSING_REFERENCE_RATE_ENV, HOUSING_TIMEOUT_ENV,
+    HousingBudgetArgs, HousingBudgetTool, HousingConfig, HousingError, HousingLoanArgs, HousingLoanTool,
+    HousingProfile, HousingProfileArgs, HousingProfileTool, HousingWatchArgs, HousingWatchTool, IncomeBand,
+    LoanMonth, LoanSchedule, LoanTerms, MAX_NOTICE_LIMIT, MAX_PRINCIPAL, MAX_SEEN, MAX_YEARS,
+    MemoryProfileStore, MemoryWatchStore, Notice, NoticeAgency, NoticeArgs, NoticeError, NoticeQuery,
+    NoticeSource, NoticeTool, NoticeWatch, PROFILE_FILE, ProfileAction, ProfileStore, REFERENCE_LOAN_YEARS,
+    RepaymentMethod, SH_NOT_CONFIGURED, SH_URL_ENV, ShFeed, ShNoticeSource, UnconfiguredSource, WATCHES_FILE,
+    WatchAdded, WatchStore, amortize, check_watch, housing_tools, normalize_watch_text, sort_newest_first,
+};
+#[cfg(feature = "http")]
+pub use housing::{
+    LH_BASE_URL, LH_BASE_URL_ENV, LH_NOTICE_PATH, LH_SERVICE_KEY_ENV, LhConfig, LhNoticeSource,
 };
 pub use sandbox::{
     DirEntryInfo, DirListing, EntryKind, FileContent, MAX_COMPONENT_LEN, MAX_PATH_LEN, Sandbox, SandboxError,

@@ -8,6 +8,7 @@ mod deps;
 mod embed;
 mod gate;
 mod harness;
+mod housing;
 mod layers;
 mod loop_concurrency;
 mod loop_props;

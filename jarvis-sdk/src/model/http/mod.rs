@@ -1,5 +1,5 @@
-//! HTTP plumbing shared by the real providers: one client with connect and
-//! read timeouts, retries with exponential backoff and jitter (only before
+//! HTTP plumbing shared by the real providers (and the housing notice
+//! sources of `core`): one client with connect and read timeouts, retries with exponential backoff and jitter (only before
 //! the first byte of a response body), error bodies turned into short
 //! messages, secrets kept out of logs, and the adapter that turns a response
 //! body into a [`ProviderStream`] through a sans-IO [`StreamDecoder`].
@@ -170,9 +170,7 @@ impl HttpClient {
         headers: &[(&'static str, String, bool)],
         body: &Value,
     ) -> Result<reqwest::Response, ProviderError> {
-        let retry = &self.settings.retry;
-        let mut attempt = 0;
-        loop {
+        self.send_with_retries(|| {
             let mut request = self.client.post(url).json(body);
             for (name, value, sensitive) in headers {
                 let mut value = reqwest::header::HeaderValue::from_str(value).map_err(|_| {
@@ -184,7 +182,33 @@ impl HttpClient {
                 value.set_sensitive(*sensitive);
                 request = request.header(*name, value);
             }
-            let error = match request.send().await {
+            Ok(request)
+        })
+        .await
+    }
+
+    /// GETs `url` with `query` appended (percent-encoded), retrying per the
+    /// policy until a success status. Error messages never contain the URL,
+    /// so a key sent in the query stays out of logs.
+    pub(crate) async fn get(
+        &self,
+        url: &str,
+        query: &[(&str, String)],
+    ) -> Result<reqwest::Response, ProviderError> {
+        self.send_with_retries(|| Ok(self.client.get(url).query(query)))
+            .await
+    }
+
+    /// Sends the request `build` makes, again after each transient failure
+    /// before the first byte of a success answer.
+    async fn send_with_retries(
+        &self,
+        build: impl Fn() -> Result<reqwest::RequestBuilder, ProviderError>,
+    ) -> Result<reqwest::Response, ProviderError> {
+        let retry = &self.settings.retry;
+        let mut attempt = 0;
+        loop {
+            let error = match build()?.send().await {
                 Ok(response) if response.status().is_success() => return Ok(response),
                 Ok(response) => self.error_from_response(response).await,
                 Err(e) => self.transport_error(e),
@@ -199,7 +223,7 @@ impl HttpClient {
                 } => (*after).min(retry.max_retry_after),
                 _ => self.backoff(attempt),
             };
-            tracing::warn!(provider = self.provider, attempt = attempt + 1, ?delay, %error, "retrying the model call");
+            tracing::warn!(provider = self.provider, attempt = attempt + 1, ?delay, %error, "retrying the call");
             self.settings.sleeper.sleep(delay).await;
             attempt += 1;
         }
@@ -222,7 +246,30 @@ impl HttpClient {
         half + Duration::from_nanos(x % spread)
     }
 
+    /// Reads a whole success body, refusing one longer than `limit` bytes.
+    pub(crate) async fn read_body(
+        &self,
+        response: reqwest::Response,
+        limit: usize,
+    ) -> Result<Vec<u8>, ProviderError> {
+        let mut body = Vec::new();
+        let mut bytes = response.bytes_stream();
+        while let Some(chunk) = bytes.next().await {
+            body.extend_from_slice(&chunk.map_err(|e| self.transport_error(e))?);
+            if body.len() > limit {
+                return Err(ProviderError::stream(
+                    self.provider,
+                    format!("the response is longer than {limit} bytes"),
+                ));
+            }
+        }
+        Ok(body)
+    }
+
+    /// A transport failure as a [`ProviderError`]; the URL is left out of
+    /// the message (a query may carry a key).
     pub(crate) fn transport_error(&self, e: reqwest::Error) -> ProviderError {
+        let e = e.without_url();
         let what = if e.is_timeout() {
             "the request timed out"
         } else if e.is_connect() {

@@ -59,6 +59,8 @@ impl Reply {
 #[derive(Debug, Clone)]
 pub(crate) struct Recorded {
     pub(crate) path: String,
+    /// The query string as sent (still percent-encoded), if any.
+    pub(crate) query: Option<String>,
     pub(crate) headers: HeaderMap,
     pub(crate) body: serde_json::Value,
 }
@@ -98,6 +100,7 @@ impl Replay {
 async fn handle(State(shared): State<Arc<Shared>>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
     shared.requests.lock().unwrap().push(Recorded {
         path: uri.path().to_owned(),
+        query: uri.query().map(str::to_owned),
         headers,
         body: serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
     });

@@ -1,0 +1,271 @@
+//! KAREN's agent-only housing tools (SPEC.md §15.2, R-DEF-7): notice
+//! look-ups for LH and SH (`lh_notice`, `sh_notice`), loan maths
+//! (`housing_loan`), notices that fit a budget (`housing_budget`), the
+//! person's housing profile (`housing_profile`) and watches on new notices
+//! (`housing_watch`).
+//!
+//! Notices come through the [`NoticeSource`] trait:
+//!
+//! - [`LhNoticeSource`] calls LH's documented notice API on data.go.kr
+//!   (feature `http`, on by default);
+//! - [`ShNoticeSource`] reads a configured JSON feed, because SH has no
+//!   public API that could be verified (an unconfigured look-up says so);
+//! - [`FixtureNoticeSource`] serves bundled sample notices, marked as such,
+//!   for the offline demo and tests.
+//!
+//! [`HousingConfig::from_env`] picks sources and stores from
+//! `JARVIS_HOUSING__*`; [`housing_tools`] turns a configuration into the
+//! six tools, named in [`AGENT_ONLY_TOOLS`].
+
+mod budget;
+mod error;
+mod feed;
+mod fixture;
+mod format;
+#[cfg(feature = "http")]
+mod lh;
+mod loan;
+mod lookup;
+mod notice;
+mod profile;
+mod sh;
+mod store;
+mod watch;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use budget::{DEFAULT_REFERENCE_RATE, HousingBudgetArgs, HousingBudgetTool, REFERENCE_LOAN_YEARS};
+pub use error::{HousingError, NoticeError};
+pub use fixture::FixtureNoticeSource;
+#[cfg(feature = "http")]
+pub use lh::{LH_BASE_URL, LH_BASE_URL_ENV, LH_NOTICE_PATH, LH_SERVICE_KEY_ENV, LhConfig, LhNoticeSource};
+pub use loan::{
+    HousingLoanArgs, HousingLoanTool, LoanMonth, LoanSchedule, LoanTerms, MAX_PRINCIPAL, MAX_YEARS,
+    RepaymentMethod, amortize,
+};
+pub use lookup::{NoticeArgs, NoticeTool};
+pub use notice::{
+    DEFAULT_NOTICE_LIMIT, MAX_NOTICE_LIMIT, Notice, NoticeAgency, NoticeQuery, NoticeSource,
+    UnconfiguredSource, sort_newest_first,
+};
+pub use profile::{
+    FileProfileStore, HousingProfile, HousingProfileArgs, HousingProfileTool, IncomeBand, MemoryProfileStore,
+    PROFILE_FILE, ProfileAction, ProfileStore,
+};
+pub use sh::{SH_NOT_CONFIGURED, SH_URL_ENV, ShFeed, ShNoticeSource};
+pub use watch::{
+    FileWatchStore, HousingWatchArgs, HousingWatchTool, MAX_SEEN, MemoryWatchStore, NoticeWatch,
+    WATCHES_FILE, WatchAdded, WatchStore, check_watch, normalize_watch_text,
+};
+
+use crate::agent::{Tool, Typed};
+
+/// The agent-only tools: visible only to agents that list them (R-DEF-7,
+/// SPEC.md §17.3 #5), never part of the "whole registry" default.
+pub const AGENT_ONLY_TOOLS: [&str; 6] = [
+    "lh_notice",
+    "sh_notice",
+    "housing_loan",
+    "housing_budget",
+    "housing_profile",
+    "housing_watch",
+];
+
+/// Chooses live sources (`live`, the default) or the bundled samples
+/// (`fixture`) for both look-ups.
+pub const HOUSING_MODE_ENV: &str = "JARVIS_HOUSING__MODE";
+/// Seconds of silence a notice request may wait (default 20).
+pub const HOUSING_TIMEOUT_ENV: &str = "JARVIS_HOUSING__TIMEOUT_SECS";
+/// The reference loan rate (%) `housing_budget` prices a sale's gap at.
+pub const HOUSING_REFERENCE_RATE_ENV: &str = "JARVIS_HOUSING__REFERENCE_RATE";
+
+/// Everything the housing tools run on.
+#[derive(Debug, Clone)]
+pub struct HousingConfig {
+    /// Where `lh_notice` looks.
+    pub lh: Arc<dyn NoticeSource>,
+    /// Where `sh_notice` looks.
+    pub sh: Arc<dyn NoticeSource>,
+    /// Where the housing profile is kept.
+    pub profiles: Arc<dyn ProfileStore>,
+    /// Where watches are kept (the scheduler reads them from here).
+    pub watches: Arc<dyn WatchStore>,
+    /// The yearly rate (%) of `housing_budget`'s reference loan.
+    pub reference_rate_percent: f64,
+}
+
+impl HousingConfig {
+    /// Sample sources for both agencies and file stores under `home`: the
+    /// offline demo.
+    pub fn fixture(home: &Path) -> Self {
+        Self {
+            lh: Arc::new(FixtureNoticeSource::lh()),
+            sh: Arc::new(FixtureNoticeSource::sh()),
+            profiles: Arc::new(FileProfileStore::in_home(home)),
+            watches: Arc::new(FileWatchStore::in_home(home)),
+            reference_rate_percent: DEFAULT_REFERENCE_RATE,
+        }
+    }
+
+    /// Sample sources and in-memory stores: tests and embedding without a
+    /// home directory.
+    pub fn in_memory() -> Self {
+        Self {
+            lh: Arc::new(FixtureNoticeSource::lh()),
+            sh: Arc::new(FixtureNoticeSource::sh()),
+            profiles: Arc::new(MemoryProfileStore::new()),
+            watches: Arc::new(MemoryWatchStore::new()),
+            reference_rate_percent: DEFAULT_REFERENCE_RATE,
+        }
+    }
+
+    /// The configuration the environment describes, with file stores under
+    /// `home` (`$JARVIS_HOME`):
+    ///
+    /// | variable | meaning |
+    /// |---|---|
+    /// | `JARVIS_HOUSING__MODE` | `live` (default) or `fixture` (bundled samples for both look-ups) |
+    /// | `JARVIS_HOUSING__LH_SERVICE_KEY` | the data.go.kr service key for LH's notice API |
+    /// | `JARVIS_HOUSING__LH_BASE_URL` | default `https://apis.data.go.kr/B552555` |
+    /// | `JARVIS_HOUSING__SH_URL` | an SH notice feed: `http(s)://` URL or file path |
+    /// | `JARVIS_HOUSING__TIMEOUT_SECS` | read timeout of notice requests, default 20 |
+    /// | `JARVIS_HOUSING__REFERENCE_RATE` | `housing_budget`'s loan rate in %, default 4 |
+    ///
+    /// A live source without its key or feed still builds: its look-ups
+    /// answer with what is missing.
+    pub fn from_env(home: &Path) -> Result<Self, HousingError> {
+        Self::from_vars(home, |name| std::env::var(name).ok())
+    }
+
+    /// [`HousingConfig::from_env`] over any variable lookup (for tests).
+    pub fn from_vars(home: &Path, var: impl Fn(&str) -> Option<String>) -> Result<Self, HousingError> {
+        let get = |name: &str| var(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        let mut config = match get(HOUSING_MODE_ENV).as_deref() {
+            None | Some("live") => Self::live(home, &get)?,
+            Some("fixture") => Self::fixture(home),
+            Some(other) => {
+                return Err(HousingError::Invalid(format!(
+                    "{HOUSING_MODE_ENV} must be `live` or `fixture`, got {other:?}"
+                )));
+            }
+        };
+        if let Some(rate) = get(HOUSING_REFERENCE_RATE_ENV) {
+            config.reference_rate_percent = rate
+                .parse::<f64>()
+                .ok()
+                .filter(|r| r.is_finite() && (0.0..=100.0).contains(r))
+                .ok_or_else(|| {
+                    HousingError::Invalid(format!(
+                        "{HOUSING_REFERENCE_RATE_ENV} must be a rate from 0 to 100, got {rate:?}"
+                    ))
+                })?;
+        }
+        Ok(config)
+    }
+
+    fn live(home: &Path, get: &dyn Fn(&str) -> Option<String>) -> Result<Self, HousingError> {
+        let timeout = match get(HOUSING_TIMEOUT_ENV) {
+            None => Duration::from_secs(20),
+            Some(secs) => secs
+                .parse::<u64>()
+                .ok()
+                .filter(|s| (1..=600).contains(s))
+                .map(Duration::from_secs)
+                .ok_or_else(|| {
+                    HousingError::Invalid(format!(
+                        "{HOUSING_TIMEOUT_ENV} must be whole seconds from 1 to 600, got {secs:?}"
+                    ))
+                })?,
+        };
+        let sh: Arc<dyn NoticeSource> = match get(SH_URL_ENV) {
+            None => Arc::new(ShNoticeSource::unconfigured()),
+            Some(location) => Arc::new(Self::sh_source(ShFeed::parse(&location), timeout)?),
+        };
+        Ok(Self {
+            lh: Self::lh_source(get, timeout)?,
+            sh,
+            profiles: Arc::new(FileProfileStore::in_home(home)),
+            watches: Arc::new(FileWatchStore::in_home(home)),
+            reference_rate_percent: DEFAULT_REFERENCE_RATE,
+        })
+    }
+
+    #[cfg(feature = "http")]
+    fn lh_source(
+        get: &dyn Fn(&str) -> Option<String>,
+        timeout: Duration,
+    ) -> Result<Arc<dyn NoticeSource>, HousingError> {
+        let mut config = LhConfig::new(get(LH_SERVICE_KEY_ENV).map(crate::model::ApiKey::new));
+        if let Some(base) = get(LH_BASE_URL_ENV) {
+            config = config.with_base_url(base);
+        }
+        config.http.read_timeout = timeout;
+        Ok(Arc::new(LhNoticeSource::new(config)?))
+    }
+
+    #[cfg(not(feature = "http"))]
+    fn lh_source(
+        _get: &dyn Fn(&str) -> Option<String>,
+        _timeout: Duration,
+    ) -> Result<Arc<dyn NoticeSource>, HousingError> {
+        Ok(Arc::new(UnconfiguredSource::new(
+            NoticeAgency::Lh,
+            "this build has no HTTP client (feature `http`); LH's API cannot be called",
+        )))
+    }
+
+    #[cfg(feature = "http")]
+    fn sh_source(feed: ShFeed, timeout: Duration) -> Result<ShNoticeSource, HousingError> {
+        let http = crate::model::HttpSettings {
+            read_timeout: timeout,
+            ..crate::model::HttpSettings::default()
+        };
+        Ok(ShNoticeSource::with_http(feed, http)?)
+    }
+
+    #[cfg(not(feature = "http"))]
+    fn sh_source(feed: ShFeed, _timeout: Duration) -> Result<ShNoticeSource, HousingError> {
+        Ok(ShNoticeSource::new(feed)?)
+    }
+}
+
+/// The six housing tools over `config`, in the order of [`AGENT_ONLY_TOOLS`].
+pub fn housing_tools(config: &HousingConfig) -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(Typed::new(NoticeTool::lh(config.lh.clone()))),
+        Arc::new(Typed::new(NoticeTool::sh(config.sh.clone()))),
+        Arc::new(Typed::new(HousingLoanTool)),
+        Arc::new(Typed::new(
+            HousingBudgetTool::new(
+                vec![config.lh.clone(), config.sh.clone()],
+                config.profiles.clone(),
+            )
+            .with_reference_rate(config.reference_rate_percent),
+        )),
+        Arc::new(Typed::new(HousingProfileTool::new(config.profiles.clone()))),
+        Arc::new(Typed::new(HousingWatchTool::new(config.watches.clone()))),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tools_are_the_agent_only_names_in_order() {
+        let tools = housing_tools(&HousingConfig::in_memory());
+        let names: Vec<&str> = tools.iter().map(|t| t.name()).collect();
+        assert_eq!(names, AGENT_ONLY_TOOLS);
+        let asks: Vec<&str> = tools
+            .iter()
+            .filter(|t| t.requires_approval())
+            .map(|t| t.name())
+            .collect();
+        assert_eq!(asks, ["housing_watch"]);
+        for tool in &tools {
+            assert_eq!(tool.parameters()["type"], "object", "{}", tool.name());
+        }
+    }
+}
