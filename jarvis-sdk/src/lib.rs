@@ -14,7 +14,7 @@
 //! | `memory` | memory service and stores (to come) |
 //! | `agent` | [`run_agent_loop`] with the overflow resume, [`AgentEvent`], [`UIAdapter`], [`Tool`], the tool-call gate ([`ToolGate`]), sessions ([`SessionStore`]: [`JsonlSessionStore`], [`MemorySessionStore`], `PostgresSessionStore`) and the turn [`Harness`] |
 //! | `core` | [`AgentSession`] (security → thinking → harness → loop), the [`SecurityPipeline`], the [`ApprovalBroker`] with [`LayeredApprovalRules`], the per-session [`Sandbox`] and the [`builtin_tools`], KAREN's housing tools ([`housing_tools`]) |
-//! | `app` | agent profiles, the registry and assembly (to come) |
+//! | `app` | [`AgentProfile`], team definitions, the [`AgentRegistry`], [`build_app`] and [`AppAssembly`] |
 //!
 //! The plugin points are small object-safe traits held as `Arc<dyn …>`:
 //! [`Provider`] (a model service), [`UIAdapter`] (a screen), [`Tool`],
@@ -87,6 +87,12 @@ pub use agent::{
     SessionMeta, SessionStore, StopReason, ThinkingHook, ThinkingInput, Tool, ToolCallInfo, ToolContext,
     ToolError, ToolGate, ToolPolicy, ToolRegistry, ToolResult, Typed, TypedTool, UIAdapter, prompts,
     run_agent_loop, schema_for, validate_agent_id,
+};
+pub use app::{
+    ALWAYS_ATTACHED, AgentProfile, AgentRegistry, AppAssembly, AppConfig, AppError, BUILTIN_TEAM,
+    BrandConfig, CountingFeedback, FeedbackLearner, JARVIS_SYSTEM_PROMPT, MAIN_AGENT, MemoryReadSpec,
+    Palette, Reaction, Skipped, StoreBackend, TeamContext, ThinkingSettings, build_app, load_team,
+    parse_definition, seed_team_dir, valid_agent_id, wordmark,
 };
 pub use common::{
     Clock, Extensions, HOME_LOCK_FILE, HomeLock, HomeLockError, IdSource, LockHolder, ManualClock,

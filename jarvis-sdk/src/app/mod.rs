@@ -1,6 +1,26 @@
-//! The assembly layer (SPEC.md §10): `AgentProfile`, `AgentRegistry`,
-//! `build_app` and `AppAssembly`, the one assembly result every screen
-//! consumes.
+//! The assembly layer (SPEC.md §10): [`AgentProfile`] (one agent's worth of
+//! settings), team definitions, the [`AgentRegistry`], [`build_app`] and
+//! [`AppAssembly`], the one assembly result every screen receives. Screens
+//! never assemble agents themselves.
 //!
-//! It is the top layer of the SDK. Nothing is built here yet; the module
-//! exists so the layer order is fixed and enforced from the start.
+//! It is the top layer of the SDK and may use every layer below it.
+
+mod assembly;
+mod config;
+mod definition;
+mod error;
+mod profile;
+mod registry;
+
+pub use assembly::{AppAssembly, build_app};
+pub use config::{AppConfig, BrandConfig, JARVIS_SYSTEM_PROMPT, StoreBackend};
+pub use definition::{
+    ALWAYS_ATTACHED, BUILTIN_TEAM, Skipped, TeamContext, load_team, parse_definition, seed_team_dir,
+    valid_agent_id,
+};
+pub use error::AppError;
+pub use profile::{
+    AgentProfile, CountingFeedback, FeedbackLearner, MAIN_AGENT, MemoryReadSpec, Palette, Reaction,
+    ThinkingSettings, wordmark,
+};
+pub use registry::AgentRegistry;

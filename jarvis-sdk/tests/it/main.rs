@@ -23,3 +23,4 @@ mod sessions_crash;
 mod sessions_jsonl;
 mod sessions_postgres;
 mod support;
+mod team;

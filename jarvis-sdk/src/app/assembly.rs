@@ -1,0 +1,463 @@
+//! [`build_app`] (the infrastructure builder, R-ASM-1/2) and [`AppAssembly`]:
+//! the one assembly result every screen receives (R-GOAL-1, R-ASM-7/8).
+//! Sessions are built here (the session builder, R-ASM-4) and nowhere else.
+
+use async_trait::async_trait;
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use super::config::{AppConfig, StoreBackend};
+use super::definition::{TeamContext, load_team, seed_team_dir};
+use super::error::AppError;
+use super::profile::{AgentProfile, CountingFeedback, MAIN_AGENT, MemoryReadSpec, Palette, ThinkingSettings};
+use super::registry::AgentRegistry;
+use crate::agent::{
+    AgentIdentity, Approver, Harness, HarnessConfig, JsonlOptions, JsonlSessionStore, LoopContext,
+    ModelSettings, NewSession, ScreenHub, SessionEntry, SessionId, SessionMeta, SessionStore, Tool, ToolGate,
+    ToolRegistry, Typed,
+};
+use crate::common::{Extensions, HomeLock};
+use crate::core::{
+    AGENT_ONLY_TOOLS, AgentDirectory, AgentSession, AgentSessionParts, AgentToolPolicy, ApprovalBroker,
+    AskAgentTool, Boundaries, BuiltinConfig, Caller, Delegation, DelegationError, DirectoryLink,
+    LayeredApprovalRules, PEER_REQUEST_RULE, PromptOptions, RosterEntry, SecurityPipeline, SessionPolicy,
+    TokenAuth, TurnError, Validation, builtin_tools, housing_tools,
+};
+use crate::model::Provider;
+
+/// Builds the app: model, stores, tools, team, security and approvals from
+/// one configuration.
+pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
+    let lock = Arc::new(HomeLock::acquire(&config.home)?);
+    let provider = match &config.provider {
+        Some(p) => p.clone(),
+        None => config.llm.build()?,
+    };
+    let store: Arc<dyn SessionStore> = match &config.store {
+        StoreBackend::Jsonl => {
+            let options = JsonlOptions::default().clock(config.clock.clone());
+            Arc::new(JsonlSessionStore::with_lock(lock.clone(), options)?)
+        }
+        #[cfg(feature = "postgres")]
+        StoreBackend::Postgres { url } => {
+            let store = crate::agent::PostgresSessionStore::connect(url)
+                .await?
+                .with_clock(config.clock.clone());
+            Arc::new(store)
+        }
+        #[cfg(not(feature = "postgres"))]
+        StoreBackend::Postgres { .. } => {
+            return Err(AppError::Config(
+                "this build has no Postgres store (cargo feature `postgres`)".into(),
+            ));
+        }
+    };
+    if seed_team_dir(&config.team_dir).map_err(|source| AppError::Io {
+        what: format!("create the team directory {}", config.team_dir.display()),
+        source,
+    })? {
+        tracing::info!(dir = %config.team_dir.display(), "team directory created with the built-in team");
+    }
+
+    // Tools: the built-in ones, KAREN's, and ask_agent once the team is known.
+    let mut tools = ToolRegistry::new();
+    for tool in builtin_tools(BuiltinConfig::for_home(&config.home))
+        .into_iter()
+        .chain(housing_tools(&config.housing))
+    {
+        register(&mut tools, tool)?;
+    }
+    let mut names: BTreeSet<String> = tools.names().map(str::to_owned).collect();
+    names.insert("ask_agent".to_owned());
+    let agent_only: BTreeSet<String> = AGENT_ONLY_TOOLS.iter().map(|t| (*t).to_owned()).collect();
+    let main = main_profile(&config, &names, &agent_only);
+    let (others, skipped) = load_team(
+        &config.team_dir,
+        &TeamContext {
+            main: &main,
+            app_tools: &names,
+            agent_only: &agent_only,
+        },
+    );
+    let registry = AgentRegistry::new(main, others, skipped);
+    let link = DirectoryLink::new();
+    if registry.agents().len() >= 2 {
+        let ask = AskAgentTool::new(link.clone(), &registry.roster()).with_timeout(config.ask_timeout);
+        register(&mut tools, Arc::new(Typed::new(ask)))?;
+    }
+
+    let auth = TokenAuth::new(config.web_token.clone()).with_agents(registry.ids().map(str::to_owned));
+    let security = SecurityPipeline::new(
+        config
+            .validation
+            .clone()
+            .unwrap_or_else(|| Arc::new(Validation::default())),
+        Arc::new(auth),
+        Arc::new(SessionPolicy),
+    );
+    let inner = Arc::new(AppInner {
+        rules: Arc::new(LayeredApprovalRules::new(&config.home)),
+        notice: if config.provider.is_some() {
+            None
+        } else {
+            config.llm.notice.clone()
+        },
+        config,
+        registry,
+        store,
+        provider,
+        tools,
+        security,
+        sessions: Mutex::default(),
+        delegating: Mutex::default(),
+        _lock: lock,
+    });
+    let directory: Arc<dyn AgentDirectory> = inner.clone();
+    link.connect(Arc::downgrade(&directory));
+    Ok(AppAssembly { inner })
+}
+
+fn register(tools: &mut ToolRegistry, tool: Arc<dyn Tool>) -> Result<(), AppError> {
+    tools
+        .register(tool)
+        .map_err(|e| AppError::Config(format!("tool registry: {e}")))
+}
+
+fn main_profile(config: &AppConfig, tools: &BTreeSet<String>, agent_only: &BTreeSet<String>) -> AgentProfile {
+    AgentProfile {
+        id: MAIN_AGENT.to_owned(),
+        name: config.brand.name.clone(),
+        description: "팀 총괄 (team lead)".to_owned(),
+        quote: config.brand.quote.clone(),
+        palette: Palette {
+            primary: config.brand.primary.clone(),
+            accent: config.brand.accent.clone(),
+        },
+        system_prompt: config.system_prompt.clone(),
+        model: config.llm.model.clone(),
+        tools: tools
+            .iter()
+            .filter(|t| !agent_only.contains(*t))
+            .cloned()
+            .collect(),
+        proactive: config.proactive,
+        memory_read: MemoryReadSpec::default(),
+        boundaries: Boundaries::default(),
+        thinking: ThinkingSettings::default(),
+        feedback: Arc::new(CountingFeedback::default()),
+    }
+}
+
+struct AppInner {
+    config: AppConfig,
+    registry: AgentRegistry,
+    store: Arc<dyn SessionStore>,
+    provider: Arc<dyn Provider>,
+    tools: ToolRegistry,
+    rules: Arc<LayeredApprovalRules>,
+    security: SecurityPipeline,
+    notice: Option<String>,
+    sessions: Mutex<HashMap<String, Arc<AgentSession>>>,
+    delegating: Mutex<BTreeSet<(String, String)>>,
+    _lock: Arc<HomeLock>,
+}
+
+/// The assembled app. Cheap to clone; every screen holds one.
+#[derive(Clone)]
+pub struct AppAssembly {
+    inner: Arc<AppInner>,
+}
+
+impl std::fmt::Debug for AppAssembly {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppAssembly")
+            .field("home", &self.inner.config.home)
+            .field("agents", &self.inner.registry.ids().collect::<Vec<_>>())
+            .field("provider", &self.inner.provider.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AppAssembly {
+    /// The team.
+    pub fn registry(&self) -> &AgentRegistry {
+        &self.inner.registry
+    }
+
+    /// The session store.
+    pub fn store(&self) -> &Arc<dyn SessionStore> {
+        &self.inner.store
+    }
+
+    /// `JARVIS_HOME`.
+    pub fn home(&self) -> &Path {
+        &self.inner.config.home
+    }
+
+    /// The team directory.
+    pub fn team_dir(&self) -> &PathBuf {
+        &self.inner.config.team_dir
+    }
+
+    /// Why this model was chosen, when it was not configured explicitly
+    /// (for example the offline demo); screens show it.
+    pub fn notice(&self) -> Option<&str> {
+        self.inner.notice.as_deref()
+    }
+
+    /// The model provider.
+    pub fn provider(&self) -> &Arc<dyn Provider> {
+        &self.inner.provider
+    }
+
+    /// Every tool of the app (each agent sees its own subset).
+    pub fn tools(&self) -> &ToolRegistry {
+        &self.inner.tools
+    }
+
+    /// Creates a new session of `agent` (`main` when `None`).
+    pub async fn create_session(&self, agent: Option<&str>) -> Result<SessionMeta, AppError> {
+        let agent = agent.unwrap_or(MAIN_AGENT);
+        self.require_agent(agent)?;
+        let id = SessionId::new(self.inner.config.ids.next_id("s-"))?;
+        Ok(self.inner.store.create(NewSession::user(id, agent)).await?)
+    }
+
+    /// The session `default-<agent>`, created when missing (the CLI's).
+    pub async fn default_session(&self, agent: &str) -> Result<SessionMeta, AppError> {
+        self.require_agent(agent)?;
+        let id = SessionId::default_for(agent)?;
+        Ok(self
+            .inner
+            .store
+            .get_or_create(NewSession::user(id, agent))
+            .await?
+            .0)
+    }
+
+    /// The session `id`, created for `agent` when it does not exist; an
+    /// existing session keeps its own agent and `agent` is ignored
+    /// (R-WEB-3, SPEC.md §17.3 #6).
+    pub async fn open_or_create(
+        &self,
+        id: &SessionId,
+        agent: Option<&str>,
+    ) -> Result<Arc<AgentSession>, AppError> {
+        if self.inner.store.get(id).await?.is_none() {
+            let agent = agent.unwrap_or(MAIN_AGENT);
+            self.require_agent(agent)?;
+            self.inner
+                .store
+                .get_or_create(NewSession::user(id.clone(), agent))
+                .await?;
+        }
+        self.inner.open(id).await
+    }
+
+    /// The open session `id` (built on first use, then shared by every screen).
+    pub async fn session(&self, id: &SessionId) -> Result<Arc<AgentSession>, AppError> {
+        self.inner.open(id).await
+    }
+
+    /// Every session, newest first.
+    pub async fn list_sessions(&self) -> Result<Vec<SessionMeta>, AppError> {
+        Ok(self.inner.store.list().await?)
+    }
+
+    /// A session's metadata and entries.
+    pub async fn session_entries(
+        &self,
+        id: &SessionId,
+    ) -> Result<(SessionMeta, Vec<SessionEntry>), AppError> {
+        let meta = self
+            .inner
+            .store
+            .get(id)
+            .await?
+            .ok_or_else(|| crate::agent::SessionError::not_found(id))?;
+        Ok((meta, self.inner.store.entries(id).await?))
+    }
+
+    /// A fork of `id` with a new id; it keeps the parent's agent.
+    pub async fn fork(&self, id: &SessionId) -> Result<SessionMeta, AppError> {
+        let child = SessionId::new(self.inner.config.ids.next_id("s-"))?;
+        Ok(self.inner.store.fork(id, child).await?)
+    }
+
+    fn require_agent(&self, agent: &str) -> Result<(), AppError> {
+        if self.inner.registry.contains(agent) {
+            Ok(())
+        } else {
+            Err(AppError::UnknownAgent(agent.to_owned()))
+        }
+    }
+}
+
+impl AppInner {
+    async fn open(&self, id: &SessionId) -> Result<Arc<AgentSession>, AppError> {
+        if let Some(session) = self
+            .sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id.as_str())
+        {
+            return Ok(session.clone());
+        }
+        let meta = self
+            .store
+            .get(id)
+            .await?
+            .ok_or_else(|| crate::agent::SessionError::not_found(id))?;
+        let built = Arc::new(self.build_session(&meta)?);
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(sessions.entry(id.to_string()).or_insert(built).clone())
+    }
+
+    /// The session builder: one session's sandbox-bound tools, gate,
+    /// approval broker, security pipeline, harness and screens.
+    fn build_session(&self, meta: &SessionMeta) -> Result<AgentSession, AppError> {
+        let profile = self
+            .registry
+            .get(&meta.agent_id)
+            .ok_or_else(|| AppError::UnknownAgent(meta.agent_id.clone()))?;
+        let id = meta.id.clone();
+        let screens = ScreenHub::new();
+        let broker = ApprovalBroker::new(id.as_str(), self.rules.clone(), self.config.ids.clone())
+            .with_timeout(self.config.approval_timeout)
+            .with_ask_always(profile.boundaries.ask.iter().cloned());
+        let mut gate = ToolGate::new()
+            .with_policy(Arc::new(
+                AgentToolPolicy::new(&profile.id, Some(profile.tools.iter().cloned()))
+                    .with_boundaries(&profile.boundaries),
+            ))
+            .with_approver(Arc::new(broker.clone()));
+        for hook in &self.config.hooks {
+            gate = gate.with_hook(hook.clone());
+        }
+        let mut tools = ToolRegistry::new();
+        for name in &profile.tools {
+            if let Some(tool) = self.tools.get(name) {
+                register(&mut tools, tool.clone())?;
+            }
+        }
+        let ctx = LoopContext::new(self.provider.clone())
+            .with_tools(tools)
+            .with_gate(gate)
+            .with_ui(Arc::new(screens.clone()))
+            .with_ids(self.config.ids.clone())
+            .with_model(ModelSettings {
+                model: profile.model.clone(),
+                system_prompt: Some(profile.system_prompt.clone()),
+                ..ModelSettings::default()
+            })
+            .with_identity(AgentIdentity {
+                agent_id: profile.id.clone(),
+                agent_name: profile.name.clone(),
+                session_id: id.to_string(),
+            });
+        let harness = Harness::new(self.store.clone(), ctx)
+            .with_config(HarnessConfig::default().with_loop_config(self.config.loop_config.clone()));
+        Ok(AgentSession::new(AgentSessionParts::new(
+            id,
+            profile.id.clone(),
+            meta.kind,
+            self.security.clone(),
+            harness,
+            screens,
+            broker,
+        )))
+    }
+}
+
+/// Removes a pair from the delegations under way however the delegation ends.
+struct Delegating<'a> {
+    set: &'a Mutex<BTreeSet<(String, String)>>,
+    pair: (String, String),
+}
+
+impl Drop for Delegating<'_> {
+    fn drop(&mut self) {
+        self.set
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.pair);
+    }
+}
+
+#[async_trait]
+impl AgentDirectory for AppInner {
+    fn roster(&self) -> Vec<RosterEntry> {
+        self.registry.roster()
+    }
+
+    /// Runs the callee's turn in `peer-<caller>-<callee>` (one session per
+    /// ordered pair, reused), with `PEER_REQUEST_RULE` on each model call and
+    /// approvals on the calling session's screens.
+    async fn delegate(&self, d: Delegation) -> Result<String, DelegationError> {
+        if !self.registry.contains(&d.callee) {
+            return Err(DelegationError::UnknownAgent(d.callee));
+        }
+        let pair = (d.caller.clone(), d.callee.clone());
+        if !self
+            .delegating
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(pair.clone())
+        {
+            return Err(DelegationError::Busy {
+                caller: d.caller,
+                callee: d.callee,
+            });
+        }
+        let _delegating = Delegating {
+            set: &self.delegating,
+            pair,
+        };
+        let failed = |message: String| DelegationError::Failed {
+            callee: d.callee.clone(),
+            message,
+        };
+        let peer_id =
+            SessionId::new(format!("peer-{}-{}", d.caller, d.callee)).map_err(|e| failed(e.to_string()))?;
+        self.store
+            .get_or_create(NewSession::peer(peer_id.clone(), &d.caller, &d.callee))
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let peer = self.open(&peer_id).await.map_err(|e| failed(e.to_string()))?;
+        // Approvals of the callee's tools go to the screens of the session
+        // that delegated (R-ASK-8).
+        let approver: Option<Arc<dyn Approver>> = match SessionId::new(d.caller_session.as_str()) {
+            Ok(caller_id) => match self.open(&caller_id).await {
+                Ok(caller) => Some(Arc::new(caller.broker().clone())),
+                Err(_) => None,
+            },
+            Err(_) => None,
+        };
+        let mut options = PromptOptions::from(Caller::Peer {
+            agent_id: d.caller.clone(),
+        });
+        options.turn_instruction = Some(PEER_REQUEST_RULE.to_owned());
+        options.extensions = Extensions::new().with(d.chain);
+        options.approver = approver;
+        match peer.prompt_with(d.request, options).await {
+            Ok(outcome) if outcome.final_message.stop_reason == crate::agent::StopReason::Error => {
+                Err(failed(
+                    outcome
+                        .error
+                        .map(|e| e.to_string())
+                        .unwrap_or_else(|| "the model failed".into()),
+                ))
+            }
+            Ok(outcome) if outcome.final_message.content.trim().is_empty() => {
+                Err(failed("it gave no answer".into()))
+            }
+            Ok(outcome) => Ok(outcome.final_message.content),
+            Err(TurnError::Busy(_)) => Err(DelegationError::Busy {
+                caller: d.caller,
+                callee: d.callee,
+            }),
+            Err(error) => Err(failed(error.to_string())),
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! [`AppConfig`]: everything `build_app` needs, read from the environment
+//! (DESIGN.md §5) or set in code by an embedding app.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::error::AppError;
+use crate::agent::{AgentLoopConfig, BeforeToolCall};
+use crate::common::{Clock, IdSource, SystemClock, UniqueIds};
+use crate::core::{DEFAULT_APPROVAL_TIMEOUT, DEFAULT_ASK_TIMEOUT, HousingConfig, SecurityStage};
+use crate::model::{LlmConfig, Provider};
+
+/// JARVIS's brand (`JARVIS_BRAND__*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrandConfig {
+    /// The wordmark (`JARVIS_BRAND__NAME`).
+    pub name: String,
+    /// The quote line (`JARVIS_BRAND__QUOTE`).
+    pub quote: String,
+    /// The main colour (`JARVIS_BRAND__PRIMARY`).
+    pub primary: String,
+    /// The accent colour (`JARVIS_BRAND__ACCENT`).
+    pub accent: String,
+}
+
+impl Default for BrandConfig {
+    fn default() -> Self {
+        Self {
+            name: "J.A.R.V.I.S.".into(),
+            quote: "Just A Rather Very Intelligent System".into(),
+            primary: "#5fc8e2".into(),
+            accent: "#ffd166".into(),
+        }
+    }
+}
+
+/// The default system prompt of JARVIS.
+pub const JARVIS_SYSTEM_PROMPT: &str = "당신은 J.A.R.V.I.S. 입니다. 사용자의 기본 대화 상대이자 팀 총괄입니다. \
+간결하고 정확하게 답하고, 다른 에이전트의 전문 분야에 속하는 일은 ask_agent 로 맡긴 뒤 그 답을 사용자에게 전합니다. \
+(You are J.A.R.V.I.S., the person's default companion and the team lead. Answer briefly and exactly; hand \
+work in another agent's field to it with ask_agent and relay its answer.)";
+
+/// Where sessions are kept (`JARVIS_STORE__BACKEND`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreBackend {
+    /// `$JARVIS_HOME/sessions/` (default).
+    Jsonl,
+    /// A Postgres database (`JARVIS_STORE__POSTGRES_URL`; feature `postgres`).
+    Postgres {
+        /// The connection string.
+        url: String,
+    },
+}
+
+/// Settings of one app.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct AppConfig {
+    /// `JARVIS_HOME` (default `~/.jarvis`).
+    pub home: PathBuf,
+    /// `JARVIS_TEAM__DIR` (default `$JARVIS_HOME/team`).
+    pub team_dir: PathBuf,
+    /// The model.
+    pub llm: LlmConfig,
+    /// A provider to use instead of the one `llm` describes (embedding apps, tests).
+    pub provider: Option<Arc<dyn Provider>>,
+    /// JARVIS's brand.
+    pub brand: BrandConfig,
+    /// JARVIS's system prompt.
+    pub system_prompt: String,
+    /// Whether JARVIS (and agents that do not say) speak first.
+    pub proactive: bool,
+    /// Where sessions are kept.
+    pub store: StoreBackend,
+    /// `JARVIS_WEB__TOKEN`: web clients must present it when set.
+    pub web_token: Option<String>,
+    /// The loop's settings.
+    pub loop_config: AgentLoopConfig,
+    /// How long an approval request waits.
+    pub approval_timeout: Duration,
+    /// How long a delegation may take.
+    pub ask_timeout: Duration,
+    /// KAREN's notice sources and stores.
+    pub housing: HousingConfig,
+    /// `before_tool_call` plugin hooks, in order, for every session.
+    pub hooks: Vec<Arc<dyn BeforeToolCall>>,
+    /// A validation stage to use instead of the standard one.
+    pub validation: Option<Arc<dyn SecurityStage>>,
+    /// The clock.
+    pub clock: Arc<dyn Clock>,
+    /// Ids of new sessions and approval requests.
+    pub ids: Arc<dyn IdSource>,
+}
+
+impl std::fmt::Debug for AppConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppConfig")
+            .field("home", &self.home)
+            .field("team_dir", &self.team_dir)
+            .field("llm", &self.llm)
+            .field("brand", &self.brand)
+            .field("store", &self.store)
+            .field("web_token", &self.web_token.as_ref().map(|_| "<redacted>"))
+            .finish_non_exhaustive()
+    }
+}
+
+impl AppConfig {
+    /// Defaults under `home`: the offline demo model, JSONL sessions, sample
+    /// notices.
+    pub fn for_home(home: impl Into<PathBuf>) -> Self {
+        let home = home.into();
+        Self {
+            team_dir: home.join("team"),
+            llm: LlmConfig::from_lookup(|_| None).expect("an empty environment is a valid configuration"),
+            provider: None,
+            brand: BrandConfig::default(),
+            system_prompt: JARVIS_SYSTEM_PROMPT.to_owned(),
+            proactive: true,
+            store: StoreBackend::Jsonl,
+            web_token: None,
+            loop_config: AgentLoopConfig::default(),
+            approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
+            ask_timeout: DEFAULT_ASK_TIMEOUT,
+            housing: HousingConfig::fixture(&home),
+            hooks: Vec::new(),
+            validation: None,
+            clock: Arc::new(SystemClock),
+            ids: Arc::new(UniqueIds::new()),
+            home,
+        }
+    }
+
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, AppError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Reads variables through `get`; empty values count as unset.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, AppError> {
+        let var = |name: &str| get(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        let home = match var("JARVIS_HOME") {
+            Some(home) => PathBuf::from(home),
+            None => match var("HOME") {
+                Some(user_home) => Path::new(&user_home).join(".jarvis"),
+                None => {
+                    return Err(AppError::Config(
+                        "set JARVIS_HOME (HOME is not set either)".into(),
+                    ));
+                }
+            },
+        };
+        let mut config = Self::for_home(home);
+        if let Some(dir) = var("JARVIS_TEAM__DIR") {
+            config.team_dir = PathBuf::from(dir);
+        }
+        config.llm = LlmConfig::from_lookup(&get)?;
+        let brand = &mut config.brand;
+        for (name, field) in [
+            ("JARVIS_BRAND__NAME", &mut brand.name),
+            ("JARVIS_BRAND__QUOTE", &mut brand.quote),
+            ("JARVIS_BRAND__PRIMARY", &mut brand.primary),
+            ("JARVIS_BRAND__ACCENT", &mut brand.accent),
+        ] {
+            if let Some(value) = var(name) {
+                *field = value;
+            }
+        }
+        config.store = match var("JARVIS_STORE__BACKEND")
+            .map(|b| b.to_ascii_lowercase())
+            .as_deref()
+        {
+            None | Some("jsonl") => StoreBackend::Jsonl,
+            Some("postgres") => StoreBackend::Postgres {
+                url: var("JARVIS_STORE__POSTGRES_URL").ok_or_else(|| {
+                    AppError::Config("JARVIS_STORE__BACKEND=postgres needs JARVIS_STORE__POSTGRES_URL".into())
+                })?,
+            },
+            Some(other) => {
+                return Err(AppError::Config(format!(
+                    "JARVIS_STORE__BACKEND={other} is not a store; use jsonl or postgres"
+                )));
+            }
+        };
+        config.web_token = var("JARVIS_WEB__TOKEN");
+        config.housing =
+            HousingConfig::from_vars(&config.home, &get).map_err(|e| AppError::Config(e.to_string()))?;
+        Ok(config)
+    }
+
+    /// Uses `provider` instead of the configured model.
+    pub fn with_provider(mut self, provider: Arc<dyn Provider>) -> Self {
+        self.provider = Some(provider);
+        self
+    }
+
+    /// Reads team definitions from `dir`.
+    pub fn with_team_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.team_dir = dir.into();
+        self
+    }
+}

@@ -1,0 +1,231 @@
+//! Team definition files (SPEC.md §11.2): one `<id>.yaml` per agent in the
+//! team directory, the file name being the id.
+//!
+//! Rules: the id matches `^[a-z][a-z0-9_-]{0,31}$`; `main.yaml` is ignored
+//! (JARVIS is configured by `JARVIS_BRAND__*` and `JARVIS_LLM__*`); a file
+//! that does not parse, has an unknown key (also inside `memory.read`) or
+//! bad values is skipped with one log line naming the file and the reason,
+//! and the others still load; unknown tool names are warned about and
+//! dropped; fields left empty inherit JARVIS's settings; agent-only tools are
+//! visible only to agents that list them.
+
+use serde::Deserialize;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::profile::{AgentProfile, CountingFeedback, MAIN_AGENT, MemoryReadSpec, Palette, wordmark};
+use crate::core::Boundaries;
+
+/// The built-in team, written into a new team directory on first start.
+pub const BUILTIN_TEAM: [(&str, &str); 1] = [("karen.yaml", include_str!("../../../team/karen.yaml"))];
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DefinitionFile {
+    name: Option<String>,
+    description: Option<String>,
+    quote: Option<String>,
+    palette: Option<PaletteFile>,
+    system_prompt: Option<String>,
+    model: Option<String>,
+    tools: Option<Vec<String>>,
+    proactive: Option<bool>,
+    memory: Option<MemoryFile>,
+    boundaries: Option<Boundaries>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PaletteFile {
+    primary: Option<String>,
+    accent: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MemoryFile {
+    read: Option<ReadFile>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadFile {
+    edm: Option<Vec<String>>,
+    pdm: Option<Vec<String>>,
+}
+
+/// The tools every agent gets, listed or not (R-TEAM-5); `ask_agent` only
+/// when the team has two or more agents (R-TEAM-6).
+pub const ALWAYS_ATTACHED: [&str; 3] = ["ask_agent", "remember_task_pattern", "recall_episodes"];
+
+/// What the definitions are resolved against.
+#[derive(Debug, Clone)]
+pub struct TeamContext<'a> {
+    /// JARVIS's profile, whose settings empty fields inherit.
+    pub main: &'a AgentProfile,
+    /// Every tool name the app has.
+    pub app_tools: &'a BTreeSet<String>,
+    /// Tools visible only to agents that list them.
+    pub agent_only: &'a BTreeSet<String>,
+}
+
+/// A file that was not loaded, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// The file.
+    pub path: PathBuf,
+    /// Why, in words.
+    pub reason: String,
+}
+
+/// Whether `id` is a valid agent id (R-DEF-4).
+pub fn valid_agent_id(id: &str) -> bool {
+    let mut chars = id.chars();
+    matches!(chars.next(), Some('a'..='z'))
+        && id.len() <= 32
+        && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_' | '-'))
+}
+
+fn valid_colour(c: &str) -> bool {
+    let hex = c.strip_prefix('#').unwrap_or("");
+    (hex.len() == 6 || hex.len() == 3) && hex.chars().all(|c| c.is_ascii_hexdigit())
+}
+
+fn non_empty(s: Option<String>) -> Option<String> {
+    s.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty())
+}
+
+/// Parses one definition; `Err` is the reason the file is skipped.
+pub fn parse_definition(id: &str, yaml: &str, team: &TeamContext<'_>) -> Result<AgentProfile, String> {
+    if !valid_agent_id(id) {
+        return Err(format!(
+            "{id:?} is not a valid agent id (^[a-z][a-z0-9_-]{{0,31}}$)"
+        ));
+    }
+    if id == MAIN_AGENT {
+        return Err("main.yaml is ignored: JARVIS is configured by JARVIS_BRAND__* and JARVIS_LLM__*".into());
+    }
+    let file: DefinitionFile = if yaml.trim().is_empty() {
+        DefinitionFile::default()
+    } else {
+        serde_yaml::from_str(yaml).map_err(|e| format!("invalid definition: {e}"))?
+    };
+    let main = team.main;
+    let palette = file.palette.unwrap_or_default();
+    let primary = non_empty(palette.primary).unwrap_or_else(|| main.palette.primary.clone());
+    let accent = non_empty(palette.accent).unwrap_or_else(|| main.palette.accent.clone());
+    for colour in [&primary, &accent] {
+        if !valid_colour(colour) {
+            return Err(format!("palette colour {colour:?} is not #rrggbb"));
+        }
+    }
+    let read = file.memory.and_then(|m| m.read).unwrap_or_default();
+    let memory_read = MemoryReadSpec {
+        edm: read.edm.unwrap_or_default(),
+        pdm: read.pdm.unwrap_or_default(),
+    };
+    for agent in memory_read.edm.iter().chain(&memory_read.pdm) {
+        if agent != "self" && !valid_agent_id(agent) {
+            return Err(format!("memory.read names {agent:?}, which is not an agent id"));
+        }
+    }
+    let listed = file.tools.unwrap_or_default();
+    let mut tools: Vec<String> = Vec::new();
+    if listed.is_empty() {
+        tools.extend(
+            team.app_tools
+                .iter()
+                .filter(|t| !team.agent_only.contains(*t))
+                .cloned(),
+        );
+    } else {
+        for tool in listed {
+            if team.app_tools.contains(&tool) {
+                if !tools.contains(&tool) {
+                    tools.push(tool);
+                }
+            } else {
+                tracing::warn!(agent = id, %tool, "unknown tool in the agent definition, dropped");
+            }
+        }
+    }
+    for tool in ALWAYS_ATTACHED {
+        if team.app_tools.contains(tool) && !tools.iter().any(|t| t == tool) {
+            tools.push(tool.to_owned());
+        }
+    }
+    let name = non_empty(file.name).unwrap_or_else(|| wordmark(id));
+    Ok(AgentProfile {
+        id: id.to_owned(),
+        description: non_empty(file.description).unwrap_or_else(|| name.clone()),
+        name,
+        quote: non_empty(file.quote).unwrap_or_else(|| main.quote.clone()),
+        palette: Palette { primary, accent },
+        system_prompt: non_empty(file.system_prompt).unwrap_or_else(|| main.system_prompt.clone()),
+        model: non_empty(file.model).unwrap_or_else(|| main.model.clone()),
+        tools,
+        proactive: file.proactive.unwrap_or(main.proactive),
+        memory_read,
+        boundaries: file.boundaries.unwrap_or_default(),
+        thinking: main.thinking.clone(),
+        feedback: Arc::new(CountingFeedback::default()),
+    })
+}
+
+/// Every definition in `dir`, by file name; the skipped files with reasons.
+pub fn load_team(dir: &Path, team: &TeamContext<'_>) -> (Vec<AgentProfile>, Vec<Skipped>) {
+    let mut profiles = Vec::new();
+    let mut skipped = Vec::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (profiles, skipped),
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "the team directory cannot be read");
+            return (profiles, skipped);
+        }
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+        .collect();
+    paths.sort();
+    for path in paths {
+        let id = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let result = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read it: {e}"))
+            .and_then(|yaml| parse_definition(&id, &yaml, team));
+        match result {
+            Ok(profile) if profiles.iter().any(|p: &AgentProfile| p.id == profile.id) => {
+                let reason = format!("another file already defines agent {:?}", profile.id);
+                tracing::warn!(file = %path.display(), %reason, "agent definition skipped");
+                skipped.push(Skipped { path, reason });
+            }
+            Ok(profile) => profiles.push(profile),
+            Err(reason) => {
+                tracing::warn!(file = %path.display(), %reason, "agent definition skipped");
+                skipped.push(Skipped { path, reason });
+            }
+        }
+    }
+    (profiles, skipped)
+}
+
+/// Creates `dir` with the built-in team when it does not exist yet;
+/// existing directories and files are left alone. Returns whether it seeded.
+pub fn seed_team_dir(dir: &Path) -> std::io::Result<bool> {
+    if dir.exists() {
+        return Ok(false);
+    }
+    std::fs::create_dir_all(dir)?;
+    for (name, text) in BUILTIN_TEAM {
+        let path = dir.join(name);
+        if !path.exists() {
+            crate::common::write_atomic(&path, text.as_bytes())?;
+        }
+    }
+    Ok(true)
+}

@@ -1,0 +1,146 @@
+//! [`AgentProfile`]: one agent's worth of settings (R-ASM-3), plus its
+//! feedback learner.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::core::Boundaries;
+
+/// The id of JARVIS, the lead agent.
+pub const MAIN_AGENT: &str = "main";
+
+/// An agent's colours (`palette.primary` is its main colour, R-HUD-1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Palette {
+    /// The main colour, `#rrggbb`.
+    pub primary: String,
+    /// The accent colour, `#rrggbb`.
+    pub accent: String,
+}
+
+/// Whose memory an agent reads besides its own (`memory.read`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryReadSpec {
+    /// Agents whose episodic memory is read too (`self` is the agent itself).
+    pub edm: Vec<String>,
+    /// Agents whose procedural memory is read too.
+    pub pdm: Vec<String>,
+}
+
+/// Thinking settings; definition files do not expose them yet, so every
+/// agent shares JARVIS's (SPEC.md §17.3 #2).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThinkingSettings {
+    /// Whether the inner thought engine runs before turns.
+    pub enabled: bool,
+}
+
+/// How a person reacted to a message the agent sent on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reaction {
+    /// The person answered it.
+    Answered,
+    /// The person dismissed it.
+    Dismissed,
+}
+
+/// Learns, per agent, how welcome unprompted messages are (R-DEF-8).
+pub trait FeedbackLearner: Send + Sync + fmt::Debug {
+    /// Records a reaction.
+    fn record(&self, reaction: Reaction);
+    /// How willing the agent should be to speak first, 0.0 to 1.0.
+    fn propensity(&self) -> f32;
+}
+
+/// Counts answered and dismissed messages; the propensity is the answered
+/// share with a neutral prior of one of each.
+// ponytail: a Laplace-smoothed ratio; the seeds do not say how the
+// reference learner works.
+#[derive(Debug, Default)]
+pub struct CountingFeedback {
+    answered: AtomicU32,
+    dismissed: AtomicU32,
+}
+
+impl FeedbackLearner for CountingFeedback {
+    fn record(&self, reaction: Reaction) {
+        let counter = match reaction {
+            Reaction::Answered => &self.answered,
+            Reaction::Dismissed => &self.dismissed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn propensity(&self) -> f32 {
+        let a = self.answered.load(Ordering::Relaxed) as f32;
+        let d = self.dismissed.load(Ordering::Relaxed) as f32;
+        (a + 1.0) / (a + d + 2.0)
+    }
+}
+
+/// Everything that can differ between agents (R-ASM-3, R-TEAM-2).
+#[derive(Debug, Clone)]
+pub struct AgentProfile {
+    /// The id (`main`, or the definition file's name).
+    pub id: String,
+    /// The wordmark and the name other agents use (`K.A.R.E.N.`).
+    pub name: String,
+    /// What the agent does; other agents read it to choose whom to ask.
+    pub description: String,
+    /// The quote line under the wordmark.
+    pub quote: String,
+    /// The colours.
+    pub palette: Palette,
+    /// The system prompt.
+    pub system_prompt: String,
+    /// The model name (provider and key are JARVIS's, R-MODEL-7).
+    pub model: String,
+    /// The tools the agent may call (resolved: the listed ones, or the app
+    /// registry without agent-only tools, plus the tools every agent gets).
+    pub tools: Vec<String>,
+    /// Whether the agent speaks first and reflects.
+    pub proactive: bool,
+    /// Whose memory it reads besides its own.
+    pub memory_read: MemoryReadSpec,
+    /// Tools that always ask, and tools that are refused.
+    pub boundaries: Boundaries,
+    /// Thinking settings (shared from JARVIS).
+    pub thinking: ThinkingSettings,
+    /// The agent's own feedback learner.
+    pub feedback: Arc<dyn FeedbackLearner>,
+}
+
+impl AgentProfile {
+    /// Whether the agent may call `tool`.
+    pub fn has_tool(&self, tool: &str) -> bool {
+        self.tools.iter().any(|t| t == tool)
+    }
+}
+
+/// The wordmark for an id without a name: `karen` → `K.A.R.E.N.`.
+pub fn wordmark(id: &str) -> String {
+    id.chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| format!("{}.", c.to_ascii_uppercase()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wordmarks_and_feedback() {
+        assert_eq!(wordmark("karen"), "K.A.R.E.N.");
+        assert_eq!(wordmark("a_b-2"), "A.B.2.");
+        let f = CountingFeedback::default();
+        assert_eq!(f.propensity(), 0.5);
+        f.record(Reaction::Answered);
+        f.record(Reaction::Answered);
+        f.record(Reaction::Dismissed);
+        assert!((f.propensity() - 0.6).abs() < 1e-6);
+    }
+}

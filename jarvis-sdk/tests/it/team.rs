@@ -1,0 +1,651 @@
+//! The agent team: definition files and their rules (SPEC.md §11.2), the
+//! registry, the assembled app, and `ask_agent` delegation (§12) end to end
+//! on FauxProvider.
+
+use jarvis_sdk::testing::RecordingAdapter;
+use jarvis_sdk::{
+    AgentProfile, AppAssembly, AppConfig, ApprovalDecision, ApprovalRequest, BUILTIN_TEAM, Caller,
+    ChatRequest, FauxProvider, HousingConfig, MAIN_AGENT, Message, PEER_REQUEST_RULE, SessionId, SessionKind,
+    StopReason, TeamContext, UIAdapter, build_app, parse_definition,
+};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+struct TempHome(PathBuf);
+
+impl TempHome {
+    fn new() -> Self {
+        TempHome(tempfile::tempdir().unwrap().keep())
+    }
+    fn team(&self, name: &str, yaml: &str) {
+        let dir = self.0.join("team");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(name), yaml).unwrap();
+    }
+}
+
+impl Drop for TempHome {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+async fn app(home: &TempHome, script: &str) -> (AppAssembly, Arc<FauxProvider>) {
+    let faux = Arc::new(FauxProvider::from_yaml(script).unwrap());
+    let mut config = AppConfig::for_home(&home.0).with_provider(faux.clone());
+    config.housing = HousingConfig::in_memory();
+    (build_app(config).await.unwrap(), faux)
+}
+
+fn main_profile() -> AgentProfile {
+    jarvis_sdk::AgentProfile {
+        id: MAIN_AGENT.into(),
+        name: "J.A.R.V.I.S.".into(),
+        description: "팀 총괄".into(),
+        quote: "Just A Rather Very Intelligent System".into(),
+        palette: jarvis_sdk::Palette {
+            primary: "#5fc8e2".into(),
+            accent: "#ffd166".into(),
+        },
+        system_prompt: "You are JARVIS.".into(),
+        model: "gpt-4o-mini".into(),
+        tools: vec![],
+        proactive: true,
+        memory_read: Default::default(),
+        boundaries: Default::default(),
+        thinking: Default::default(),
+        feedback: Arc::new(jarvis_sdk::CountingFeedback::default()),
+    }
+}
+
+fn parse(id: &str, yaml: &str) -> Result<AgentProfile, String> {
+    let main = main_profile();
+    let app_tools: BTreeSet<String> = [
+        "read_file",
+        "write_file",
+        "sh_notice",
+        "lh_notice",
+        "ask_agent",
+        "recall_episodes",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    let agent_only: BTreeSet<String> = ["sh_notice", "lh_notice"].into_iter().map(String::from).collect();
+    parse_definition(
+        id,
+        yaml,
+        &TeamContext {
+            main: &main,
+            app_tools: &app_tools,
+            agent_only: &agent_only,
+        },
+    )
+}
+
+#[test]
+fn definition_rules_each_with_its_failing_case() {
+    // Bad ids.
+    for id in ["Karen", "9lives", "a.b", "", &"a".repeat(33)] {
+        assert!(
+            parse(id, "name: X").unwrap_err().contains("not a valid agent id"),
+            "{id}"
+        );
+    }
+    assert!(parse(&"a".repeat(32), "").is_ok());
+    // main.yaml is ignored.
+    assert!(
+        parse("main", "name: NOT JARVIS")
+            .unwrap_err()
+            .contains("main.yaml is ignored")
+    );
+    // Broken YAML, unknown keys, unknown memory.read keys, bad values.
+    assert!(
+        parse("x", "name: [unclosed")
+            .unwrap_err()
+            .contains("invalid definition")
+    );
+    assert!(
+        parse("x", "name: X\ncolour: red")
+            .unwrap_err()
+            .contains("unknown field `colour`")
+    );
+    assert!(
+        parse("x", "memory:\n  read: { edm: [self], sdm: [main] }")
+            .unwrap_err()
+            .contains("unknown field `sdm`")
+    );
+    assert!(
+        parse("x", "palette: { primary: red }")
+            .unwrap_err()
+            .contains("#rrggbb")
+    );
+    assert!(
+        parse("x", "memory: { read: { edm: [\"../etc\"] } }")
+            .unwrap_err()
+            .contains("not an agent id")
+    );
+    // Inheritance: empty fields take JARVIS's settings.
+    let empty = parse("bob", "model: null\nquote: ''\ntools: []\n").unwrap();
+    assert_eq!(empty.name, "B.O.B.");
+    assert_eq!(
+        (empty.quote.as_str(), empty.model.as_str()),
+        ("Just A Rather Very Intelligent System", "gpt-4o-mini")
+    );
+    assert_eq!(
+        (empty.palette.primary.as_str(), empty.system_prompt.as_str()),
+        ("#5fc8e2", "You are JARVIS.")
+    );
+    assert!(empty.proactive);
+    // Agent-only tools: only where listed; unknown tools dropped; the always-attached ones added.
+    assert!(!empty.has_tool("sh_notice") && empty.has_tool("read_file") && empty.has_tool("ask_agent"));
+    let listed = parse(
+        "kim",
+        "tools: [sh_notice, web_search, read_file]\nproactive: false\nmodel: small",
+    )
+    .unwrap();
+    assert_eq!(
+        listed.tools,
+        ["sh_notice", "read_file", "ask_agent", "recall_episodes"]
+    );
+    assert!(!listed.proactive);
+    assert_eq!(listed.model, "small", "model overrides the name only");
+    // The shipped KAREN parses, lists the housing tools and is proactive.
+    let (_, karen_yaml) = BUILTIN_TEAM[0];
+    let karen = parse("karen", karen_yaml).unwrap();
+    assert!(karen.proactive && karen.has_tool("sh_notice") && karen.has_tool("lh_notice"));
+    assert_eq!(karen.palette.primary, "#97BC62");
+    assert_eq!(karen.memory_read.edm, ["self"]);
+}
+
+#[tokio::test]
+async fn the_app_loads_the_team_skipping_bad_files_in_a_fixed_order() {
+    let home = TempHome::new();
+    home.team("main.yaml", "name: IMPOSTOR\n");
+    home.team("zed.yaml", "name: Z.E.D.\ndescription: last by name\n");
+    home.team("karen.yaml", BUILTIN_TEAM[0].1);
+    home.team("broken.yaml", "tools: [oops\n");
+    home.team("Upper.yaml", "name: X\n");
+    home.team("notes.txt", "not a definition");
+    let (app, _) = app(&home, "fallback: { text: ok }").await;
+    let ids: Vec<&str> = app.registry().ids().collect();
+    assert_eq!(ids, ["main", "karen", "zed"], "main first, then by file name");
+    let skipped: Vec<String> = app
+        .registry()
+        .skipped()
+        .iter()
+        .map(|s| s.path.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(skipped, ["Upper.yaml", "broken.yaml", "main.yaml"]);
+    let main = app.registry().main();
+    assert_eq!(main.name, "J.A.R.V.I.S.");
+    for housing in jarvis_sdk::AGENT_ONLY_TOOLS {
+        assert!(!main.has_tool(housing), "JARVIS does not see {housing}");
+    }
+    assert!(main.has_tool("ask_agent") && main.has_tool("run_command"));
+    let roster = app.registry().roster();
+    assert!(roster[0].description.contains("팀 총괄"));
+    assert!(
+        app.tools()
+            .get("ask_agent")
+            .unwrap()
+            .description()
+            .contains("karen (K.A.R.E.N.)")
+    );
+}
+
+#[tokio::test]
+async fn a_new_home_is_seeded_with_the_built_in_team_and_files_are_never_overwritten() {
+    let home = TempHome::new();
+    let (app, _) = app(&home, "fallback: { text: ok }").await;
+    assert_eq!(app.registry().ids().collect::<Vec<_>>(), ["main", "karen"]);
+    assert_eq!(
+        std::fs::read_to_string(home.0.join("team/karen.yaml")).unwrap(),
+        BUILTIN_TEAM[0].1
+    );
+    drop(app);
+    // An existing team directory is left as it is, even without KAREN.
+    let other = TempHome::new();
+    other.team("bob.yaml", "name: B.O.B.\n");
+    let (app, _) = self::app(&other, "fallback: { text: ok }").await;
+    assert_eq!(app.registry().ids().collect::<Vec<_>>(), ["main", "bob"]);
+    assert!(!other.0.join("team/karen.yaml").exists());
+}
+
+#[tokio::test]
+async fn alone_jarvis_has_no_ask_agent() {
+    let home = TempHome::new();
+    std::fs::create_dir_all(home.0.join("team")).unwrap();
+    let (app, _) = app(&home, "fallback: { text: ok }").await;
+    assert_eq!(app.registry().ids().collect::<Vec<_>>(), ["main"]);
+    assert!(!app.registry().main().has_tool("ask_agent"));
+    assert!(app.tools().get("ask_agent").is_none());
+}
+
+#[tokio::test]
+async fn sessions_keep_their_agent_and_unknown_agents_are_refused() {
+    let home = TempHome::new();
+    let (app, _) = app(&home, "fallback: { text: ok }").await;
+    let karen = app.create_session(Some("karen")).await.unwrap();
+    assert_eq!(karen.agent_id, "karen");
+    assert!(
+        app.create_session(Some("nobody"))
+            .await
+            .unwrap_err()
+            .is_not_found()
+    );
+    // An existing session opens with its own agent; the requested one is ignored.
+    let opened = app.open_or_create(&karen.id, Some("main")).await.unwrap();
+    assert_eq!(opened.agent_id(), "karen");
+    // An unknown id is created with the requested agent.
+    let fresh = app
+        .open_or_create(&SessionId::new("mine-1").unwrap(), Some("karen"))
+        .await
+        .unwrap();
+    assert_eq!(fresh.agent_id(), "karen");
+    let default = app.default_session("karen").await.unwrap();
+    assert_eq!(default.id.as_str(), "default-karen");
+    let fork = app.fork(&karen.id).await.unwrap();
+    assert_eq!(fork.agent_id, "karen");
+    assert!(
+        Arc::ptr_eq(&app.session(&karen.id).await.unwrap(), &opened),
+        "one session object for every screen"
+    );
+}
+
+const SEED_PROMPT: &str = "KAREN 에게 서울 SH 청약 공고 최근 것 하나만 찾아 달라고 맡겨 줘";
+
+/// The seed's delegation scenario (SPEC.md §16.3), answered by script.
+const DELEGATION: &str = r#"
+rules:
+  - when: { agent: main, last_role: user }
+    reply: { tool_calls: [ { name: ask_agent, arguments: { agent: karen, request: "서울 SH 청약 공고 최근 것 하나만 찾아 줘" } } ] }
+  - when: { agent: karen, last_role: user }
+    reply: { tool_calls: [ { name: sh_notice, arguments: { region: "서울", limit: 1 } } ] }
+  - when: { agent: karen, last_role: tool }
+    reply: { text: "SH 공고 1건: 서울 강서구 행복주택 입주자 모집 공고 (샘플 데이터)" }
+  - when: { agent: main, last_role: tool }
+    reply: { text: "KAREN 이 찾았습니다: 서울 강서구 행복주택 입주자 모집 공고" }
+"#;
+
+fn by_agent(requests: &[ChatRequest], agent: &str) -> Vec<ChatRequest> {
+    requests
+        .iter()
+        .filter(|r| r.metadata.agent_id == agent)
+        .cloned()
+        .collect()
+}
+
+#[tokio::test]
+async fn the_seed_delegation_scenario_makes_four_calls() {
+    let home = TempHome::new();
+    let (app, faux) = app(&home, DELEGATION).await;
+    let jarvis = app.default_session("main").await.unwrap();
+    let session = app.session(&jarvis.id).await.unwrap();
+    let screen = Arc::new(RecordingAdapter::new());
+    let _attached = session.attach(screen.clone());
+    let outcome = session.prompt(SEED_PROMPT, Caller::Local).await.unwrap();
+    assert_eq!(
+        outcome.final_message.content,
+        "KAREN 이 찾았습니다: 서울 강서구 행복주택 입주자 모집 공고"
+    );
+
+    let requests = faux.requests();
+    assert_eq!(
+        requests.len(),
+        4,
+        "JARVIS's decision, KAREN's decision, KAREN's summary, JARVIS's summary"
+    );
+    let karen = by_agent(&requests, "karen");
+    let main = by_agent(&requests, "main");
+    assert_eq!((karen.len(), main.len()), (2, 2));
+    // KAREN's first request: the delegated request with the rule, her tools only.
+    assert_eq!(karen[0].metadata.session_id, "peer-main-karen");
+    assert_eq!(
+        karen[0].last_user_text(),
+        Some("서울 SH 청약 공고 최근 것 하나만 찾아 줘")
+    );
+    assert!(karen[0].instruction().unwrap().contains(PEER_REQUEST_RULE));
+    let karen_tools: Vec<&str> = karen[0].tools.iter().map(|t| t.name.as_str()).collect();
+    assert!(karen_tools.contains(&"sh_notice"));
+    for forbidden in ["write_file", "run_command", "run_python"] {
+        assert!(
+            !karen_tools.contains(&forbidden),
+            "KAREN must not be offered {forbidden}: {karen_tools:?}"
+        );
+    }
+    // KAREN's second request holds the tool result with a notice from the sample source.
+    match karen[1].recorded_messages().last() {
+        Some(Message::Tool(t)) => assert!(
+            t.content.contains("서울 강서구 행복주택 입주자 모집 공고"),
+            "{}",
+            t.content
+        ),
+        other => panic!("expected the sh_notice result, got {other:?}"),
+    }
+    // JARVIS's second request holds KAREN's answer as the ask_agent result.
+    match main[1].recorded_messages().last() {
+        Some(Message::Tool(t)) => {
+            assert_eq!(t.tool_name, "ask_agent");
+            assert_eq!(
+                t.content,
+                "SH 공고 1건: 서울 강서구 행복주택 입주자 모집 공고 (샘플 데이터)"
+            );
+        }
+        other => panic!("expected the ask_agent result, got {other:?}"),
+    }
+    assert!(
+        !main[0].tools.iter().any(|t| t.name == "sh_notice"),
+        "JARVIS never sees KAREN's tools"
+    );
+    // The peer session shows the exchange; its meta records caller and callee.
+    let (meta, entries) = app
+        .session_entries(&SessionId::new("peer-main-karen").unwrap())
+        .await
+        .unwrap();
+    assert_eq!((meta.kind, meta.agent_id.as_str()), (SessionKind::Peer, "karen"));
+    assert_eq!(
+        (meta.caller.as_deref(), meta.callee.as_deref()),
+        (Some("main"), Some("karen"))
+    );
+    let text = serde_json::to_string(&entries).unwrap();
+    assert!(text.contains("sh_notice") && text.contains("행복주택"));
+    assert!(!text.contains("위임된 요청"), "the rule is never recorded");
+    assert!(screen.kinds().contains(&"tool_execution_end"));
+}
+
+#[tokio::test]
+async fn the_peer_session_is_reused_across_delegations() {
+    let home = TempHome::new();
+    let script = DELEGATION.replace(
+        "when: { agent: main, last_role: user }",
+        "when: { agent: main, last_role: user, purpose: step }",
+    );
+    let (app, faux) = app(&home, &script).await;
+    let jarvis = app.create_session(None).await.unwrap();
+    let session = app.session(&jarvis.id).await.unwrap();
+    session.prompt("첫 번째 부탁", Caller::Local).await.unwrap();
+    session.prompt("두 번째 부탁", Caller::Local).await.unwrap();
+    let peer = SessionId::new("peer-main-karen").unwrap();
+    let (_, entries) = app.session_entries(&peer).await.unwrap();
+    let users = entries
+        .iter()
+        .filter(|e| matches!(e.message(), Some(Message::User(_))))
+        .count();
+    assert_eq!(users, 2, "both delegations in the one pair session");
+    let sessions = app.list_sessions().await.unwrap();
+    assert_eq!(sessions.iter().filter(|s| s.kind == SessionKind::Peer).count(), 1);
+    // KAREN's second delegated turn sees the first one's history.
+    let karen = by_agent(&faux.requests(), "karen");
+    assert!(karen[2].recorded_messages().len() > karen[0].recorded_messages().len());
+}
+
+/// A screen that answers every approval request it sees with `decision`.
+struct Approving {
+    app: AppAssembly,
+    session: SessionId,
+    decision: ApprovalDecision,
+    seen: Mutex<Vec<ApprovalRequest>>,
+}
+
+impl UIAdapter for Approving {
+    fn on_approval_request(&self, request: &ApprovalRequest) {
+        self.seen.lock().unwrap().push(request.clone());
+        let (app, session, id, decision) = (
+            self.app.clone(),
+            self.session.clone(),
+            request.request_id.clone(),
+            self.decision,
+        );
+        tokio::spawn(async move {
+            app.session(&session)
+                .await
+                .unwrap()
+                .broker()
+                .decide(&id, decision);
+        });
+    }
+}
+
+#[tokio::test]
+async fn approvals_of_the_callees_tools_reach_the_callers_screens() {
+    let home = TempHome::new();
+    let script = r#"
+rules:
+  - when: { agent: main, last_role: user }
+    reply: { tool_calls: [ { name: ask_agent, arguments: { agent: karen, request: "강서구 공고를 지켜봐 줘" } } ] }
+  - when: { agent: karen, last_role: user }
+    reply: { tool_calls: [ { name: housing_watch, arguments: { region: "강서구" } } ] }
+  - when: { agent: karen, last_role: tool }
+    reply: { text: "지켜보기로 했습니다." }
+  - when: { agent: main, last_role: tool }
+    reply: { text: "KAREN 이 지켜봅니다." }
+"#;
+    let (app, _) = app(&home, script).await;
+    let jarvis = app.create_session(None).await.unwrap();
+    let session = app.session(&jarvis.id).await.unwrap();
+    let caller_screen = Arc::new(Approving {
+        app: app.clone(),
+        session: jarvis.id.clone(),
+        decision: ApprovalDecision::Allow,
+        seen: Mutex::default(),
+    });
+    let _a = session.attach(caller_screen.clone());
+    // Someone watching the peer session sees its events but is not asked.
+    let peer = app
+        .open_or_create(&SessionId::new("peer-main-karen").unwrap(), Some("karen"))
+        .await;
+    assert!(peer.is_ok());
+    let peer_screen = Arc::new(RecordingAdapter::new());
+    let _p = peer.unwrap().attach(peer_screen.clone());
+    let outcome = session
+        .prompt("KAREN 에게 강서구 공고 감시를 맡겨", Caller::Local)
+        .await
+        .unwrap();
+    assert_eq!(outcome.final_message.content, "KAREN 이 지켜봅니다.");
+    let seen = caller_screen.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        (seen[0].tool_name.as_str(), seen[0].agent_id.as_str()),
+        ("housing_watch", "karen")
+    );
+    assert_eq!(
+        seen[0].session_id,
+        jarvis.id.as_str(),
+        "asked on the calling session"
+    );
+    assert!(peer_screen.approval_requests().is_empty());
+    assert!(
+        peer_screen.kinds().contains(&"tool_execution_end"),
+        "the peer session's screens see its events"
+    );
+}
+
+#[tokio::test]
+async fn a_peer_session_opened_by_a_person_stays_read_only() {
+    let home = TempHome::new();
+    let (app, faux) = app(&home, "fallback: { text: ok }").await;
+    let _ = app.create_session(None).await.unwrap();
+    let store = app.store().clone();
+    store
+        .get_or_create(jarvis_sdk::NewSession::peer(
+            SessionId::new("peer-main-karen").unwrap(),
+            "main",
+            "karen",
+        ))
+        .await
+        .unwrap();
+    let peer = app
+        .session(&SessionId::new("peer-main-karen").unwrap())
+        .await
+        .unwrap();
+    let err = peer.prompt("hi", Caller::Local).await.unwrap_err();
+    assert!(err.to_string().contains("read but not written"));
+    assert_eq!(faux.request_count(), 0);
+}
+
+/// A three-agent team for the chain rules.
+async fn three(script: &str) -> (TempHome, AppAssembly, Arc<FauxProvider>) {
+    let home = TempHome::new();
+    home.team("karen.yaml", BUILTIN_TEAM[0].1);
+    home.team(
+        "bob.yaml",
+        "name: B.O.B.\ndescription: 계산 담당\ntools: [read_file]\n",
+    );
+    let (app, faux) = app(&home, script).await;
+    (home, app, faux)
+}
+
+fn tool_results(requests: &[ChatRequest], agent: &str) -> Vec<String> {
+    by_agent(requests, agent)
+        .iter()
+        .filter_map(|r| match r.recorded_messages().last() {
+            Some(Message::Tool(t)) => Some(t.content.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn depth_is_limited_to_three_agents() {
+    let script = r#"
+rules:
+  - when: { agent: main, last_role: user }
+    reply: { tool_calls: [ { name: ask_agent, arguments: { agent: karen, request: "A 를 알아봐" } } ] }
+  - when: { agent: karen, last_role: user }
+    reply: { tool_calls: [ { name: ask_agent, arguments: { agent: bob, request: "B 를 계산해" } } ] }
+  - when: { agent: bob, last_role: user }
+    reply: { tool_calls: [ { name: ask_agent, arguments: { agent: main, request: "C 는 뭐야" } } ] }
+  - when: { agent: bob, last_role: tool }
+    reply: { text: "bob 의 답" }
+  - when: { agent: karen, last_role: tool }
+    reply: { text: "karen 의 답" }
+  - when: { agent: main, last_role: tool }
+    reply: { text: "main 의 답" }
+"#;
+    let (_home, app, faux) = three(script).await;
+    let jarvis = app.create_session(None).await.unwrap();
+    let out = app
+        .session(&jarvis.id)
+        .await
+        .unwrap()
+        .prompt("시작", Caller::Local)
+        .await
+        .unwrap();
+    assert_eq!(out.final_message.content, "main 의 답");
+    let requests = faux.requests();
+    let bob = tool_results(&requests, "bob");
+    assert_eq!(bob.len(), 1);
+    assert!(
+        bob[0].contains("세 에이전트까지만") && bob[0].contains("main → karen → bob"),
+        "{}",
+        bob[0]
+    );
+    assert_eq!(
+        by_agent(&requests, "main").len(),
+        2,
+        "the fourth hop never reached JARVIS"
+    );
+}
+
+#[tokio::test]
+async fn bouncing_a_task_back_is_refused_but_a_clarifying_question_passes() {
+    let script = r#"
+rules:
+  - when: { agent: main, last_role: user, last_user: "^시작" }
+    reply: { tool_calls: [ { name: ask_agent, arguments: { agent: karen, request: "서울 SH 청약 공고 최근 것 하나만 찾아 줘" } } ] }
+  - when: { agent: karen, last_role: user }
+    reply: { tool_calls: [
+        { name: ask_agent, arguments: { agent: main, request: "서울 SH 청약 공고 최근 하나 찾아줘요" } },
+        { name: ask_agent, arguments: { agent: main, request: "관심 분야가 뭐야?" } } ] }
+  - when: { agent: main, last_role: user, last_user: "관심 분야" }
+    reply: { text: "행복주택이요" }
+  - when: { agent: karen, last_role: tool }
+    reply: { text: "karen 의 답" }
+  - when: { agent: main, last_role: tool }
+    reply: { text: "main 의 답" }
+"#;
+    let (_home, app, faux) = three(script).await;
+    let jarvis = app.create_session(None).await.unwrap();
+    app.session(&jarvis.id)
+        .await
+        .unwrap()
+        .prompt("시작", Caller::Local)
+        .await
+        .unwrap();
+    let requests = faux.requests();
+    let karen_second = &by_agent(&requests, "karen")[1];
+    let results: Vec<(String, bool)> = karen_second
+        .recorded_messages()
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool(t) => Some((t.content.clone(), t.is_error)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 2);
+    assert!(
+        results[0].1 && results[0].0.contains("되돌릴 수 없다"),
+        "{:?}",
+        results[0]
+    );
+    assert_eq!(
+        results[1],
+        ("행복주택이요".to_owned(), false),
+        "A → B → A with a different question"
+    );
+    let peer = app
+        .session_entries(&SessionId::new("peer-karen-main").unwrap())
+        .await
+        .unwrap()
+        .1;
+    assert!(
+        serde_json::to_string(&peer)
+            .unwrap()
+            .contains("관심 분야가 뭐야?")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_busy_pair_and_a_slow_callee_are_error_results() {
+    let script = r#"
+rules:
+  - when: { agent: main, last_role: user }
+    reply: { tool_calls: [
+        { name: ask_agent, arguments: { agent: karen, request: "첫째" } },
+        { name: ask_agent, arguments: { agent: karen, request: "둘째" } } ] }
+  - when: { agent: karen, last_role: user }
+    reply: { delay_ms: 400000, text: "너무 늦은 답" }
+  - when: { agent: main, last_role: tool }
+    reply: { text: "main 의 답" }
+"#;
+    let (_home, app, faux) = three(script).await;
+    let jarvis = app.create_session(None).await.unwrap();
+    let out = app
+        .session(&jarvis.id)
+        .await
+        .unwrap()
+        .prompt("시작", Caller::Local)
+        .await
+        .unwrap();
+    assert_eq!(out.final_message.stop_reason, StopReason::Stop);
+    let main_second = &by_agent(&faux.requests(), "main")[1];
+    let results: Vec<String> = main_second
+        .recorded_messages()
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool(t) if t.is_error => Some(t.content.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(
+        results.iter().any(|r| r.contains("did not answer within 300 s")),
+        "{results:?}"
+    );
+    assert!(
+        results.iter().any(|r| r.contains("다른 일을 하고 있다")),
+        "{results:?}"
+    );
+}
