@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use super::config::{AppConfig, StoreBackend};
-use super::definition::{TeamContext, load_team, seed_team_dir};
+use super::definition::{TeamContext, load_team, parse_definition, seed_team_dir};
 use super::error::AppError;
 use super::profile::{AgentProfile, CountingFeedback, MAIN_AGENT, MemoryReadSpec, Palette, ThinkingSettings};
 use super::registry::AgentRegistry;
@@ -46,6 +46,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
                 .with_clock(config.clock.clone());
             Arc::new(store)
         }
+        StoreBackend::Memory => Arc::new(crate::agent::MemorySessionStore::new()),
         #[cfg(not(feature = "postgres"))]
         StoreBackend::Postgres { .. } => {
             return Err(AppError::Config(
@@ -53,10 +54,12 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
             ));
         }
     };
-    if seed_team_dir(&config.team_dir).map_err(|source| AppError::Io {
-        what: format!("create the team directory {}", config.team_dir.display()),
-        source,
-    })? {
+    if config.seed_team
+        && seed_team_dir(&config.team_dir).map_err(|source| AppError::Io {
+            what: format!("create the team directory {}", config.team_dir.display()),
+            source,
+        })?
+    {
         tracing::info!(dir = %config.team_dir.display(), "team directory created with the built-in team");
     }
 
@@ -72,14 +75,28 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     names.insert("ask_agent".to_owned());
     let agent_only: BTreeSet<String> = AGENT_ONLY_TOOLS.iter().map(|t| (*t).to_owned()).collect();
     let main = main_profile(&config, &names, &agent_only);
-    let (others, skipped) = load_team(
-        &config.team_dir,
-        &TeamContext {
-            main: &main,
-            app_tools: &names,
-            agent_only: &agent_only,
-        },
-    );
+    let team = TeamContext {
+        main: &main,
+        app_tools: &names,
+        agent_only: &agent_only,
+    };
+    let (mut others, mut skipped) = load_team(&config.team_dir, &team);
+    for (id, yaml) in &config.definitions {
+        match parse_definition(id, yaml, &team) {
+            Ok(profile) => {
+                others.retain(|p| p.id != profile.id);
+                others.push(profile);
+            }
+            Err(reason) => {
+                tracing::warn!(agent = %id, %reason, "agent definition skipped");
+                skipped.push(super::definition::Skipped {
+                    path: PathBuf::from(format!("<{id}>")),
+                    reason,
+                });
+            }
+        }
+    }
+    others.sort_by(|a, b| a.id.cmp(&b.id));
     let registry = AgentRegistry::new(main, others, skipped);
     let link = DirectoryLink::new();
     if registry.agents().len() >= 2 {
@@ -94,7 +111,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
             .clone()
             .unwrap_or_else(|| Arc::new(Validation::default())),
         Arc::new(auth),
-        Arc::new(SessionPolicy),
+        config.policy.clone().unwrap_or_else(|| Arc::new(SessionPolicy)),
     );
     let inner = Arc::new(AppInner {
         rules: Arc::new(LayeredApprovalRules::new(&config.home)),

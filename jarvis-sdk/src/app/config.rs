@@ -51,6 +51,8 @@ pub enum StoreBackend {
         /// The connection string.
         url: String,
     },
+    /// Nothing kept: sessions live as long as the app (embedding, tests).
+    Memory,
 }
 
 /// Settings of one app.
@@ -61,6 +63,11 @@ pub struct AppConfig {
     pub home: PathBuf,
     /// `JARVIS_TEAM__DIR` (default `$JARVIS_HOME/team`).
     pub team_dir: PathBuf,
+    /// Create a missing team directory with the built-in team (default on).
+    pub seed_team: bool,
+    /// Definitions given in code, as `(id, yaml)`; they replace a file of
+    /// the same id and follow the same rules.
+    pub definitions: Vec<(String, String)>,
     /// The model.
     pub llm: LlmConfig,
     /// A provider to use instead of the one `llm` describes (embedding apps, tests).
@@ -87,6 +94,8 @@ pub struct AppConfig {
     pub hooks: Vec<Arc<dyn BeforeToolCall>>,
     /// A validation stage to use instead of the standard one.
     pub validation: Option<Arc<dyn SecurityStage>>,
+    /// A policy stage to use instead of the standard one.
+    pub policy: Option<Arc<dyn SecurityStage>>,
     /// The clock.
     pub clock: Arc<dyn Clock>,
     /// Ids of new sessions and approval requests.
@@ -113,6 +122,8 @@ impl AppConfig {
         let home = home.into();
         Self {
             team_dir: home.join("team"),
+            seed_team: true,
+            definitions: Vec::new(),
             llm: LlmConfig::from_lookup(|_| None).expect("an empty environment is a valid configuration"),
             provider: None,
             brand: BrandConfig::default(),
@@ -126,6 +137,7 @@ impl AppConfig {
             housing: HousingConfig::fixture(&home),
             hooks: Vec::new(),
             validation: None,
+            policy: None,
             clock: Arc::new(SystemClock),
             ids: Arc::new(UniqueIds::new()),
             home,
@@ -192,6 +204,24 @@ impl AppConfig {
     /// Uses `provider` instead of the configured model.
     pub fn with_provider(mut self, provider: Arc<dyn Provider>) -> Self {
         self.provider = Some(provider);
+        self
+    }
+
+    /// An app embedded in another program: sessions in memory, no team
+    /// directory (definitions come from [`AppConfig::with_definition`]),
+    /// the offline demo model unless one is given; `home` still holds
+    /// sandboxes and approval rules.
+    pub fn embedded(home: impl Into<PathBuf>) -> Self {
+        let mut config = Self::for_home(home);
+        config.store = StoreBackend::Memory;
+        config.seed_team = false;
+        config.team_dir = config.home.join("team-none");
+        config
+    }
+
+    /// Adds an agent definition given as YAML.
+    pub fn with_definition(mut self, id: impl Into<String>, yaml: impl Into<String>) -> Self {
+        self.definitions.push((id.into(), yaml.into()));
         self
     }
 

@@ -62,6 +62,14 @@ impl SessionId {
     }
 }
 
+impl std::str::FromStr for SessionId {
+    type Err = SessionError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        SessionId::new(s)
+    }
+}
+
 impl fmt::Display for SessionId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
