@@ -1,7 +1,8 @@
 //! Measures the framework's own time per turn, outside the model (SPEC.md
-//! §16.1): the prompt path is the harness, the loop, the session store and
-//! one subscriber that serialises every event to JSON, on a `FauxProvider`
-//! that answers at once.
+//! §16.1): the prompt path is `AgentSession::prompt` — the security
+//! pipeline, the harness, the loop, the session store — with one subscriber
+//! that serialises every event to JSON, on a `FauxProvider` that answers at
+//! once.
 //!
 //! A discarded warm-up session, then 3 sessions × 200 turns: medians over
 //! turns 1–20 and 181–200 (60 turns each); then one session of 10,000 turns:
@@ -12,7 +13,8 @@
 //! turn (the default; the long session is skipped), the in-memory store, and
 //! Postgres on a throwaway local cluster when its binaries are installed.
 //! Columns: total (the whole turn), history read (`get` + `recent`), history
-//! write (`append` + `sync`), events (JSON serialisation in the subscriber).
+//! write (`append` + `sync`), events (JSON serialisation in the subscriber),
+//! security (the three pipeline stages).
 //!
 //! Run with `cargo run --release -p jarvis-sdk --example turn_overhead`
 //! (add `-- --smoke` for a quick check that it works).
@@ -20,9 +22,11 @@
 use async_trait::async_trait;
 use jarvis_sdk::testing::{REQUIRE_POSTGRES_ENV, TempPostgres};
 use jarvis_sdk::{
-    AgentEvent, CancellationToken, Durability, EntryBody, FauxProvider, FauxReply, FauxScript, Harness,
-    JsonlOptions, JsonlSessionStore, LoopContext, MemorySessionStore, NewSession, PostgresSessionStore,
-    SessionEntry, SessionError, SessionId, SessionMeta, SessionStore, UIAdapter,
+    AgentEvent, AgentSession, AgentSessionParts, ApprovalBroker, Caller, Durability, EntryBody, FauxProvider,
+    FauxReply, FauxScript, Harness, JsonlOptions, JsonlSessionStore, LayeredApprovalRules, LoopContext,
+    MemorySessionStore, NewSession, PostgresSessionStore, Provider, ScreenHub, SecurityError, SecurityInput,
+    SecurityPipeline, SecurityStage, SequentialIds, SessionEntry, SessionError, SessionId, SessionKind,
+    SessionMeta, SessionPolicy, SessionStore, TokenAuth, ToolGate, UIAdapter, Validation,
 };
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -105,6 +109,25 @@ impl UIAdapter for JsonEvents {
     }
 }
 
+/// A security stage that times the stage it wraps.
+struct TimedStage {
+    inner: Arc<dyn SecurityStage>,
+    spent: Arc<AtomicU64>,
+}
+
+#[async_trait]
+impl SecurityStage for TimedStage {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    async fn check(&self, input: &mut SecurityInput) -> Result<(), SecurityError> {
+        let start = Instant::now();
+        let out = self.inner.check(input).await;
+        add(&self.spent, start);
+        out
+    }
+}
+
 /// One turn's figures, in milliseconds.
 #[derive(Debug, Clone, Copy, Default)]
 struct Sample {
@@ -112,6 +135,7 @@ struct Sample {
     read: f64,
     write: f64,
     events: f64,
+    security: f64,
 }
 
 fn ms(nanos: u64) -> f64 {
@@ -122,7 +146,10 @@ fn ms(nanos: u64) -> f64 {
 struct Bench {
     timed: Arc<Timed>,
     events: Arc<JsonEvents>,
-    harness: Harness,
+    security: Arc<AtomicU64>,
+    provider: Arc<dyn Provider>,
+    rules: Arc<LayeredApprovalRules>,
+    attached: Vec<jarvis_sdk::SessionAttachment>,
     sessions: usize,
 }
 
@@ -138,42 +165,80 @@ impl Bench {
             "Noted. The notice closes on Friday; I will remind you the day before.",
         ));
         let faux = FauxProvider::new(script).unwrap().without_recording();
-        let ctx = LoopContext::new(Arc::new(faux)).with_ui(events.clone());
-        let harness = Harness::new(timed.clone(), ctx);
+        let rules = Arc::new(LayeredApprovalRules::new(
+            std::env::temp_dir().join("jarvis-turn-overhead-rules"),
+        ));
         Self {
             timed,
             events,
-            harness,
+            security: Arc::default(),
+            provider: Arc::new(faux),
+            rules,
+            attached: Vec::new(),
             sessions: 0,
         }
     }
 
-    /// A fresh, empty session.
-    async fn new_session(&mut self) -> SessionId {
+    fn timed(&self, stage: Arc<dyn SecurityStage>) -> Arc<dyn SecurityStage> {
+        Arc::new(TimedStage {
+            inner: stage,
+            spent: self.security.clone(),
+        })
+    }
+
+    /// A fresh, empty session, as the app's session builder would make it.
+    async fn new_session(&mut self) -> Arc<AgentSession> {
         self.sessions += 1;
         let id = SessionId::new(format!("bench-{}", self.sessions)).unwrap();
         self.timed
             .create(NewSession::user(id.clone(), "main"))
             .await
             .unwrap();
-        id
+        let screens = ScreenHub::new();
+        let broker = ApprovalBroker::new(
+            id.as_str(),
+            self.rules.clone(),
+            Arc::new(SequentialIds::default()),
+        );
+        let ctx = LoopContext::new(self.provider.clone())
+            .with_ui(Arc::new(screens.clone()))
+            .with_gate(ToolGate::new().with_approver(Arc::new(broker.clone())));
+        let security = SecurityPipeline::new(
+            self.timed(Arc::new(Validation::default())),
+            self.timed(Arc::new(TokenAuth::default())),
+            self.timed(Arc::new(SessionPolicy)),
+        );
+        let harness = Harness::new(self.timed.clone(), ctx);
+        let session = Arc::new(AgentSession::new(AgentSessionParts::new(
+            id,
+            "main",
+            SessionKind::User,
+            security,
+            harness,
+            screens,
+            broker,
+        )));
+        // The one subscriber stays attached for the session's life.
+        self.attached.push(session.attach(self.events.clone()));
+        session
     }
 
-    /// Runs turn `n` of `id` and answers its figures.
-    async fn turn(&self, id: &SessionId, n: usize) -> Sample {
+    /// Runs turn `n` of `session` and answers its figures.
+    async fn turn(&self, session: &AgentSession, n: usize) -> Sample {
         self.timed.read.store(0, Ordering::Relaxed);
         self.timed.write.store(0, Ordering::Relaxed);
         self.events.spent.store(0, Ordering::Relaxed);
+        self.security.store(0, Ordering::Relaxed);
         let prompt = format!("Question {n}: which housing notices close this week?");
-        let cancel = CancellationToken::new();
         let start = Instant::now();
-        self.harness.run_turn(id, prompt, &cancel).await.unwrap();
+        session.prompt(prompt, Caller::Local).await.unwrap();
         let total = start.elapsed();
         Sample {
             total: total.as_secs_f64() * 1e3,
             read: ms(self.timed.read.load(Ordering::Relaxed)),
             write: ms(self.timed.write.load(Ordering::Relaxed)),
             events: ms(self.events.spent.load(Ordering::Relaxed)),
+            security: ms(self.security.load(Ordering::Relaxed)),
         }
     }
 
@@ -208,6 +273,7 @@ struct Row {
     read: f64,
     write: f64,
     events: f64,
+    security: f64,
 }
 
 fn row(samples: &[Sample]) -> Row {
@@ -217,6 +283,7 @@ fn row(samples: &[Sample]) -> Row {
         read: pick(|s| s.read),
         write: pick(|s| s.write),
         events: pick(|s| s.events),
+        security: pick(|s| s.security),
     }
 }
 
@@ -282,8 +349,8 @@ async fn measure(
     }
     for (label, r) in &rows {
         println!(
-            "turn_overhead {key} {label}: total {:.4} ms (history read {:.4}, history write {:.4}, events {:.4})",
-            r.total, r.read, r.write, r.events
+            "turn_overhead {key} {label}: total {:.4} ms (history read {:.4}, history write {:.4}, events {:.4}, security {:.4})",
+            r.total, r.read, r.write, r.events, r.security
         );
     }
     Condition { name, rows }
@@ -313,7 +380,7 @@ fn main() {
         .build()
         .unwrap();
     println!(
-        "turn_overhead: harness + loop + store + one JSON event subscriber on an instant FauxProvider; \
+        "turn_overhead: AgentSession (security + harness + loop + store) + one JSON event subscriber on an instant FauxProvider; \
          warm-up session discarded; {} sessions x {} turns, then one of {} turns; medians in ms",
         plan.sessions, plan.turns, plan.long
     );
@@ -361,13 +428,13 @@ fn main() {
     }
 
     println!();
-    println!("| condition | window | total | history read | history write | events |");
-    println!("|---|---|---|---|---|---|");
+    println!("| condition | window | total | history read | history write | events | security |");
+    println!("|---|---|---|---|---|---|---|");
     for c in &conditions {
         for (label, r) in &c.rows {
             println!(
-                "| {} | {label} | {:.4} ms | {:.4} | {:.4} | {:.4} |",
-                c.name, r.total, r.read, r.write, r.events
+                "| {} | {label} | {:.4} ms | {:.4} | {:.4} | {:.4} | {:.4} |",
+                c.name, r.total, r.read, r.write, r.events, r.security
             );
         }
     }
