@@ -1,0 +1,234 @@
+//! The delegation experiment of SPEC.md §16.3: a new JARVIS session is asked
+//! "KAREN 에게 서울 SH 청약 공고 최근 것 하나만 찾아 달라고 맡겨 줘".
+//!
+//! On `FauxProvider` (the default) the four model calls — JARVIS's decision,
+//! KAREN's decision, KAREN's summary, JARVIS's summary — answer at once, and
+//! the program prints the framework's own time per delegation (wall time
+//! minus time inside the provider) over many runs. With a real model
+//! configured (`JARVIS_LLM__*`, see README "Choosing a model"), it runs the
+//! scenario three times and prints the seed's table: end-to-end time,
+//! whether `ask_agent` was used, and KAREN's `sh_notice` calls.
+//!
+//! Run with `cargo run --release -p jarvis-sdk --example agent_turns -- delegate`
+//! (add `--smoke` for a quick check that it works).
+
+use jarvis_sdk::{
+    AgentEvent, AppAssembly, AppConfig, BUILTIN_TEAM, Caller, ChatRequest, FauxProvider, HousingConfig,
+    LlmConfig, Provider, ProviderKind, ProviderStream, SessionId, UIAdapter, build_app,
+};
+use std::ops::ControlFlow;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+const PROMPT: &str = "KAREN 에게 서울 SH 청약 공고 최근 것 하나만 찾아 달라고 맡겨 줘";
+
+const SCRIPT: &str = r#"
+rules:
+  - when: { agent: main, last_role: user }
+    reply: { tool_calls: [ { name: ask_agent, arguments: { agent: karen, request: "서울 SH 청약 공고 최근 것 하나만 찾아 줘" } } ] }
+  - when: { agent: karen, last_role: user }
+    reply: { tool_calls: [ { name: sh_notice, arguments: { region: "서울", limit: 1 } } ] }
+  - when: { agent: karen, last_role: tool }
+    reply: { text: "SH 공고 1건: 서울 강서구 행복주택 입주자 모집 공고 (샘플 데이터)" }
+  - when: { agent: main, last_role: tool }
+    reply: { text: "KAREN 이 찾았습니다: 서울 강서구 행복주택 입주자 모집 공고" }
+"#;
+
+/// Times every moment spent inside the provider (its `stream` call and each
+/// poll of its stream) and counts calls.
+#[derive(Debug)]
+struct Timed {
+    inner: Arc<dyn Provider>,
+    nanos: Arc<AtomicU64>,
+    calls: Arc<AtomicU64>,
+}
+
+struct TimedStream {
+    inner: ProviderStream,
+    nanos: Arc<AtomicU64>,
+}
+
+impl futures::Stream for TimedStream {
+    type Item = <ProviderStream as futures::Stream>::Item;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let start = Instant::now();
+        let out = self.inner.as_mut().poll_next(cx);
+        self.nanos
+            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        out
+    }
+}
+
+impl Provider for Timed {
+    fn stream(&self, request: ChatRequest) -> ProviderStream {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let start = Instant::now();
+        let inner = self.inner.stream(request);
+        self.nanos
+            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Box::pin(TimedStream {
+            inner,
+            nanos: self.nanos.clone(),
+        })
+    }
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+}
+
+/// Counts the tool calls seen in a session.
+#[derive(Default)]
+struct ToolCounter(Mutex<Vec<String>>);
+
+impl UIAdapter for ToolCounter {
+    fn on_event(&self, event: &AgentEvent) -> ControlFlow<()> {
+        if let AgentEvent::ToolExecutionStart { tool_name, .. } = event {
+            self.0.lock().unwrap().push(tool_name.clone());
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+async fn app(home: &std::path::Path, provider: Arc<dyn Provider>) -> AppAssembly {
+    let mut config = AppConfig::embedded(home)
+        .with_definition("karen", BUILTIN_TEAM[0].1)
+        .with_provider(provider);
+    config.housing = HousingConfig::in_memory();
+    build_app(config).await.expect("the app builds")
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+async fn offline(smoke: bool) {
+    let (warmup, runs) = if smoke { (5, 20) } else { (100, 2_000) };
+    let nanos = Arc::new(AtomicU64::new(0));
+    let calls = Arc::new(AtomicU64::new(0));
+    let faux = FauxProvider::from_yaml(SCRIPT).unwrap().without_recording();
+    let timed = Arc::new(Timed {
+        inner: Arc::new(faux),
+        nanos: nanos.clone(),
+        calls: calls.clone(),
+    });
+    let home = tempfile::tempdir().unwrap();
+    let app = app(home.path(), timed).await;
+    let mut samples = Vec::with_capacity(runs);
+    for i in 0..warmup + runs {
+        let session = app
+            .session(&app.create_session(None).await.unwrap().id)
+            .await
+            .unwrap();
+        let (before_nanos, before_calls) = (nanos.load(Ordering::Relaxed), calls.load(Ordering::Relaxed));
+        let start = Instant::now();
+        let outcome = session.prompt(PROMPT, Caller::Local).await.unwrap();
+        let wall = start.elapsed().as_nanos() as u64;
+        assert!(outcome.final_message.content.contains("KAREN"));
+        assert_eq!(
+            calls.load(Ordering::Relaxed) - before_calls,
+            4,
+            "one delegation is four model calls"
+        );
+        if i >= warmup {
+            let inside = nanos.load(Ordering::Relaxed) - before_nanos;
+            samples.push((wall - inside) as f64 / 1_000.0);
+        }
+    }
+    samples.sort_by(f64::total_cmp);
+    let (median, p99) = (percentile(&samples, 0.5), percentile(&samples, 0.99));
+    println!(
+        "agent_turns delegate: JARVIS → ask_agent → KAREN (sh_notice) → JARVIS on FauxProvider, 4 instant model calls"
+    );
+    println!("| figure | value |");
+    println!("|---|---|");
+    println!("| median per delegation | {median:.1} µs |");
+    println!("| p90 per delegation | {:.1} µs |", percentile(&samples, 0.9));
+    println!("| p99 per delegation | {p99:.1} µs |");
+    println!(
+        "delegation framework time: median {median:.1} µs, p99 {p99:.1} µs (n={})",
+        samples.len()
+    );
+    if !smoke && median > 1_000.0 {
+        eprintln!("target missed: a delegation's framework time must stay under 1 ms median");
+        std::process::exit(1);
+    }
+}
+
+async fn live(llm: LlmConfig) {
+    let provider = llm.build().expect("the configured provider builds");
+    let home = tempfile::tempdir().unwrap();
+    let app = app(home.path(), provider).await;
+    println!(
+        "agent_turns delegate on {} ({}), 3 runs",
+        llm.provider.as_str(),
+        llm.model
+    );
+    println!("| run | end-to-end | ask_agent used | KAREN's sh_notice calls |");
+    println!("|---|---|---|---|");
+    let peer: SessionId = "peer-main-karen".parse().unwrap();
+    let karen_tools = Arc::new(ToolCounter::default());
+    let _watch = app
+        .open_or_create(&peer, Some("karen"))
+        .await
+        .unwrap()
+        .attach(karen_tools.clone());
+    let mut times = Vec::new();
+    for run in 1..=3 {
+        let session = app
+            .session(&app.create_session(None).await.unwrap().id)
+            .await
+            .unwrap();
+        let main_tools = Arc::new(ToolCounter::default());
+        let _a = session.attach(main_tools.clone());
+        karen_tools.0.lock().unwrap().clear();
+        let start = Instant::now();
+        let outcome = session.prompt(PROMPT, Caller::Local).await;
+        let secs = start.elapsed().as_secs_f64();
+        times.push(secs);
+        let asked = main_tools.0.lock().unwrap().iter().any(|t| t == "ask_agent");
+        let sh = karen_tools
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|t| *t == "sh_notice")
+            .count();
+        println!(
+            "| {run} | {secs:.2} s | {} | {sh} |",
+            if asked { "yes" } else { "no" }
+        );
+        if let Err(error) = outcome {
+            println!("|   | turn failed: {error} | | |");
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    println!("end-to-end median: {:.2} s", times[1]);
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let smoke = args.iter().any(|a| a == "--smoke");
+    match args.iter().find(|a| !a.starts_with("--")).map(String::as_str) {
+        None | Some("delegate") => {}
+        Some(other) => {
+            eprintln!("unknown scenario {other:?}; the scenario is `delegate`");
+            std::process::exit(2);
+        }
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let llm = LlmConfig::from_env().unwrap_or_else(|e| {
+        eprintln!("{e}");
+        std::process::exit(2);
+    });
+    if llm.provider == ProviderKind::Faux || smoke {
+        runtime.block_on(offline(smoke));
+    } else {
+        runtime.block_on(live(llm));
+    }
+}
