@@ -91,8 +91,8 @@ pub use agent::{
 pub use app::{
     ALWAYS_ATTACHED, AgentProfile, AgentRegistry, AppAssembly, AppConfig, AppError, BUILTIN_TEAM,
     BrandConfig, CountingFeedback, FeedbackLearner, JARVIS_SYSTEM_PROMPT, MAIN_AGENT, MemoryReadSpec,
-    Palette, Reaction, Skipped, StoreBackend, TeamContext, ThinkingSettings, build_app, load_team,
-    parse_definition, seed_team_dir, valid_agent_id, wordmark,
+    Palette, Reaction, SessionObserver, Skipped, StoreBackend, TeamContext, ThinkingSettings, build_app,
+    load_team, parse_definition, seed_team_dir, valid_agent_id, wordmark,
 };
 pub use common::{
     Clock, Extensions, HOME_LOCK_FILE, HomeLock, HomeLockError, IdSource, LockHolder, ManualClock,

@@ -13,9 +13,9 @@ use super::error::AppError;
 use super::profile::{AgentProfile, CountingFeedback, MAIN_AGENT, MemoryReadSpec, Palette, ThinkingSettings};
 use super::registry::AgentRegistry;
 use crate::agent::{
-    AgentIdentity, Approver, Harness, HarnessConfig, JsonlOptions, JsonlSessionStore, LoopContext,
-    ModelSettings, NewSession, ScreenHub, SessionEntry, SessionId, SessionMeta, SessionStore, Tool, ToolGate,
-    ToolRegistry, Typed,
+    AgentEvent, AgentIdentity, Approver, Harness, HarnessConfig, HubAttachment, JsonlOptions,
+    JsonlSessionStore, LoopContext, ModelSettings, NewSession, ScreenHub, SessionEntry, SessionId,
+    SessionMeta, SessionStore, Tool, ToolGate, ToolRegistry, Typed, UIAdapter,
 };
 use crate::common::{Extensions, HomeLock};
 use crate::core::{
@@ -25,6 +25,32 @@ use crate::core::{
     TokenAuth, TurnError, Validation, builtin_tools, housing_tools,
 };
 use crate::model::Provider;
+
+/// Sees the events of every session of the app, peer sessions included
+/// (the server's `agent_activity`, logs, metrics).
+pub trait SessionObserver: Send + Sync {
+    /// One event of `session_id`, whose agent is `agent_id`.
+    fn on_session_event(&self, session_id: &str, agent_id: &str, event: &AgentEvent);
+}
+
+type Observers = Arc<Mutex<Vec<Arc<dyn SessionObserver>>>>;
+
+/// Forwards one session's events to the app's observers.
+struct ObserverBridge {
+    session_id: String,
+    agent_id: String,
+    observers: Observers,
+}
+
+impl UIAdapter for ObserverBridge {
+    fn on_event(&self, event: &AgentEvent) -> std::ops::ControlFlow<()> {
+        let observers = self.observers.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for observer in observers {
+            observer.on_session_event(&self.session_id, &self.agent_id, event);
+        }
+        std::ops::ControlFlow::Continue(())
+    }
+}
 
 /// Builds the app: model, stores, tools, team, security and approvals from
 /// one configuration.
@@ -128,6 +154,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         security,
         sessions: Mutex::default(),
         delegating: Mutex::default(),
+        observers: Observers::default(),
         _lock: lock,
     });
     let directory: Arc<dyn AgentDirectory> = inner.clone();
@@ -175,8 +202,9 @@ struct AppInner {
     rules: Arc<LayeredApprovalRules>,
     security: SecurityPipeline,
     notice: Option<String>,
-    sessions: Mutex<HashMap<String, Arc<AgentSession>>>,
+    sessions: Mutex<HashMap<String, (Arc<AgentSession>, HubAttachment)>>,
     delegating: Mutex<BTreeSet<(String, String)>>,
+    observers: Observers,
     _lock: Arc<HomeLock>,
 }
 
@@ -231,6 +259,21 @@ impl AppAssembly {
     /// Every tool of the app (each agent sees its own subset).
     pub fn tools(&self) -> &ToolRegistry {
         &self.inner.tools
+    }
+
+    /// Adds an observer of every session's events, from now on.
+    pub fn observe(&self, observer: Arc<dyn SessionObserver>) {
+        self.inner
+            .observers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(observer);
+    }
+
+    /// Sessions built so far (open in this process), with their agents.
+    pub fn open_sessions(&self) -> Vec<Arc<AgentSession>> {
+        let sessions = self.inner.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        sessions.values().map(|(s, _)| s.clone()).collect()
     }
 
     /// Creates a new session of `agent` (`main` when `None`).
@@ -313,7 +356,7 @@ impl AppAssembly {
 
 impl AppInner {
     async fn open(&self, id: &SessionId) -> Result<Arc<AgentSession>, AppError> {
-        if let Some(session) = self
+        if let Some((session, _)) = self
             .sessions
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -326,14 +369,24 @@ impl AppInner {
             .get(id)
             .await?
             .ok_or_else(|| crate::agent::SessionError::not_found(id))?;
-        let built = Arc::new(self.build_session(&meta)?);
+        let (built, screens) = self.build_session(&meta)?;
+        let built = Arc::new(built);
+        let bridge = screens.attach(Arc::new(ObserverBridge {
+            session_id: id.to_string(),
+            agent_id: meta.agent_id.clone(),
+            observers: self.observers.clone(),
+        }));
         let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(sessions.entry(id.to_string()).or_insert(built).clone())
+        Ok(sessions
+            .entry(id.to_string())
+            .or_insert((built, bridge))
+            .0
+            .clone())
     }
 
     /// The session builder: one session's sandbox-bound tools, gate,
     /// approval broker, security pipeline, harness and screens.
-    fn build_session(&self, meta: &SessionMeta) -> Result<AgentSession, AppError> {
+    fn build_session(&self, meta: &SessionMeta) -> Result<(AgentSession, ScreenHub), AppError> {
         let profile = self
             .registry
             .get(&meta.agent_id)
@@ -375,15 +428,16 @@ impl AppInner {
             });
         let harness = Harness::new(self.store.clone(), ctx)
             .with_config(HarnessConfig::default().with_loop_config(self.config.loop_config.clone()));
-        Ok(AgentSession::new(AgentSessionParts::new(
+        let session = AgentSession::new(AgentSessionParts::new(
             id,
             profile.id.clone(),
             meta.kind,
             self.security.clone(),
             harness,
-            screens,
+            screens.clone(),
             broker,
-        )))
+        ));
+        Ok((session, screens))
     }
 }
 

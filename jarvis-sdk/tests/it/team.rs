@@ -649,3 +649,40 @@ rules:
         "{results:?}"
     );
 }
+
+#[derive(Default)]
+struct Observer(Mutex<Vec<(String, String, String)>>);
+
+impl jarvis_sdk::SessionObserver for Observer {
+    fn on_session_event(&self, session_id: &str, agent_id: &str, event: &jarvis_sdk::AgentEvent) {
+        self.0
+            .lock()
+            .unwrap()
+            .push((session_id.to_owned(), agent_id.to_owned(), event.kind().to_owned()));
+    }
+}
+
+#[tokio::test]
+async fn an_observer_sees_every_session_including_peer_sessions() {
+    let home = TempHome::new();
+    let (app, _) = app(&home, DELEGATION).await;
+    let observer = Arc::new(Observer::default());
+    app.observe(observer.clone());
+    let jarvis = app.create_session(None).await.unwrap();
+    app.session(&jarvis.id).await.unwrap().prompt(SEED_PROMPT, Caller::Local).await.unwrap();
+    let seen = observer.0.lock().unwrap().clone();
+    let starts: Vec<(String, String)> = seen
+        .iter()
+        .filter(|(_, _, kind)| kind == "agent_start")
+        .map(|(s, a, _)| (s.clone(), a.clone()))
+        .collect();
+    assert_eq!(
+        starts,
+        [
+            (jarvis.id.to_string(), "main".to_owned()),
+            ("peer-main-karen".to_owned(), "karen".to_owned())
+        ]
+    );
+    assert_eq!(seen.iter().filter(|(_, _, kind)| kind == "agent_end").count(), 2);
+    assert_eq!(app.open_sessions().len(), 2);
+}
