@@ -655,10 +655,11 @@ struct Observer(Mutex<Vec<(String, String, String)>>);
 
 impl jarvis_sdk::SessionObserver for Observer {
     fn on_session_event(&self, session_id: &str, agent_id: &str, event: &jarvis_sdk::AgentEvent) {
-        self.0
-            .lock()
-            .unwrap()
-            .push((session_id.to_owned(), agent_id.to_owned(), event.kind().to_owned()));
+        self.0.lock().unwrap().push((
+            session_id.to_owned(),
+            agent_id.to_owned(),
+            event.kind().to_owned(),
+        ));
     }
 }
 
@@ -669,7 +670,12 @@ async fn an_observer_sees_every_session_including_peer_sessions() {
     let observer = Arc::new(Observer::default());
     app.observe(observer.clone());
     let jarvis = app.create_session(None).await.unwrap();
-    app.session(&jarvis.id).await.unwrap().prompt(SEED_PROMPT, Caller::Local).await.unwrap();
+    app.session(&jarvis.id)
+        .await
+        .unwrap()
+        .prompt(SEED_PROMPT, Caller::Local)
+        .await
+        .unwrap();
     let seen = observer.0.lock().unwrap().clone();
     let starts: Vec<(String, String)> = seen
         .iter()

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 
 use super::Embedder;
-use super::remote::{embed_batched, kind, malformed, post_for_json, vector};
+use super::remote::{embed_batched, kind, malformed, post_for_json, space_name, vector};
 use crate::model::error::ProviderError;
 use crate::model::http::{HttpClient, HttpSettings, join_url};
 
@@ -83,21 +83,8 @@ pub struct OllamaEmbedder {
 impl OllamaEmbedder {
     /// An embedder with `config`.
     pub fn new(config: OllamaEmbedderConfig) -> Result<Self, ProviderError> {
-        if config.model.trim().is_empty() {
-            return Err(ProviderError::Config(
-                "ollama embedder: the model name is empty".into(),
-            ));
-        }
-        if config.dimensions == Some(0) {
-            return Err(ProviderError::Config(
-                "ollama embedder: dimensions must be above 0".into(),
-            ));
-        }
+        let name = space_name(NAME, &config.model, config.dimensions)?;
         let client = Arc::new(HttpClient::new(NAME, config.http.clone())?);
-        let name = match config.dimensions {
-            Some(d) => format!("{NAME}/{}/{d}", config.model),
-            None => format!("{NAME}/{}", config.model),
-        };
         Ok(Self { config, client, name })
     }
 

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 
 use super::Embedder;
-use super::remote::{embed_batched, kind, malformed, post_for_json, vector};
+use super::remote::{embed_batched, kind, malformed, post_for_json, space_name, vector};
 use crate::model::error::ProviderError;
 use crate::model::http::{ApiKey, HttpClient, HttpSettings, join_url};
 use crate::model::openai::OPENAI_BASE_URL;
@@ -82,21 +82,8 @@ pub struct OpenAiEmbedder {
 impl OpenAiEmbedder {
     /// An embedder with `config`.
     pub fn new(config: OpenAiEmbedderConfig) -> Result<Self, ProviderError> {
-        if config.model.trim().is_empty() {
-            return Err(ProviderError::Config(
-                "openai embedder: the model name is empty".into(),
-            ));
-        }
-        if config.dimensions == Some(0) {
-            return Err(ProviderError::Config(
-                "openai embedder: dimensions must be above 0".into(),
-            ));
-        }
+        let name = space_name(NAME, &config.model, config.dimensions)?;
         let client = Arc::new(HttpClient::new(NAME, config.http.clone())?);
-        let name = match config.dimensions {
-            Some(d) => format!("{NAME}/{}/{d}", config.model),
-            None => format!("{NAME}/{}", config.model),
-        };
         Ok(Self { config, client, name })
     }
 
