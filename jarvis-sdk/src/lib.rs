@@ -88,6 +88,10 @@ pub use agent::{
     ToolError, ToolGate, ToolPolicy, ToolRegistry, ToolResult, Typed, TypedTool, UIAdapter, prompts,
     run_agent_loop, schema_for, validate_agent_id,
 };
+pub use agent::{
+    DEFAULT_THINK_THRESHOLD, DEFAULT_THOUGHT_TEMPLATE, FRAME_INSTRUCTION, ProactiveKind, Route,
+    RouteFeatures, RouterSignals, ThoughtConfig, ThoughtDecision, ThoughtEngine, ThoughtFrame, ThoughtRouter,
+};
 pub use app::{
     ALWAYS_ATTACHED, AgentProfile, AgentRegistry, AppAssembly, AppConfig, AppError, BUILTIN_TEAM,
     BrandConfig, CountingFeedback, FeedbackLearner, JARVIS_SYSTEM_PROMPT, MAIN_AGENT, MemoryReadSpec,

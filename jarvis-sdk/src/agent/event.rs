@@ -74,6 +74,55 @@ pub enum AgentEvent {
         /// Why, for the person.
         message: String,
     },
+    /// The Thought Router decided whether to think before the turn.
+    ThoughtRoute {
+        /// Whether the inner thought engine runs.
+        think: bool,
+        /// The router's probability that thinking helps, 0 to 1.
+        p_think: f32,
+    },
+    /// The inner thought engine produced a frame.
+    InnerThought {
+        /// What the request was understood to be.
+        interpretation: String,
+        /// What the agent decided to do.
+        decision: String,
+        /// How sure it is, 0 to 1.
+        confidence: f32,
+        /// The whole validated frame.
+        frame: Value,
+    },
+    /// A thought the router started finished; sent also when it failed.
+    ThoughtEnd {
+        /// Whether a valid frame came out.
+        ok: bool,
+    },
+    /// A message the agent sends without being asked in that moment.
+    ProactiveMessage {
+        /// The text.
+        text: String,
+        /// `filler`, `proactive` or `answer`.
+        kind: ProactiveKind,
+        /// Identifies it in `proactive_feedback`.
+        message_id: String,
+    },
+    /// The AGENDA judgement opened or closed a promise in this session.
+    AgendaChanged {
+        /// The session whose promises changed.
+        session_id: String,
+    },
+}
+
+/// What a `proactive_message` is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProactiveKind {
+    /// A short "still working on it" while a turn runs long.
+    Filler,
+    /// Something the agent brings up on its own (a due promise, a watch result).
+    Proactive,
+    /// The answer of a job that finished in the background.
+    Answer,
 }
 
 impl AgentEvent {
@@ -88,6 +137,11 @@ impl AgentEvent {
             AgentEvent::AgentEnd { .. } => "agent_end",
             AgentEvent::AgentError { .. } => "agent_error",
             AgentEvent::InputRejected { .. } => "input_rejected",
+            AgentEvent::ThoughtRoute { .. } => "thought_route",
+            AgentEvent::InnerThought { .. } => "inner_thought",
+            AgentEvent::ThoughtEnd { .. } => "thought_end",
+            AgentEvent::ProactiveMessage { .. } => "proactive_message",
+            AgentEvent::AgendaChanged { .. } => "agenda_changed",
         }
     }
 }

@@ -17,7 +17,7 @@ mod tool;
 mod ui;
 
 pub use error::AgentError;
-pub use event::{AgentEvent, FinalMessage, MessageDelta, StopReason};
+pub use event::{AgentEvent, FinalMessage, MessageDelta, ProactiveKind, StopReason};
 pub use gate::{
     AllowAll, ApprovalDecision, ApprovalRequest, Approver, BeforeToolCall, GateDecision, GateStage,
     GateVerdict, ToolCallInfo, ToolGate, ToolPolicy,
@@ -33,7 +33,11 @@ pub use session::{
     LoadReport, MAX_AGENT_ID_LEN, MAX_SESSION_ID_LEN, MAX_TITLE_CHARS, MemorySessionStore, NewSession,
     SessionEntry, SessionError, SessionId, SessionKind, SessionMeta, SessionStore, validate_agent_id,
 };
-pub use thinking::{NoThinking, ThinkingHook, ThinkingInput};
+pub use thinking::{
+    DEFAULT_THINK_THRESHOLD, DEFAULT_THOUGHT_TEMPLATE, FRAME_INSTRUCTION, NoThinking, Route, RouteFeatures,
+    RouterSignals, ThinkingHook, ThinkingInput, ThoughtConfig, ThoughtDecision, ThoughtEngine, ThoughtFrame,
+    ThoughtRouter,
+};
 pub use tool::{
     FINAL_TOOL_NAME, FinalArgs, FinalTool, Tool, ToolContext, ToolError, ToolRegistry, ToolResult, Typed,
     TypedTool, schema_for,

@@ -275,6 +275,8 @@ impl AgentSession {
             agent_id: &parts.agent_id,
             session_id: parts.id.as_str(),
             prompt: &input.text,
+            due_loops: 0,
+            recent_failures: 0,
         };
         let thought = parts.thinking.before_turn(&thinking_input, &parts.screens).await;
         let turn_instruction = match (options.turn_instruction, thought) {

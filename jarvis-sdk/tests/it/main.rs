@@ -24,3 +24,4 @@ mod sessions_jsonl;
 mod sessions_postgres;
 mod support;
 mod team;
+mod thinking;

@@ -1,8 +1,17 @@
 //! The thinking slot of a turn (R-LAYER-7: security → thinking → harness →
 //! loop). [`ThinkingHook`] runs after the input passed security and before
 //! the harness; what it returns travels to the model as an unrecorded note
-//! for that turn. [`NoThinking`] leaves the slot empty; the inner thought
-//! engine fills it.
+//! for that turn. [`NoThinking`] leaves the slot empty; [`ThoughtEngine`]
+//! fills it with the Thought Router ([`ThoughtRouter`]) and the inner
+//! thought engine.
+
+mod engine;
+mod router;
+
+pub use engine::{
+    DEFAULT_THOUGHT_TEMPLATE, FRAME_INSTRUCTION, ThoughtConfig, ThoughtDecision, ThoughtEngine, ThoughtFrame,
+};
+pub use router::{DEFAULT_THINK_THRESHOLD, Route, RouteFeatures, RouterSignals, ThoughtRouter};
 
 use async_trait::async_trait;
 
@@ -17,13 +26,17 @@ pub struct ThinkingInput<'a> {
     pub session_id: &'a str,
     /// The (validated, normalised) prompt.
     pub prompt: &'a str,
+    /// Open loops of the session that are due.
+    pub due_loops: usize,
+    /// Recent turns that failed or overflowed.
+    pub recent_failures: usize,
 }
 
 /// Thinks before a turn.
 #[async_trait]
 pub trait ThinkingHook: Send + Sync {
-    /// Runs before the harness; may push events (`inner_thought`, …) to
-    /// `ui` and return a note for the model.
+    /// Runs before the harness; may push events (`thought_route`,
+    /// `inner_thought`, `thought_end`) to `ui` and return a note for the model.
     async fn before_turn(&self, input: &ThinkingInput<'_>, ui: &dyn UIAdapter) -> Option<String>;
 }
 
