@@ -144,6 +144,27 @@ pub(super) fn kind(value: &Value) -> &'static str {
     }
 }
 
+/// The name of a remote embedder's vector space (`<provider>/<model>[/<dims>]`),
+/// after checking the model name and dimension count.
+pub(super) fn space_name(
+    provider: &str,
+    model: &str,
+    dimensions: Option<usize>,
+) -> Result<String, ProviderError> {
+    if model.trim().is_empty() {
+        return Err(ProviderError::Config(format!(
+            "{provider} embedder: the model name is empty"
+        )));
+    }
+    match dimensions {
+        Some(0) => Err(ProviderError::Config(format!(
+            "{provider} embedder: dimensions must be above 0"
+        ))),
+        Some(d) => Ok(format!("{provider}/{model}/{d}")),
+        None => Ok(format!("{provider}/{model}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,26 +238,5 @@ mod tests {
             .await
             .unwrap_err();
         assert!(error.to_string().ends_with("1 vectors for 2 texts"), "{error}");
-    }
-}
-
-/// The name of a remote embedder's vector space (`<provider>/<model>[/<dims>]`),
-/// after checking the model name and dimension count.
-pub(super) fn space_name(
-    provider: &str,
-    model: &str,
-    dimensions: Option<usize>,
-) -> Result<String, ProviderError> {
-    if model.trim().is_empty() {
-        return Err(ProviderError::Config(format!(
-            "{provider} embedder: the model name is empty"
-        )));
-    }
-    match dimensions {
-        Some(0) => Err(ProviderError::Config(format!(
-            "{provider} embedder: dimensions must be above 0"
-        ))),
-        Some(d) => Ok(format!("{provider}/{model}/{d}")),
-        None => Ok(format!("{provider}/{model}")),
     }
 }
