@@ -84,9 +84,9 @@ pub use agent::{
     HubAttachment, JsonlOptions, JsonlSessionStore, LEGACY_AGENT_ID, LoadReport, LoopContext, LoopOutcome,
     MAX_AGENT_ID_LEN, MAX_SESSION_ID_LEN, MAX_TITLE_CHARS, MemorySessionStore, MessageDelta, ModelSettings,
     NewSession, NoThinking, NoopAdapter, ScreenHub, SessionEntry, SessionError, SessionId, SessionKind,
-    SessionMeta, SessionStore, StopReason, ThinkingHook, ThinkingInput, Tool, ToolCallInfo, ToolContext,
-    ToolError, ToolGate, ToolPolicy, ToolRegistry, ToolResult, Typed, TypedTool, UIAdapter, prompts,
-    run_agent_loop, schema_for, validate_agent_id,
+    SessionMeta, SessionStore, StopReason, ThinkingHook, ThinkingInput, ThinkingOutcome, Tool, ToolCallInfo,
+    ToolContext, ToolError, ToolGate, ToolPolicy, ToolRegistry, ToolResult, Typed, TypedTool, UIAdapter,
+    prompts, run_agent_loop, schema_for, validate_agent_id,
 };
 pub use agent::{
     DEFAULT_THINK_THRESHOLD, DEFAULT_THOUGHT_TEMPLATE, FRAME_INSTRUCTION, ProactiveKind, Route,
@@ -95,8 +95,8 @@ pub use agent::{
 pub use app::{
     ALWAYS_ATTACHED, AgentProfile, AgentRegistry, AppAssembly, AppConfig, AppError, BUILTIN_TEAM,
     BrandConfig, CountingFeedback, FeedbackLearner, JARVIS_SYSTEM_PROMPT, MAIN_AGENT, MemoryReadSpec,
-    Palette, Reaction, SessionObserver, Skipped, StoreBackend, TeamContext, ThinkingSettings, build_app,
-    load_team, parse_definition, seed_team_dir, valid_agent_id, wordmark,
+    Palette, Reaction, SessionObserver, Skipped, StoreBackend, THOUGHT_TEMPLATE_FILE, TeamContext,
+    ThinkingSettings, build_app, load_team, parse_definition, seed_team_dir, valid_agent_id, wordmark,
 };
 pub use common::{
     Clock, Extensions, HOME_LOCK_FILE, HomeLock, HomeLockError, IdSource, LockHolder, ManualClock,
@@ -117,10 +117,10 @@ pub use core::{
 pub use core::{
     AgentDirectory, AgentSession, AgentSessionParts, AgentToolPolicy, ApprovalBroker, ApprovalError,
     ApprovalRule, AskAgentArgs, AskAgentTool, Attachment, Boundaries, Caller, DEFAULT_APPROVAL_TIMEOUT,
-    DEFAULT_ASK_TIMEOUT, Delegation, DelegationChain, DelegationError, DirectoryLink, LayeredApprovalRules,
-    MAX_CHAIN, PEER_REQUEST_RULE, PromptOptions, RosterEntry, RuleDecision, RuleSource, SecurityError,
-    SecurityInput, SecurityPipeline, SecurityStage, SessionAttachment, SessionPolicy, Slot, TokenAuth,
-    TurnError, Validation, ValidationConfig, bigram_jaccard, html_escape, is_bounce,
+    DEFAULT_ASK_TIMEOUT, Delegation, DelegationChain, DelegationError, DirectoryLink, DualConfig, DualReply,
+    LayeredApprovalRules, MAX_CHAIN, PEER_REQUEST_RULE, PromptOptions, RosterEntry, RuleDecision, RuleSource,
+    SecurityError, SecurityInput, SecurityPipeline, SecurityStage, SessionAttachment, SessionPolicy, Slot,
+    TokenAuth, TurnError, Validation, ValidationConfig, bigram_jaccard, html_escape, is_bounce,
 };
 pub use core::{
     BuiltinConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_LIST_CAP, DEFAULT_OUTPUT_CAP, DEFAULT_READ_CAP,

@@ -35,8 +35,8 @@ pub use session::{
 };
 pub use thinking::{
     DEFAULT_THINK_THRESHOLD, DEFAULT_THOUGHT_TEMPLATE, FRAME_INSTRUCTION, NoThinking, Route, RouteFeatures,
-    RouterSignals, ThinkingHook, ThinkingInput, ThoughtConfig, ThoughtDecision, ThoughtEngine, ThoughtFrame,
-    ThoughtRouter,
+    RouterSignals, ThinkingHook, ThinkingInput, ThinkingOutcome, ThoughtConfig, ThoughtDecision,
+    ThoughtEngine, ThoughtFrame, ThoughtRouter,
 };
 pub use tool::{
     FINAL_TOOL_NAME, FinalArgs, FinalTool, Tool, ToolContext, ToolError, ToolRegistry, ToolResult, Typed,

@@ -10,12 +10,13 @@ use std::sync::{Arc, Mutex};
 use super::config::{AppConfig, StoreBackend};
 use super::definition::{TeamContext, load_team, parse_definition, seed_team_dir};
 use super::error::AppError;
-use super::profile::{AgentProfile, CountingFeedback, MAIN_AGENT, MemoryReadSpec, Palette, ThinkingSettings};
+use super::profile::{AgentProfile, CountingFeedback, MAIN_AGENT, MemoryReadSpec, Palette};
 use super::registry::AgentRegistry;
 use crate::agent::{
-    AgentEvent, AgentIdentity, Approver, Harness, HarnessConfig, HubAttachment, JsonlOptions,
-    JsonlSessionStore, LoopContext, ModelSettings, NewSession, ScreenHub, SessionEntry, SessionId,
-    SessionMeta, SessionStore, Tool, ToolGate, ToolRegistry, Typed, UIAdapter,
+    AgentEvent, AgentIdentity, Approver, DEFAULT_THOUGHT_TEMPLATE, Harness, HarnessConfig, HubAttachment,
+    JsonlOptions, JsonlSessionStore, LoopContext, ModelSettings, NewSession, ScreenHub, SessionEntry,
+    SessionId, SessionMeta, SessionStore, ThoughtConfig, ThoughtEngine, Tool, ToolGate, ToolRegistry, Typed,
+    UIAdapter,
 };
 use crate::common::{Extensions, HomeLock};
 use crate::core::{
@@ -88,6 +89,8 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     {
         tracing::info!(dir = %config.team_dir.display(), "team directory created with the built-in team");
     }
+
+    write_if_missing(&config.home.join(THOUGHT_TEMPLATE_FILE), DEFAULT_THOUGHT_TEMPLATE)?;
 
     // Tools: the built-in ones, KAREN's, and ask_agent once the team is known.
     let mut tools = ToolRegistry::new();
@@ -162,6 +165,20 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     Ok(AppAssembly { inner })
 }
 
+/// The inner thought template, in `$JARVIS_HOME` (people may edit it).
+pub const THOUGHT_TEMPLATE_FILE: &str = "inner_thought.md";
+
+/// Writes `text` to `path` unless the file exists (people's edits stay).
+fn write_if_missing(path: &Path, text: &str) -> Result<(), AppError> {
+    if path.exists() {
+        return Ok(());
+    }
+    crate::common::write_atomic(path, text.as_bytes()).map_err(|source| AppError::Io {
+        what: format!("write {}", path.display()),
+        source,
+    })
+}
+
 fn register(tools: &mut ToolRegistry, tool: Arc<dyn Tool>) -> Result<(), AppError> {
     tools
         .register(tool)
@@ -188,7 +205,7 @@ fn main_profile(config: &AppConfig, tools: &BTreeSet<String>, agent_only: &BTree
         proactive: config.proactive,
         memory_read: MemoryReadSpec::default(),
         boundaries: Boundaries::default(),
-        thinking: ThinkingSettings::default(),
+        thinking: config.thinking.clone(),
         feedback: Arc::new(CountingFeedback::default()),
     }
 }
@@ -428,7 +445,7 @@ impl AppInner {
             });
         let harness = Harness::new(self.store.clone(), ctx)
             .with_config(HarnessConfig::default().with_loop_config(self.config.loop_config.clone()));
-        let session = AgentSession::new(AgentSessionParts::new(
+        let mut parts = AgentSessionParts::new(
             id,
             profile.id.clone(),
             meta.kind,
@@ -436,8 +453,21 @@ impl AppInner {
             harness,
             screens.clone(),
             broker,
-        ));
-        Ok((session, screens))
+        );
+        if profile.thinking.enabled {
+            let engine = ThoughtEngine::new(
+                self.provider.clone(),
+                self.store.clone(),
+                ThoughtConfig {
+                    threshold: profile.thinking.threshold,
+                    template: Some(self.config.home.join(THOUGHT_TEMPLATE_FILE)),
+                    model: profile.model.clone(),
+                    ..ThoughtConfig::default()
+                },
+            );
+            parts = parts.with_thinking(Arc::new(engine));
+        }
+        Ok((AgentSession::with_dual(parts, self.config.dual.clone()), screens))
     }
 }
 

@@ -78,6 +78,10 @@ pub struct AppConfig {
     pub system_prompt: String,
     /// Whether JARVIS (and agents that do not say) speak first.
     pub proactive: bool,
+    /// Thinking settings, shared by every agent.
+    pub thinking: super::profile::ThinkingSettings,
+    /// The dual channel of people's sessions.
+    pub dual: crate::core::DualConfig,
     /// Where sessions are kept.
     pub store: StoreBackend,
     /// `JARVIS_WEB__TOKEN`: web clients must present it when set.
@@ -129,6 +133,8 @@ impl AppConfig {
             brand: BrandConfig::default(),
             system_prompt: JARVIS_SYSTEM_PROMPT.to_owned(),
             proactive: true,
+            thinking: super::profile::ThinkingSettings::default(),
+            dual: crate::core::DualConfig::default(),
             store: StoreBackend::Jsonl,
             web_token: None,
             loop_config: AgentLoopConfig::default(),
@@ -196,6 +202,20 @@ impl AppConfig {
             }
         };
         config.web_token = var("JARVIS_WEB__TOKEN");
+        if let Some(on) = var("JARVIS_THINKING__ENABLED") {
+            config.thinking.enabled = matches!(on.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on");
+        }
+        if let Some(threshold) = var("JARVIS_THINKING__THRESHOLD") {
+            config.thinking.threshold = threshold
+                .parse::<f32>()
+                .ok()
+                .filter(|t| (0.0..=1.0).contains(t))
+                .ok_or_else(|| {
+                    AppError::Config(format!(
+                        "JARVIS_THINKING__THRESHOLD={threshold} is not between 0 and 1"
+                    ))
+                })?;
+        }
         config.housing =
             HousingConfig::from_vars(&config.home, &get).map_err(|e| AppError::Config(e.to_string()))?;
         Ok(config)

@@ -31,10 +31,23 @@ pub struct MemoryReadSpec {
 
 /// Thinking settings; definition files do not expose them yet, so every
 /// agent shares JARVIS's (SPEC.md §17.3 #2).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ThinkingSettings {
-    /// Whether the inner thought engine runs before turns.
+    /// Whether the Thought Router and the inner thought engine run before
+    /// turns (`JARVIS_THINKING__ENABLED`; default off: thinking costs a model
+    /// call whenever the router says think).
     pub enabled: bool,
+    /// The router's threshold (`JARVIS_THINKING__THRESHOLD`, default 0.5).
+    pub threshold: f32,
+}
+
+impl Default for ThinkingSettings {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            threshold: crate::agent::DEFAULT_THINK_THRESHOLD,
+        }
+    }
 }
 
 /// How a person reacted to a message the agent sent on its own.

@@ -48,7 +48,9 @@ pub use security::{
     Caller, SecurityError, SecurityInput, SecurityPipeline, SecurityStage, SessionPolicy, Slot, TokenAuth,
     Validation, ValidationConfig, html_escape,
 };
-pub use session::{AgentSession, AgentSessionParts, PromptOptions, SessionAttachment, TurnError};
+pub use session::{
+    AgentSession, AgentSessionParts, DualConfig, DualReply, PromptOptions, SessionAttachment, TurnError,
+};
 pub use tool_policy::{AgentToolPolicy, Boundaries};
 pub use tools::{
     BuiltinConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_LIST_CAP, DEFAULT_OUTPUT_CAP, DEFAULT_READ_CAP,

@@ -7,7 +7,7 @@ use jarvis_sdk::{
     AgentEvent, AgentSession, AgentSessionParts, ApprovalBroker, ApprovalDecision, Caller, Extensions,
     FauxProvider, Harness, LayeredApprovalRules, LoopContext, MemorySessionStore, NewSession, PromptOptions,
     ScreenHub, SecurityPipeline, SequentialIds, SessionId, SessionKind, SessionStore, StopReason,
-    ThinkingHook, ThinkingInput, ToolGate, ToolRegistry, ToolResult, TurnError, UIAdapter,
+    ThinkingHook, ThinkingInput, ThinkingOutcome, ToolGate, ToolRegistry, ToolResult, TurnError, UIAdapter,
 };
 use std::sync::Arc;
 use tokio::sync::Notify;
@@ -208,8 +208,11 @@ struct Thinker;
 
 #[async_trait]
 impl ThinkingHook for Thinker {
-    async fn before_turn(&self, input: &ThinkingInput<'_>, _ui: &dyn UIAdapter) -> Option<String> {
-        Some(format!("(thought about {:?})", input.prompt))
+    async fn before_turn(&self, input: &ThinkingInput<'_>, _ui: &dyn UIAdapter) -> ThinkingOutcome {
+        ThinkingOutcome {
+            note: Some(format!("(thought about {:?})", input.prompt)),
+            ..ThinkingOutcome::default()
+        }
     }
 }
 

@@ -5,6 +5,7 @@ mod approvals;
 mod assembler_props;
 mod capture;
 mod deps;
+mod dual;
 mod embed;
 mod gate;
 mod harness;

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::router::{RouterSignals, ThoughtRouter};
-use super::{ThinkingHook, ThinkingInput};
+use super::{ThinkingHook, ThinkingInput, ThinkingOutcome};
 use crate::agent::event::AgentEvent;
 use crate::agent::harness::history_messages;
 use crate::agent::session::{SessionId, SessionStore};
@@ -225,7 +225,7 @@ impl ThoughtEngine {
 
 #[async_trait]
 impl ThinkingHook for ThoughtEngine {
-    async fn before_turn(&self, input: &ThinkingInput<'_>, ui: &dyn UIAdapter) -> Option<String> {
+    async fn before_turn(&self, input: &ThinkingInput<'_>, ui: &dyn UIAdapter) -> ThinkingOutcome {
         let route = self.router.route(&RouterSignals {
             prompt: input.prompt,
             due_loops: input.due_loops,
@@ -236,7 +236,7 @@ impl ThinkingHook for ThoughtEngine {
             p_think: route.p_think,
         });
         if !route.think {
-            return None;
+            return ThinkingOutcome::default();
         }
         match self.think(input).await {
             Ok((frame, value)) => {
@@ -247,12 +247,16 @@ impl ThinkingHook for ThoughtEngine {
                     frame: value,
                 });
                 let _ = ui.on_event(&AgentEvent::ThoughtEnd { ok: true });
-                Some(frame.note())
+                ThinkingOutcome {
+                    note: Some(frame.note()),
+                    background: frame.decision == ThoughtDecision::Background,
+                    closed_loops: frame.closed_loops,
+                }
             }
             Err(reason) => {
                 tracing::info!(agent = input.agent_id, %reason, "thought skipped");
                 let _ = ui.on_event(&AgentEvent::ThoughtEnd { ok: false });
-                None
+                ThinkingOutcome::default()
             }
         }
     }

@@ -32,12 +32,23 @@ pub struct ThinkingInput<'a> {
     pub recent_failures: usize,
 }
 
+/// What thinking decided for a turn.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ThinkingOutcome {
+    /// A note the turn's model calls carry, unrecorded.
+    pub note: Option<String>,
+    /// The work is long: acknowledge at once and continue in the background.
+    pub background: bool,
+    /// Promises the request closes.
+    pub closed_loops: Vec<String>,
+}
+
 /// Thinks before a turn.
 #[async_trait]
 pub trait ThinkingHook: Send + Sync {
     /// Runs before the harness; may push events (`thought_route`,
-    /// `inner_thought`, `thought_end`) to `ui` and return a note for the model.
-    async fn before_turn(&self, input: &ThinkingInput<'_>, ui: &dyn UIAdapter) -> Option<String>;
+    /// `inner_thought`, `thought_end`) to `ui`.
+    async fn before_turn(&self, input: &ThinkingInput<'_>, ui: &dyn UIAdapter) -> ThinkingOutcome;
 }
 
 /// No thinking.
@@ -46,7 +57,7 @@ pub struct NoThinking;
 
 #[async_trait]
 impl ThinkingHook for NoThinking {
-    async fn before_turn(&self, _input: &ThinkingInput<'_>, _ui: &dyn UIAdapter) -> Option<String> {
-        None
+    async fn before_turn(&self, _input: &ThinkingInput<'_>, _ui: &dyn UIAdapter) -> ThinkingOutcome {
+        ThinkingOutcome::default()
     }
 }
