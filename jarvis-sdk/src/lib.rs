@@ -99,7 +99,7 @@ pub use app::{
     ThinkingSettings, build_app, load_team, parse_definition, seed_team_dir, valid_agent_id, wordmark,
 };
 pub use common::{
-    Clock, Extensions, HOME_LOCK_FILE, HomeLock, HomeLockError, IdSource, LockHolder, ManualClock,
+    CivilTime, Clock, Extensions, HOME_LOCK_FILE, HomeLock, HomeLockError, IdSource, LockHolder, ManualClock,
     SequentialIds, SystemClock, Timestamp, TimestampError, UniqueIds, char_len, truncate_chars,
     truncate_with_marker, write_atomic,
 };

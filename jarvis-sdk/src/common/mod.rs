@@ -17,4 +17,4 @@ pub use extensions::Extensions;
 pub use fs::write_atomic;
 pub use lock::{HOME_LOCK_FILE, HomeLock, HomeLockError, LockHolder};
 pub use text::{char_len, truncate_chars, truncate_with_marker};
-pub use time::{Timestamp, TimestampError};
+pub use time::{CivilTime, Timestamp, TimestampError};

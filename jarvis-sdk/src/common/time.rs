@@ -121,6 +121,57 @@ impl<'de> Deserialize<'de> for Timestamp {
     }
 }
 
+/// A calendar date and a time of day, at some fixed offset from UTC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CivilTime {
+    /// The year.
+    pub year: i64,
+    /// The month, 1 to 12.
+    pub month: u32,
+    /// The day of the month, from 1.
+    pub day: u32,
+    /// The hour, 0 to 23.
+    pub hour: u32,
+    /// The minute, 0 to 59.
+    pub minute: u32,
+    /// The day of the week, 0 (Monday) to 6 (Sunday).
+    pub weekday: u32,
+}
+
+impl Timestamp {
+    /// This time as a date and time of day `offset_minutes` east of UTC.
+    pub fn civil(self, offset_minutes: i32) -> CivilTime {
+        let ms = self.0.saturating_add(i64::from(offset_minutes) * 60_000);
+        let days = ms.div_euclid(MS_PER_DAY);
+        let rem = ms.rem_euclid(MS_PER_DAY);
+        let (year, month, day) = civil_from_days(days);
+        CivilTime {
+            year,
+            month: month as u32,
+            day: day as u32,
+            hour: (rem / 3_600_000) as u32,
+            minute: ((rem / 60_000) % 60) as u32,
+            // 1970-01-01 was a Thursday.
+            weekday: (days + 3).rem_euclid(7) as u32,
+        }
+    }
+
+    /// The time of a date and time of day `offset_minutes` east of UTC;
+    /// `day` may run past the end of the month (it counts on into the next).
+    pub fn from_civil(year: i64, month: u32, day: i64, hour: u32, minute: u32, offset_minutes: i32) -> Self {
+        let days = days_from_civil(year, i64::from(month.clamp(1, 12)), 1) + day - 1;
+        Timestamp(
+            days * MS_PER_DAY + i64::from(hour) * 3_600_000 + i64::from(minute) * 60_000
+                - i64::from(offset_minutes) * 60_000,
+        )
+    }
+
+    /// The days of `month` in `year`.
+    pub fn days_in_month(year: i64, month: u32) -> u32 {
+        days_in_month(year, i64::from(month)) as u32
+    }
+}
+
 /// A string that is not an RFC 3339 date-time.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("timestamp: {input:?} is not an RFC 3339 date-time (expected e.g. 2026-11-29T19:45:05.123Z)")]
@@ -230,6 +281,26 @@ mod tests {
 
     fn ts(s: &str) -> Timestamp {
         Timestamp::parse_rfc3339(s).unwrap()
+    }
+
+    #[test]
+    fn civil_times_round_trip_at_an_offset() {
+        let t = ts("2026-11-29T19:45:05.123Z");
+        let seoul = t.civil(9 * 60);
+        assert_eq!(
+            (seoul.year, seoul.month, seoul.day, seoul.hour, seoul.minute),
+            (2026, 11, 30, 4, 45)
+        );
+        assert_eq!(seoul.weekday, 0, "30 November 2026 is a Monday");
+        assert_eq!(t.civil(0).weekday, 6);
+        let back = Timestamp::from_civil(2026, 11, 30, 4, 45, 9 * 60);
+        assert_eq!(back.as_millis(), t.as_millis() - 5_123);
+        // Days past the month's end count on.
+        assert_eq!(
+            Timestamp::from_civil(2026, 12, 32, 0, 0, 0),
+            ts("2027-01-01T00:00:00Z")
+        );
+        assert_eq!(Timestamp::days_in_month(2028, 2), 29);
     }
 
     #[test]
