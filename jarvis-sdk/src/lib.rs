@@ -92,6 +92,11 @@ pub use agent::{
     DEFAULT_THINK_THRESHOLD, DEFAULT_THOUGHT_TEMPLATE, FRAME_INSTRUCTION, ProactiveKind, Route,
     RouteFeatures, RouterSignals, ThoughtConfig, ThoughtDecision, ThoughtEngine, ThoughtFrame, ThoughtRouter,
 };
+pub use agent::{
+    Detected, JUDGE_INSTRUCTION, JsonlOpenLoopStore, JudgeInput, Judgement, LoopError, LoopFilter, LoopJudge,
+    LoopKind, MemoryOpenLoopStore, ModelJudge, NewLoop, OPEN_LOOPS_FILE, OpenLoop, OpenLoopStore, OpenLoops,
+    RuleJudge, cancels, detect, due_time,
+};
 pub use app::{
     ALWAYS_ATTACHED, AgentProfile, AgentRegistry, AppAssembly, AppConfig, AppError, BUILTIN_TEAM,
     BrandConfig, CountingFeedback, FeedbackLearner, JARVIS_SYSTEM_PROMPT, MAIN_AGENT, MemoryReadSpec,

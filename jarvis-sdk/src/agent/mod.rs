@@ -10,6 +10,7 @@ mod error;
 mod event;
 mod gate;
 mod harness;
+mod openloop;
 mod run;
 mod session;
 mod thinking;
@@ -23,6 +24,11 @@ pub use gate::{
     GateVerdict, ToolCallInfo, ToolGate, ToolPolicy,
 };
 pub use harness::{Harness, HarnessConfig};
+pub use openloop::{
+    Detected, JUDGE_INSTRUCTION, JsonlOpenLoopStore, JudgeInput, Judgement, LoopError, LoopFilter, LoopJudge,
+    LoopKind, MemoryOpenLoopStore, ModelJudge, NewLoop, OPEN_LOOPS_FILE, OpenLoop, OpenLoopStore, OpenLoops,
+    RuleJudge, cancels, detect, due_time,
+};
 pub use run::prompts;
 pub use run::{AgentIdentity, AgentLoopConfig, LoopContext, LoopOutcome, ModelSettings, run_agent_loop};
 #[cfg(feature = "postgres")]

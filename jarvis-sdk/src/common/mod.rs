@@ -16,5 +16,5 @@ pub use clock::{Clock, IdSource, ManualClock, SequentialIds, SystemClock, Unique
 pub use extensions::Extensions;
 pub use fs::write_atomic;
 pub use lock::{HOME_LOCK_FILE, HomeLock, HomeLockError, LockHolder};
-pub use text::{char_len, truncate_chars, truncate_with_marker};
+pub use text::{bigram_jaccard, char_len, truncate_chars, truncate_with_marker};
 pub use time::{CivilTime, Timestamp, TimestampError};

@@ -32,6 +32,20 @@ pub fn truncate_with_marker(s: &str, max: usize) -> String {
     }
 }
 
+/// |A ∩ B| / |A ∪ B| over the sets of adjacent character pairs.
+pub fn bigram_jaccard(a: &str, b: &str) -> f64 {
+    let grams = |s: &str| -> std::collections::BTreeSet<(char, char)> {
+        let chars: Vec<char> = s.chars().collect();
+        chars.windows(2).map(|w| (w[0], w[1])).collect()
+    };
+    let (x, y) = (grams(a), grams(b));
+    let union = x.union(&y).count();
+    if union == 0 {
+        return if a == b { 1.0 } else { 0.0 };
+    }
+    x.intersection(&y).count() as f64 / union as f64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

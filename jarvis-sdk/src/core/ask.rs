@@ -29,6 +29,7 @@ use std::time::Duration;
 use unicode_normalization::UnicodeNormalization;
 
 use crate::agent::{ToolContext, ToolError, ToolResult, TypedTool};
+pub use crate::common::bigram_jaccard;
 
 /// The rule line appended, unrecorded, to every model call of a delegated
 /// turn (R-ASK-7).
@@ -291,20 +292,6 @@ fn normalise(text: &str) -> String {
         .flat_map(char::to_lowercase)
         .filter(|c| !c.is_whitespace())
         .collect()
-}
-
-/// |A ∩ B| / |A ∪ B| over the sets of adjacent character pairs.
-pub fn bigram_jaccard(a: &str, b: &str) -> f64 {
-    let grams = |s: &str| -> BTreeSet<(char, char)> {
-        let chars: Vec<char> = s.chars().collect();
-        chars.windows(2).map(|w| (w[0], w[1])).collect()
-    };
-    let (x, y) = (grams(a), grams(b));
-    let union = x.union(&y).count();
-    if union == 0 {
-        return if a == b { 1.0 } else { 0.0 };
-    }
-    x.intersection(&y).count() as f64 / union as f64
 }
 
 #[cfg(test)]
