@@ -5,9 +5,11 @@
 //!
 //! It sits above `agent` and below `app`: it may use `agent`, `memory`,
 //! `model` and `common`, never `app`. The per-session [`Sandbox`] and the
-//! built-in tools ([`builtin_tools`]) live here too.
+//! built-in tools ([`builtin_tools`]) live here too, and so do the memory
+//! tools every agent gets ([`memory_tools`]).
 
 pub(crate) mod approval;
+mod memory_tools;
 mod sandbox;
 pub(crate) mod security;
 mod tool_policy;
@@ -16,6 +18,9 @@ mod tools;
 pub use approval::{
     ApprovalBroker, ApprovalError, ApprovalRule, Attachment, DEFAULT_APPROVAL_TIMEOUT, LayeredApprovalRules,
     RuleDecision, RuleSource,
+};
+pub use memory_tools::{
+    RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, memory_tools, register_memory_tools,
 };
 pub use sandbox::{
     DirEntryInfo, DirListing, EntryKind, FileContent, MAX_COMPONENT_LEN, MAX_PATH_LEN, Sandbox, SandboxError,
