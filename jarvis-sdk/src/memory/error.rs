@@ -75,7 +75,7 @@ pub enum MemoryError {
         what: &'static str,
     },
     /// The database cannot be reached.
-    #[error("memory store: cannot reach the database ({target})")]
+    #[error("memory store (postgres): cannot reach the database at {target}")]
     Unreachable {
         /// Host, port and database, never the password.
         target: String,
@@ -84,7 +84,7 @@ pub enum MemoryError {
         source: BoxError,
     },
     /// A database operation failed.
-    #[error("memory store: database error while trying to {op}")]
+    #[error("memory store (postgres): database error while trying to {op}")]
     Database {
         /// What was being done.
         op: &'static str,

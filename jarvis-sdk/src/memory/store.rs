@@ -45,7 +45,8 @@ pub trait MemoryStore: Send + Sync + Debug {
         Ok(out)
     }
 
-    /// Adds one rehearsal to each record in `ids` (unknown ids are ignored).
+    /// Adds one rehearsal to each record named in `ids`, once however often
+    /// it is named (unknown ids are ignored).
     async fn touch(&self, ids: &[String]) -> Result<(), MemoryError>;
 
     /// At most `limit` records whose embedding is missing or comes from an
@@ -114,8 +115,11 @@ impl MemoryStore for InMemoryMemoryStore {
 
     async fn touch(&self, ids: &[String]) -> Result<(), MemoryError> {
         let mut index = self.index();
+        let mut seen = std::collections::HashSet::with_capacity(ids.len());
         for id in ids {
-            index.touch(id);
+            if seen.insert(id) {
+                index.touch(id);
+            }
         }
         Ok(())
     }
