@@ -6,11 +6,14 @@ use std::time::{Duration, SystemTime};
 
 use jarvis_sdk::ManualClock;
 
+mod bad_input;
+mod harness;
 mod permissions;
 mod postgres;
 mod prompt;
 mod quality;
 mod stores;
+mod tools;
 
 /// A clock standing at 2026-11-29T00:00:00Z.
 pub(crate) fn fixed_clock() -> Arc<ManualClock> {
