@@ -115,6 +115,13 @@ impl Partition {
     }
 
     fn record(&self, row: usize) -> MemoryRecord {
+        let mut record = self.record_text(row);
+        record.embedding = self.vector(row);
+        record
+    }
+
+    /// The record without its embedding (left empty).
+    fn record_text(&self, row: usize) -> MemoryRecord {
         let r = &self.rows[row];
         MemoryRecord {
             id: r.id.to_string(),
@@ -127,7 +134,7 @@ impl Partition {
             metadata: r.metadata.clone(),
             created_at: r.created_at,
             rehearsal: r.rehearsal,
-            embedding: self.vector(row),
+            embedding: Vec::new(),
             embedder: self.key.embedder.to_string(),
         }
     }
@@ -249,6 +256,12 @@ impl Index {
     pub(crate) fn get(&self, id: &str) -> Option<MemoryRecord> {
         let &(part, row) = self.by_id.get(id)?;
         Some(self.partitions[part].record(row))
+    }
+
+    /// The record with `id`, its embedding left empty.
+    pub(crate) fn get_text(&self, id: &str) -> Option<MemoryRecord> {
+        let &(part, row) = self.by_id.get(id)?;
+        Some(self.partitions[part].record_text(row))
     }
 
     /// Adds one rehearsal to the record with `id`; false when there is none.

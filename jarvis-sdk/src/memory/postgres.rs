@@ -377,6 +377,12 @@ impl MemoryStore for PostgresMemoryStore {
         Ok(ids.iter().filter_map(|id| mirror.index.get(id)).collect())
     }
 
+    async fn get_texts(&self, ids: &[String]) -> Result<Vec<MemoryRecord>, MemoryError> {
+        self.refresh().await?;
+        let mirror = self.mirror();
+        Ok(ids.iter().filter_map(|id| mirror.index.get_text(id)).collect())
+    }
+
     async fn list(&self, filter: &MemoryFilter) -> Result<Vec<MemoryRecord>, MemoryError> {
         self.refresh().await?;
         Ok(self.mirror().index.list(filter))

@@ -146,7 +146,7 @@ impl MemoryConfig {
 /// A recalled record with its similarity to the query and its blended score.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Recalled {
-    /// The record.
+    /// The record, without its embedding (left empty).
     pub record: MemoryRecord,
     /// Cosine similarity to the query.
     pub similarity: f32,
@@ -212,6 +212,9 @@ pub struct MemoryService {
     procedures: Option<ProcedureLibrary>,
     /// `(user, agent)` pairs whose procedure files were indexed.
     synced: Mutex<HashSet<(String, String)>>,
+    /// The last prompt embedded by `observe`, which `record_turn` embeds
+    /// again at the end of the same turn.
+    last_prompt: Mutex<Option<(String, Vec<f32>)>>,
 }
 
 impl fmt::Debug for MemoryService {
@@ -237,6 +240,7 @@ impl MemoryService {
             user_model: None,
             procedures: None,
             synced: Mutex::new(HashSet::new()),
+            last_prompt: Mutex::new(None),
         }
     }
 
@@ -309,6 +313,22 @@ impl MemoryService {
     async fn embed_one(&self, text: &str) -> Result<Vec<f32>, MemoryError> {
         let mut vectors = self.embed(vec![text.to_owned()]).await?;
         Ok(vectors.pop().unwrap_or_default())
+    }
+
+    /// The embedding of a turn's prompt, remembered between `observe` and
+    /// `record_turn` so a turn embeds its prompt once.
+    async fn embed_prompt(&self, prompt: &str) -> Result<Vec<f32>, MemoryError> {
+        {
+            let last = self.last_prompt.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((text, vector)) = &*last
+                && text == prompt
+            {
+                return Ok(vector.clone());
+            }
+        }
+        let vector = self.embed_one(prompt).await?;
+        *self.last_prompt.lock().unwrap_or_else(|e| e.into_inner()) = Some((prompt.to_owned(), vector.clone()));
+        Ok(vector)
     }
 
     fn clean_text(&self, source: &str, text: &str) -> Result<String, MemoryError> {
@@ -391,7 +411,7 @@ impl MemoryService {
         };
         let hits = self.store.search(&query).await?;
         let ids: Vec<String> = hits.into_iter().map(|h| h.id).collect();
-        Ok(self.store.get(&ids).await?.into_iter().find(|r| r.text == text))
+        Ok(self.store.get_texts(&ids).await?.into_iter().find(|r| r.text == text))
     }
 
     /// `/remember`: a fact for the user profile (semantic, shared).
@@ -411,7 +431,7 @@ impl MemoryService {
         metadata: Value,
     ) -> Result<MemoryRecord, MemoryError> {
         let id = format!("{source}/{}/{}/{name}", scope.user, scope.agent_id);
-        let existing = self.store.get(std::slice::from_ref(&id)).await?.pop();
+        let existing = self.store.get_texts(std::slice::from_ref(&id)).await?.pop();
         if let Some(existing) = &existing
             && existing.text == text
             && existing.embedder == self.embedder.name()
@@ -557,7 +577,7 @@ impl MemoryService {
 
     async fn fetch(&self, ranked: Vec<(SearchHit, f32)>) -> Result<Vec<Recalled>, MemoryError> {
         let ids: Vec<String> = ranked.iter().map(|(h, _)| h.id.clone()).collect();
-        let records = self.store.get(&ids).await?;
+        let records = self.store.get_texts(&ids).await?;
         Ok(ranked
             .into_iter()
             .filter_map(|(hit, score)| {
@@ -632,7 +652,7 @@ impl MemoryService {
     /// memory enters a request, R-MEM-4). Recalled records are rehearsed.
     pub async fn observe(&self, scope: &MemoryScope, query: &str) -> Result<MemoryContext, MemoryError> {
         self.sync_procedures(scope, Layer::Procedural).await;
-        let vector = self.embed_one(query).await?;
+        let vector = self.embed_prompt(query).await?;
         let working = self.working(scope).await?;
         let k = self.config.recall_k;
         let user = || MemoryFilter::for_user(scope.user.clone());
@@ -676,7 +696,7 @@ impl MemoryService {
         let ids: Vec<String> = ranked.iter().flatten().map(|(h, _)| h.id.clone()).collect();
         let records: HashMap<String, MemoryRecord> = self
             .store
-            .get(&ids)
+            .get_texts(&ids)
             .await?
             .into_iter()
             .map(|r| (r.id.clone(), r))
@@ -768,11 +788,8 @@ impl MemoryService {
             "overflow": turn.overflows >= 1,
             "stop_reason": turn.stop_reason,
         });
-        let mut vectors = self.embed(vec![text.clone(), prompt.to_owned()]).await?.into_iter();
-        let (episode_vector, prompt_vector) = (
-            vectors.next().unwrap_or_default(),
-            vectors.next().unwrap_or_default(),
-        );
+        let episode_vector = self.embed_one(&text).await?;
+        let prompt_vector = self.embed_prompt(prompt).await?;
         let id = self.ids.next_id("mem_");
         let episode = self.record(scope, id, SOURCE_TURN, text, metadata, episode_vector);
         self.store.put(episode.clone()).await?;

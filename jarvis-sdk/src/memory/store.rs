@@ -25,6 +25,13 @@ pub trait MemoryStore: Send + Sync + Debug {
     /// left out.
     async fn get(&self, ids: &[String]) -> Result<Vec<MemoryRecord>, MemoryError>;
 
+    /// Like [`get`](Self::get), but the records' `embedding` may come back
+    /// empty: for callers that only read texts (recall fetching its winners).
+    /// Stores that keep vectors apart from texts answer faster this way.
+    async fn get_texts(&self, ids: &[String]) -> Result<Vec<MemoryRecord>, MemoryError> {
+        self.get(ids).await
+    }
+
     /// The records matching `filter`, newest first (ties by id), at most
     /// `filter.limit`.
     async fn list(&self, filter: &MemoryFilter) -> Result<Vec<MemoryRecord>, MemoryError>;
@@ -103,6 +110,11 @@ impl MemoryStore for InMemoryMemoryStore {
     async fn get(&self, ids: &[String]) -> Result<Vec<MemoryRecord>, MemoryError> {
         let index = self.index();
         Ok(ids.iter().filter_map(|id| index.get(id)).collect())
+    }
+
+    async fn get_texts(&self, ids: &[String]) -> Result<Vec<MemoryRecord>, MemoryError> {
+        let index = self.index();
+        Ok(ids.iter().filter_map(|id| index.get_text(id)).collect())
     }
 
     async fn list(&self, filter: &MemoryFilter) -> Result<Vec<MemoryRecord>, MemoryError> {
