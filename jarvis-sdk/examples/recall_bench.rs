@@ -30,19 +30,121 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 const KO: &[&str] = &[
-    "서울", "행복주택", "청약", "공고", "마감일", "대출", "금리", "보증금", "월세", "전세", "신혼부부", "특별공급",
-    "자격", "소득", "자산", "계약", "이사", "관리비", "회의", "보고서", "제출", "일정", "병원", "예약", "검진",
-    "여행", "숙소", "항공권", "제주도", "부산", "가족", "생일", "선물", "커피", "운동", "달리기", "필라테스",
-    "도서관", "고양이", "사료", "노트북", "수리", "배터리", "세금", "환급", "보험", "갱신", "자동차", "엔진오일",
-    "학교", "숙제", "영어", "스터디", "주말", "아침", "저녁", "약속", "친구", "동생", "부모님",
+    "서울",
+    "행복주택",
+    "청약",
+    "공고",
+    "마감일",
+    "대출",
+    "금리",
+    "보증금",
+    "월세",
+    "전세",
+    "신혼부부",
+    "특별공급",
+    "자격",
+    "소득",
+    "자산",
+    "계약",
+    "이사",
+    "관리비",
+    "회의",
+    "보고서",
+    "제출",
+    "일정",
+    "병원",
+    "예약",
+    "검진",
+    "여행",
+    "숙소",
+    "항공권",
+    "제주도",
+    "부산",
+    "가족",
+    "생일",
+    "선물",
+    "커피",
+    "운동",
+    "달리기",
+    "필라테스",
+    "도서관",
+    "고양이",
+    "사료",
+    "노트북",
+    "수리",
+    "배터리",
+    "세금",
+    "환급",
+    "보험",
+    "갱신",
+    "자동차",
+    "엔진오일",
+    "학교",
+    "숙제",
+    "영어",
+    "스터디",
+    "주말",
+    "아침",
+    "저녁",
+    "약속",
+    "친구",
+    "동생",
+    "부모님",
 ];
-const KO_ENDINGS: &[&str] = &["을", "를", "이", "가", "은", "는", "에", "에서", "으로", "와", "하고", ""];
+const KO_ENDINGS: &[&str] = &[
+    "을", "를", "이", "가", "은", "는", "에", "에서", "으로", "와", "하고", "",
+];
 const EN: &[&str] = &[
-    "housing", "notice", "lottery", "deadline", "mortgage", "rate", "deposit", "rent", "lease", "landlord",
-    "meeting", "report", "draft", "conference", "dentist", "appointment", "flight", "hotel", "passport",
-    "birthday", "party", "gift", "coffee", "gym", "running", "library", "cat", "food", "laptop", "battery",
-    "tax", "refund", "insurance", "car", "oil", "school", "homework", "spanish", "tutor", "weekend",
-    "morning", "evening", "friend", "sister", "parents", "garden", "tomatoes", "backup", "router", "bill",
+    "housing",
+    "notice",
+    "lottery",
+    "deadline",
+    "mortgage",
+    "rate",
+    "deposit",
+    "rent",
+    "lease",
+    "landlord",
+    "meeting",
+    "report",
+    "draft",
+    "conference",
+    "dentist",
+    "appointment",
+    "flight",
+    "hotel",
+    "passport",
+    "birthday",
+    "party",
+    "gift",
+    "coffee",
+    "gym",
+    "running",
+    "library",
+    "cat",
+    "food",
+    "laptop",
+    "battery",
+    "tax",
+    "refund",
+    "insurance",
+    "car",
+    "oil",
+    "school",
+    "homework",
+    "spanish",
+    "tutor",
+    "weekend",
+    "morning",
+    "evening",
+    "friend",
+    "sister",
+    "parents",
+    "garden",
+    "tomatoes",
+    "backup",
+    "router",
+    "bill",
 ];
 
 /// A small deterministic random source (xorshift).
@@ -97,11 +199,21 @@ fn records(n: usize, rng: &mut Rng) -> Vec<MemoryRecord> {
             let (layer, kind, source, text) = if roll < 80 {
                 let prompt = sentence(rng, 4, 6);
                 let answer = sentence(rng, 6, 10);
-                (Layer::Episodic, "episode", "turn", format!("{prompt}\n→ {answer}"))
+                (
+                    Layer::Episodic,
+                    "episode",
+                    "turn",
+                    format!("{prompt}\n→ {answer}"),
+                )
             } else if roll < 92 {
                 (Layer::Semantic, "fact", "remember", sentence(rng, 4, 5))
             } else if roll < 97 {
-                (Layer::Procedural, "task_pattern", "task_pattern", sentence(rng, 8, 8))
+                (
+                    Layer::Procedural,
+                    "task_pattern",
+                    "task_pattern",
+                    sentence(rng, 8, 8),
+                )
             } else {
                 (Layer::Procedural, "procedure", "procedure", sentence(rng, 12, 12))
             };
@@ -144,7 +256,11 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 fn label(n: usize) -> String {
-    if n >= 1000 { format!("{}k", n / 1000) } else { n.to_string() }
+    if n >= 1000 {
+        format!("{}k", n / 1000)
+    } else {
+        n.to_string()
+    }
 }
 
 async fn recall_at(n: usize, queries: usize) {
@@ -198,7 +314,10 @@ async fn turn_times(memory: bool, sessions: usize, turns: usize) -> Vec<Vec<Dura
     let ctx = LoopContext::new(faux).with_identity(AgentIdentity::default());
     let mut harness = Harness::new(store.clone(), ctx);
     if memory {
-        let service = MemoryService::new(Arc::new(InMemoryMemoryStore::new()), Arc::new(HashEmbedder::default()));
+        let service = MemoryService::new(
+            Arc::new(InMemoryMemoryStore::new()),
+            Arc::new(HashEmbedder::default()),
+        );
         harness = harness.with_memory(Arc::new(service), "u", MemoryRead::own_only());
     }
     let cancel = CancellationToken::new();
@@ -223,7 +342,10 @@ async fn turn_times(memory: bool, sessions: usize, turns: usize) -> Vec<Vec<Dura
 
 /// `observe` and `record_turn` timed on their own over the same turns.
 async fn memory_times(sessions: usize, turns: usize) -> (Vec<Vec<Duration>>, Vec<Vec<Duration>>) {
-    let service = MemoryService::new(Arc::new(InMemoryMemoryStore::new()), Arc::new(HashEmbedder::default()));
+    let service = MemoryService::new(
+        Arc::new(InMemoryMemoryStore::new()),
+        Arc::new(HashEmbedder::default()),
+    );
     let (mut recalls, mut writes) = (Vec::new(), Vec::new());
     for s in 0..=sessions {
         let scope = MemoryScope::new("u", "main", format!("m{s}"));

@@ -13,7 +13,7 @@
 //! | `model` | the [`Provider`] trait, [`ChatRequest`], [`ProviderEvent`], the shared [`ResponseAssembler`], [`FauxProvider`], the [`Embedder`] trait and the offline [`HashEmbedder`] |
 //! | `memory` | [`MemoryService`] (working memory; semantic, episodic and procedural long-term memory; agent scopes; recall), the one injection point [`MemoryContext`], the [`MemoryStore`] trait with [`InMemoryMemoryStore`] |
 //! | `agent` | [`run_agent_loop`] with the overflow resume, [`AgentEvent`], [`UIAdapter`], [`Tool`], the tool-call gate ([`ToolGate`]) |
-//! | `core` | the per-session [`Sandbox`] and the [`builtin_tools`]; sessions of one turn and security (to come) |
+//! | `core` | the per-session [`Sandbox`], the [`builtin_tools`] and the [`memory_tools`]; sessions of one turn and security (to come) |
 //! | `app` | agent profiles, the registry and assembly (to come) |
 //!
 //! Four plugin points are small object-safe traits held as `Arc<dyn …>`:
@@ -59,6 +59,7 @@
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `test-utils` | no | [`testing`]: a recording [`UIAdapter`], closure tools, a fixed approver |
+//! | `postgres` | no | `PostgresSessionStore` and `PostgresMemoryStore` |
 //!
 //! The default build has no HTTP server, no terminal UI and no database
 //! client.
@@ -97,24 +98,23 @@ pub use core::{
     html_escape,
 };
 pub use core::{
-    RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, memory_tools, register_memory_tools,
-};
-pub use core::{
     BuiltinConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_LIST_CAP, DEFAULT_OUTPUT_CAP, DEFAULT_READ_CAP,
     DEFAULT_WRITE_CAP, DirEntryInfo, DirListing, EntryKind, FileContent, MAX_COMPONENT_LEN, MAX_PATH_LEN,
     Sandbox, SandboxError, builtin_tools, register_builtin_tools, validate_session_id,
 };
+pub use core::{RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, memory_tools, register_memory_tools};
 #[cfg(feature = "postgres")]
 pub use memory::PostgresMemoryStore;
 pub use memory::{
     Agents, DEFAULT_USER, DEFAULT_WRITE_RULE, InMemoryMemoryStore, KIND_EPISODE, KIND_FACT, KIND_NOTE,
     KIND_PROCEDURE, KIND_TASK_PATTERN, KIND_USER_MODEL, LEGACY_PROCEDURE_AGENT, Layer, MAX_PROCEDURE_BYTES,
-    MAX_PROCEDURE_NAME_CHARS, MemoryConfig, MemoryContext, MemoryError, MemoryFilter, MemoryRead, MemoryRecord,
-    MemoryScope, MemorySection, MemoryService, MemoryStore, PROCEDURES_DIR, Procedure, ProcedureLibrary,
-    READ_SELF, RecallK, RecallWeights, Recalled, SOURCE_EPISODE_FACT, SOURCE_PROCEDURE, SOURCE_REMEMBER,
-    SOURCE_TASK_PATTERN, SOURCE_TURN, SOURCE_USER_MODEL, ScopeResolver, SearchHit, SearchQuery, SectionBudgets,
-    SectionKind, StaticScopes, TurnRecord, USER_MODEL_FILE, UserModel, UserModelFile, WRITE_RULES,
-    WorkingConfig, WorkingItem, WorkingMemory, WriteRule, last_turns, validate_procedure_name, write_rule,
+    MAX_PROCEDURE_NAME_CHARS, MemoryConfig, MemoryContext, MemoryError, MemoryFilter, MemoryRead,
+    MemoryRecord, MemoryScope, MemorySection, MemoryService, MemoryStore, PROCEDURES_DIR, Procedure,
+    ProcedureLibrary, READ_SELF, RecallK, RecallWeights, Recalled, SOURCE_EPISODE_FACT, SOURCE_PROCEDURE,
+    SOURCE_REMEMBER, SOURCE_TASK_PATTERN, SOURCE_TURN, SOURCE_USER_MODEL, ScopeResolver, SearchHit,
+    SearchQuery, SectionBudgets, SectionKind, StaticScopes, TurnRecord, USER_MODEL_FILE, UserModel,
+    UserModelFile, WRITE_RULES, WorkingConfig, WorkingItem, WorkingMemory, WriteRule, last_turns,
+    validate_procedure_name, write_rule,
 };
 #[cfg(feature = "anthropic")]
 pub use model::{

@@ -109,8 +109,14 @@ impl Harness {
     /// agent, the turn's session, and `read` (the agent definition's
     /// `memory.read`). For a peer session pass the *caller's* user
     /// (R-MEM-12): the callee reads that user's profile and writes into its
-    /// own scope.
-    pub fn with_memory(mut self, service: Arc<MemoryService>, user: impl Into<String>, read: MemoryRead) -> Self {
+    /// own scope. While memory is on, the turns the model sees are the
+    /// memory's ([`MemoryConfig::history_turns`](crate::memory::MemoryConfig::history_turns), 3).
+    pub fn with_memory(
+        mut self,
+        service: Arc<MemoryService>,
+        user: impl Into<String>,
+        read: MemoryRead,
+    ) -> Self {
         self.memory = Some(HarnessMemory {
             service,
             user: user.into(),
@@ -122,8 +128,12 @@ impl Harness {
     /// The memory scope of a turn of `session`, when memory is on.
     pub fn memory_scope(&self, session: &SessionId) -> Option<MemoryScope> {
         self.memory.as_ref().map(|m| {
-            MemoryScope::new(m.user.clone(), self.ctx.identity.agent_id.clone(), session.to_string())
-                .with_read(m.read.clone())
+            MemoryScope::new(
+                m.user.clone(),
+                self.ctx.identity.agent_id.clone(),
+                session.to_string(),
+            )
+            .with_read(m.read.clone())
         })
     }
 

@@ -86,7 +86,11 @@ impl TypedTool for RememberTaskPattern {
             {
                 Ok(record) => ToolResult::ok(format!(
                     "Remembered the task pattern {:?}.",
-                    record.metadata.get("name").and_then(|n| n.as_str()).unwrap_or(&args.name)
+                    record
+                        .metadata
+                        .get("name")
+                        .and_then(|n| n.as_str())
+                        .unwrap_or(&args.name)
                 )),
                 Err(e) => ToolResult::error(e.to_string()),
             },

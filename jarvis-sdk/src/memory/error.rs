@@ -61,7 +61,9 @@ pub enum MemoryError {
     },
     /// The user-model file exists but is not a user model; it is left as it
     /// is rather than overwritten.
-    #[error("memory: the user model {path} is damaged ({reason}); it is left as it is until fixed or removed")]
+    #[error(
+        "memory: the user model {path} is damaged ({reason}); it is left as it is until fixed or removed"
+    )]
     DamagedUserModel {
         /// The file.
         path: PathBuf,

@@ -88,7 +88,7 @@ impl Partition {
 
     fn push(&mut self, row: Row, vector: &[f32]) -> usize {
         let index = self.rows.len();
-        if index % TILE == 0 {
+        if index.is_multiple_of(TILE) {
             let grown = self.tiles.len() + self.key.dims * TILE;
             self.tiles.resize(grown, 0.0);
         }
@@ -397,7 +397,7 @@ impl Index {
             }
             let first = t * TILE;
             for (l, &score) in acc.iter().enumerate().take(n - first) {
-                if !(score >= floor) {
+                if !score.is_finite() || score < floor {
                     continue;
                 }
                 if heap.len() >= query.k && heap.peek().is_some_and(|worst| score <= worst.score) {
@@ -458,7 +458,11 @@ mod tests {
                 x ^= x >> 7;
                 x ^= x << 17;
                 // Sparse, like the hash embedder's vectors.
-                if x % 4 == 0 { (x % 1000) as f32 / 500.0 - 1.0 } else { 0.0 }
+                if x.is_multiple_of(4) {
+                    (x % 1000) as f32 / 500.0 - 1.0
+                } else {
+                    0.0
+                }
             })
             .collect();
         let norm = v.iter().map(|a| a * a).sum::<f32>().sqrt().max(1e-6);

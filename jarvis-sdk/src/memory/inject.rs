@@ -148,7 +148,11 @@ impl MemoryContext {
     /// are put in the fixed order whatever the order given; each keeps the
     /// items that fit its budget; empty ones are dropped. Items are written
     /// as given after `- `.
-    pub fn new(candidates: Vec<(SectionKind, Vec<String>)>, budgets: &SectionBudgets, history_turns: usize) -> Self {
+    pub fn new(
+        candidates: Vec<(SectionKind, Vec<String>)>,
+        budgets: &SectionBudgets,
+        history_turns: usize,
+    ) -> Self {
         let mut sections = Vec::new();
         for kind in SectionKind::ORDER {
             let items: Vec<String> = candidates
@@ -296,7 +300,10 @@ mod tests {
         let items = &ctx.section(SectionKind::KeyFacts).unwrap().items;
         assert_eq!(items, &["- abcdefg…"]);
         let ctx = MemoryContext::new(
-            vec![(SectionKind::KeyFacts, vec!["ab".into(), "cdefgh".into(), "z".into()])],
+            vec![(
+                SectionKind::KeyFacts,
+                vec!["ab".into(), "cdefgh".into(), "z".into()],
+            )],
             &budgets,
             3,
         );
@@ -316,6 +323,10 @@ mod tests {
             3,
         );
         assert_eq!(ctx.message(), Some("[핵심 사실]\n- k\n\n[작업 공유 메모리]\n- w"));
-        assert!(MemoryContext::new(vec![], &SectionBudgets::default(), 3).message().is_none());
+        assert!(
+            MemoryContext::new(vec![], &SectionBudgets::default(), 3)
+                .message()
+                .is_none()
+        );
     }
 }

@@ -46,9 +46,9 @@ pub use procedures::{
 };
 pub use record::{Agents, Layer, MemoryFilter, MemoryRecord, SearchHit, SearchQuery};
 pub use rules::{
-    DEFAULT_WRITE_RULE, KIND_EPISODE, KIND_FACT, KIND_NOTE, KIND_PROCEDURE, KIND_TASK_PATTERN, KIND_USER_MODEL,
-    SOURCE_EPISODE_FACT, SOURCE_PROCEDURE, SOURCE_REMEMBER, SOURCE_TASK_PATTERN, SOURCE_TURN, SOURCE_USER_MODEL,
-    WRITE_RULES, WriteRule, write_rule,
+    DEFAULT_WRITE_RULE, KIND_EPISODE, KIND_FACT, KIND_NOTE, KIND_PROCEDURE, KIND_TASK_PATTERN,
+    KIND_USER_MODEL, SOURCE_EPISODE_FACT, SOURCE_PROCEDURE, SOURCE_REMEMBER, SOURCE_TASK_PATTERN,
+    SOURCE_TURN, SOURCE_USER_MODEL, WRITE_RULES, WriteRule, write_rule,
 };
 pub use scope::{DEFAULT_USER, MemoryRead, MemoryScope, READ_SELF, ScopeResolver, StaticScopes};
 pub use service::{MemoryConfig, MemoryService, RecallK, RecallWeights, Recalled, TurnRecord};

@@ -28,11 +28,11 @@
 //! never read (vectors live in `embedding_f32`).
 
 use async_trait::async_trait;
+use deadpool_postgres::GenericClient;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 use tokio_postgres::types::Json;
-use deadpool_postgres::GenericClient;
 use tokio_postgres::{NoTls, Row};
 
 use super::error::{BoxError, MemoryError};
@@ -298,7 +298,11 @@ fn record_from_row(row: &Row) -> Result<(MemoryRecord, i64), String> {
             metadata,
             created_at: Timestamp::from_system_time(created_at),
             rehearsal: u32::try_from(rehearsal).unwrap_or(0),
-            embedder: if embedding.is_empty() { String::new() } else { embedder },
+            embedder: if embedding.is_empty() {
+                String::new()
+            } else {
+                embedder
+            },
             embedding,
             id,
         },
@@ -320,8 +324,16 @@ fn describe(config: &tokio_postgres::Config) -> String {
     let ports: Vec<String> = config.get_ports().iter().map(u16::to_string).collect();
     format!(
         "host={} port={} dbname={} user={}",
-        if hosts.is_empty() { "(default)".into() } else { hosts.join(",") },
-        if ports.is_empty() { "5432".into() } else { ports.join(",") },
+        if hosts.is_empty() {
+            "(default)".into()
+        } else {
+            hosts.join(",")
+        },
+        if ports.is_empty() {
+            "5432".into()
+        } else {
+            ports.join(",")
+        },
         config.get_dbname().unwrap_or("(default)"),
         config.get_user().unwrap_or("(default)"),
     )
@@ -367,8 +379,10 @@ async fn upsert<C: GenericClient>(client: &C, record: &MemoryRecord) -> Result<(
 #[async_trait]
 impl MemoryStore for PostgresMemoryStore {
     async fn put(&self, record: MemoryRecord) -> Result<(), MemoryError> {
-        self.write("write a memory", |tx| Box::pin(async move { upsert(tx, &record).await }))
-            .await
+        self.write("write a memory", |tx| {
+            Box::pin(async move { upsert(tx, &record).await })
+        })
+        .await
     }
 
     async fn get(&self, ids: &[String]) -> Result<Vec<MemoryRecord>, MemoryError> {

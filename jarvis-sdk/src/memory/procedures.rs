@@ -268,7 +268,10 @@ mod tests {
         );
         let karen = lib.list("karen").unwrap();
         assert_eq!(karen.len(), 1);
-        assert!(lib.dir().join("old.md").exists(), "legacy files stay where they are");
+        assert!(
+            lib.dir().join("old.md").exists(),
+            "legacy files stay where they are"
+        );
         assert!(lib.get("karen", "../main/both").is_err());
         assert_eq!(lib.list("nobody").unwrap(), []);
     }

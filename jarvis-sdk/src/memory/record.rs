@@ -190,7 +190,7 @@ impl MemoryFilter {
     /// Whether `record` matches (ignoring `limit`).
     pub fn matches(&self, record: &MemoryRecord) -> bool {
         self.matches_scope(&record.user, &record.agent_id, record.layer, &record.kind)
-            && !self.exclude_ids.iter().any(|id| *id == record.id)
+            && !self.exclude_ids.contains(&record.id)
     }
 }
 

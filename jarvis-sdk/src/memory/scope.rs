@@ -257,7 +257,11 @@ mod tests {
         let caller = MemoryScope::new("alice", "main", "default-main");
         let peer = MemoryScope::for_peer(&caller, "karen", MemoryRead::default(), "peer-main-karen");
         assert_eq!(
-            (peer.user.as_str(), peer.agent_id.as_str(), peer.session_id.as_str()),
+            (
+                peer.user.as_str(),
+                peer.agent_id.as_str(),
+                peer.session_id.as_str()
+            ),
             ("alice", "karen", "peer-main-karen")
         );
     }

@@ -191,7 +191,13 @@ impl TurnRecord {
     }
 
     /// Sets the duration, steps, overflows and stop reason.
-    pub fn with_outcome(mut self, duration: Duration, turns: u32, overflows: u8, stop_reason: impl Into<String>) -> Self {
+    pub fn with_outcome(
+        mut self,
+        duration: Duration,
+        turns: u32,
+        overflows: u8,
+        stop_reason: impl Into<String>,
+    ) -> Self {
         self.duration = duration;
         self.turns = turns;
         self.overflows = overflows;
@@ -202,6 +208,27 @@ impl TurnRecord {
 
 /// Working memory, long-term memory, scopes, injection and recall (SPEC.md
 /// §8). See the module docs. Share it as `Arc<MemoryService>`.
+///
+/// ```
+/// use std::sync::Arc;
+/// use jarvis_sdk::{HashEmbedder, InMemoryMemoryStore, MemoryScope, MemoryService, Message, TurnRecord};
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let memory = MemoryService::new(Arc::new(InMemoryMemoryStore::new()), Arc::new(HashEmbedder::default()));
+/// let scope = MemoryScope::new("me", "main", "default-main");
+/// memory.remember(&scope, "서연이는 초등학교 3학년이다").await.unwrap();
+/// memory
+///     .record_turn(&scope, TurnRecord::new("SH 행복주택 공고 찾아줘", "3건을 찾았습니다"))
+///     .await
+///     .unwrap();
+///
+/// let context = memory.observe(&scope, "서연이 학년이 어떻게 되지?").await.unwrap();
+/// let request = context.apply(&[Message::user("서연이 학년이 어떻게 되지?")]);
+/// let Message::User(injected) = &request[0] else { unreachable!() };
+/// assert!(injected.content.starts_with("[핵심 사실]\n- 서연이는 초등학교 3학년이다"));
+/// assert!(injected.content.contains("[작업 공유 메모리]\n- SH 행복주택 공고 찾아줘"));
+/// # });
+/// ```
 pub struct MemoryService {
     store: Arc<dyn MemoryStore>,
     embedder: Arc<dyn Embedder>,
@@ -327,7 +354,8 @@ impl MemoryService {
             }
         }
         let vector = self.embed_one(prompt).await?;
-        *self.last_prompt.lock().unwrap_or_else(|e| e.into_inner()) = Some((prompt.to_owned(), vector.clone()));
+        *self.last_prompt.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((prompt.to_owned(), vector.clone()));
         Ok(vector)
     }
 
@@ -411,7 +439,12 @@ impl MemoryService {
         };
         let hits = self.store.search(&query).await?;
         let ids: Vec<String> = hits.into_iter().map(|h| h.id).collect();
-        Ok(self.store.get_texts(&ids).await?.into_iter().find(|r| r.text == text))
+        Ok(self
+            .store
+            .get_texts(&ids)
+            .await?
+            .into_iter()
+            .find(|r| r.text == text))
     }
 
     /// `/remember`: a fact for the user profile (semantic, shared).
@@ -481,10 +514,9 @@ impl MemoryService {
         name: &str,
         text: &str,
     ) -> Result<MemoryRecord, MemoryError> {
-        let library = self
-            .procedures
-            .as_ref()
-            .ok_or(MemoryError::NoHome { what: "procedure directory" })?;
+        let library = self.procedures.as_ref().ok_or(MemoryError::NoHome {
+            what: "procedure directory",
+        })?;
         let text = self.clean_text(SOURCE_PROCEDURE, text)?;
         let procedure = library.save(&scope.agent_id, name, &text)?;
         self.put_named(
@@ -500,7 +532,10 @@ impl MemoryService {
     /// The user model (empty when there is no `JARVIS_HOME`, the file is
     /// missing or damaged).
     pub fn user_model(&self) -> UserModel {
-        self.user_model.as_ref().map(UserModelFile::load).unwrap_or_default()
+        self.user_model
+            .as_ref()
+            .map(UserModelFile::load)
+            .unwrap_or_default()
     }
 
     /// User-model distillation: merges `entries` into the user model file
@@ -511,7 +546,10 @@ impl MemoryService {
         scope: &MemoryScope,
         entries: BTreeMap<String, String>,
     ) -> Result<UserModel, MemoryError> {
-        let file = self.user_model.as_ref().ok_or(MemoryError::NoHome { what: "user model" })?;
+        let file = self
+            .user_model
+            .as_ref()
+            .ok_or(MemoryError::NoHome { what: "user model" })?;
         let model = file.update(self.now(), |model| {
             for (key, value) in &entries {
                 if value.trim().is_empty() {
@@ -604,7 +642,10 @@ impl MemoryService {
         }
         self.sync_procedures(scope, layer).await;
         let vector = self.embed_one(query).await?;
-        let hits = self.store.search(&self.query(self.filter_for(scope, layer), &vector, k)).await?;
+        let hits = self
+            .store
+            .search(&self.query(self.filter_for(scope, layer), &vector, k))
+            .await?;
         self.fetch(self.rank(hits, k)).await
     }
 

@@ -94,7 +94,9 @@ impl UserModelFile {
     /// The model; empty when the file is missing, and empty with a warning
     /// when it is damaged or unreadable. Never fails.
     pub fn load(&self) -> UserModel {
-        let stamp = std::fs::metadata(&self.path).ok().map(|m| (m.modified().ok(), m.len()));
+        let stamp = std::fs::metadata(&self.path)
+            .ok()
+            .map(|m| (m.modified().ok(), m.len()));
         let Some((modified, len)) = stamp else {
             return UserModel::default();
         };
@@ -145,7 +147,11 @@ impl UserModelFile {
     /// Reads the model, lets `change` edit it, stamps it with `now` and
     /// writes it atomically; answers what was written. A damaged file is
     /// not overwritten.
-    pub fn update(&self, now: Timestamp, change: impl FnOnce(&mut UserModel)) -> Result<UserModel, MemoryError> {
+    pub fn update(
+        &self,
+        now: Timestamp,
+        change: impl FnOnce(&mut UserModel),
+    ) -> Result<UserModel, MemoryError> {
         let mut model = self.read()?.unwrap_or_default();
         change(&mut model);
         model.v = version();
@@ -186,14 +192,21 @@ mod tests {
         assert_eq!(file.load(), UserModel::default());
         assert_eq!(file.read().unwrap(), None);
 
-        std::fs::write(file.path(), b"{\"entries\": {\"name\": \"Ada\"}, \"legacy\": [1]}").unwrap();
+        std::fs::write(
+            file.path(),
+            b"{\"entries\": {\"name\": \"Ada\"}, \"legacy\": [1]}",
+        )
+        .unwrap();
         let model = file.update(Timestamp::from_millis(5), |m| {
             m.entries.insert("lang".into(), "ko".into());
         });
         let model = model.unwrap();
         assert_eq!(model.lines(), ["lang: ko", "name: Ada"]);
         let text = std::fs::read_to_string(file.path()).unwrap();
-        assert!(text.contains("\"legacy\"") && text.contains("1970-01-01T00:00:00.005Z"), "{text}");
+        assert!(
+            text.contains("\"legacy\"") && text.contains("1970-01-01T00:00:00.005Z"),
+            "{text}"
+        );
         assert_eq!(file.load().entries.len(), 2);
 
         std::fs::write(file.path(), b"[not, json").unwrap();

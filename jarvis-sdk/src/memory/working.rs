@@ -220,7 +220,13 @@ mod tests {
         let c = config(8);
         assert!(!wm.record_turn("find notices", unit(0), "\n  first\nmore", Timestamp::EPOCH, &c));
         for n in 2..=5 {
-            assert!(wm.record_turn("find notices again", unit(0), &format!("answer {n}"), Timestamp::EPOCH, &c));
+            assert!(wm.record_turn(
+                "find notices again",
+                unit(0),
+                &format!("answer {n}"),
+                Timestamp::EPOCH,
+                &c
+            ));
         }
         assert_eq!(wm.items.len(), 1);
         let item = &wm.items[0];

@@ -14,9 +14,12 @@ use super::fixed_clock;
 use crate::capture::capture;
 
 fn service(home: &std::path::Path) -> MemoryService {
-    MemoryService::new(Arc::new(InMemoryMemoryStore::new()), Arc::new(HashEmbedder::default()))
-        .with_clock(fixed_clock())
-        .with_config(MemoryConfig::for_home(home))
+    MemoryService::new(
+        Arc::new(InMemoryMemoryStore::new()),
+        Arc::new(HashEmbedder::default()),
+    )
+    .with_clock(fixed_clock())
+    .with_config(MemoryConfig::for_home(home))
 }
 
 #[tokio::test]
@@ -35,15 +38,25 @@ async fn a_damaged_user_model_is_read_as_empty_and_never_overwritten() {
         ["- the user drinks tea"],
         "the turn still gets its facts"
     );
-    assert!(logs.warned(&["user model", "is damaged", "read as empty"]), "{:?}", logs.lines());
+    assert!(
+        logs.warned(&["user model", "is damaged", "read as empty"]),
+        "{:?}",
+        logs.lines()
+    );
 
     let err = service
         .update_user_model(&scope, BTreeMap::from([("name".into(), "Ada".into())]))
         .await
         .unwrap_err();
     assert!(matches!(err, MemoryError::DamagedUserModel { .. }), "{err:?}");
-    assert!(err.to_string().contains("left as it is until fixed or removed"), "{err}");
-    assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"entries\": [\"not a map\"]}");
+    assert!(
+        err.to_string().contains("left as it is until fixed or removed"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "{\"entries\": [\"not a map\"]}"
+    );
 
     // Not JSON at all, or a directory where the file should be: still no panic.
     std::fs::write(&path, [0xff, 0xfe, b'{']).unwrap();
@@ -59,13 +72,33 @@ async fn bad_procedure_names_are_refused_and_bad_files_skipped() {
     let home = tempfile::tempdir().unwrap();
     let service = service(home.path());
     let scope = MemoryScope::new("u", "main", "s");
-    for name in ["", "../karen/steal", "/etc/passwd", ".hidden", "a/b", "line\nbreak", &"x".repeat(65)] {
+    for name in [
+        "",
+        "../karen/steal",
+        "/etc/passwd",
+        ".hidden",
+        "a/b",
+        "line\nbreak",
+        &"x".repeat(65),
+    ] {
         let err = service.save_procedure(&scope, name, "steps").await.unwrap_err();
-        assert!(matches!(err, MemoryError::InvalidName { what: "procedure", .. }), "{name:?}: {err:?}");
+        assert!(
+            matches!(
+                err,
+                MemoryError::InvalidName {
+                    what: "procedure",
+                    ..
+                }
+            ),
+            "{name:?}: {err:?}"
+        );
     }
     assert!(!home.path().join("karen").exists() && !home.path().join("procedures/karen").exists());
     let bad_agent = MemoryScope::new("u", "../main", "s");
-    let err = service.save_procedure(&bad_agent, "ok", "steps").await.unwrap_err();
+    let err = service
+        .save_procedure(&bad_agent, "ok", "steps")
+        .await
+        .unwrap_err();
     assert!(matches!(err, MemoryError::InvalidAgentId { .. }), "{err:?}");
 
     let dir = home.path().join("procedures/main");
@@ -74,10 +107,17 @@ async fn bad_procedure_names_are_refused_and_bad_files_skipped() {
     std::fs::write(dir.join("bad name!.md"), "weekly report: never read").unwrap();
     std::fs::write(dir.join("binary.md"), [0xff, 0xfe, 0x00]).unwrap();
     let (logs, _guard) = capture();
-    let found = service.search(&scope, "weekly report", Layer::Procedural, 5).await.unwrap();
+    let found = service
+        .search(&scope, "weekly report", Layer::Procedural, 5)
+        .await
+        .unwrap();
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].record.text, "weekly report: gather, write, send");
-    assert!(logs.warned(&["bad name!.md", "not allowed"]), "{:?}", logs.lines());
+    assert!(
+        logs.warned(&["bad name!.md", "not allowed"]),
+        "{:?}",
+        logs.lines()
+    );
     assert!(logs.warned(&["binary.md", "not UTF-8"]), "{:?}", logs.lines());
 }
 
@@ -103,7 +143,11 @@ async fn unknown_memory_read_agents_are_reported_and_harmless() {
     assert!(logs.warned(&["invalid agent id", "../etc"]), "{:?}", logs.lines());
     let cleaned = read.without_unknown("karen", known);
     assert_eq!((cleaned.edm, cleaned.pdm), (vec!["main".to_owned()], vec![]));
-    assert!(logs.warned(&["\"ghost\"", "not a defined agent"]), "{:?}", logs.lines());
+    assert!(
+        logs.warned(&["\"ghost\"", "not a defined agent"]),
+        "{:?}",
+        logs.lines()
+    );
 }
 
 #[tokio::test]
@@ -112,10 +156,19 @@ async fn empty_memories_and_names_are_errors() {
     let service = service(home.path());
     let scope = MemoryScope::new("u", "main", "s");
     let err = service.remember(&scope, "  \n ").await.unwrap_err();
-    assert_eq!(err.to_string(), "memory: refused to write an empty memory (source \"remember\")");
+    assert_eq!(
+        err.to_string(),
+        "memory: refused to write an empty memory (source \"remember\")"
+    );
     assert!(service.remember_task_pattern(&scope, "", "x").await.is_err());
     assert!(service.remember_task_pattern(&scope, "x", " ").await.is_err());
     // An empty query recalls nothing rather than failing.
-    assert!(service.search(&scope, "", Layer::Episodic, 3).await.unwrap().is_empty());
+    assert!(
+        service
+            .search(&scope, "", Layer::Episodic, 3)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert!(service.observe(&scope, "").await.unwrap().is_empty());
 }

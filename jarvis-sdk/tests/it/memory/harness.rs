@@ -60,12 +60,10 @@ async fn setup(script: &str, max_turns: u32) -> Setup {
     let sessions = Arc::new(MemorySessionStore::new());
     sessions.create(NewSession::user(id("s"), "main")).await.unwrap();
     let harness = Harness::new(sessions.clone(), ctx)
-        .with_config(
-            HarnessConfig::default().with_loop_config(AgentLoopConfig {
-                max_turns,
-                ..AgentLoopConfig::default()
-            }),
-        )
+        .with_config(HarnessConfig::default().with_loop_config(AgentLoopConfig {
+            max_turns,
+            ..AgentLoopConfig::default()
+        }))
         .with_memory(service.clone(), "u", MemoryRead::own_only());
     Setup {
         harness,
@@ -90,9 +88,17 @@ fallback: { tool_calls: [ { name: read_file, arguments: { path: x } } ] }
 async fn turn_episodes_say_overflow_when_the_turn_overflowed() {
     let s = setup(OVERFLOW_SCRIPT, 2).await;
     let cancel = CancellationToken::new();
-    let overflowed = s.harness.run_turn(&id("s"), "dig through every file", &cancel).await.unwrap();
+    let overflowed = s
+        .harness
+        .run_turn(&id("s"), "dig through every file", &cancel)
+        .await
+        .unwrap();
     assert_eq!(overflowed.overflows, 2);
-    let plain = s.harness.run_turn(&id("s"), "plain question", &cancel).await.unwrap();
+    let plain = s
+        .harness
+        .run_turn(&id("s"), "plain question", &cancel)
+        .await
+        .unwrap();
     assert_eq!(plain.overflows, 0);
 
     let episodes = s
@@ -128,7 +134,11 @@ async fn turn_episodes_say_overflow_when_the_turn_overflowed() {
     assert_eq!(second.metadata["tools"], json!([]));
     assert_eq!(second.metadata["stop_reason"], "stop");
 
-    let working = s.service.working(&MemoryScope::new("u", "main", "s")).await.unwrap();
+    let working = s
+        .service
+        .working(&MemoryScope::new("u", "main", "s"))
+        .await
+        .unwrap();
     assert_eq!(working.items.len(), 2);
     assert_eq!(working.recent_episodes, [first.id, second.id]);
 }
@@ -148,7 +158,10 @@ replies:
 "#;
     let s = setup(script, 2).await;
     let scope = MemoryScope::new("u", "main", "s");
-    s.service.remember(&scope, "The user's name is Ada Lovelace").await.unwrap();
+    s.service
+        .remember(&scope, "The user's name is Ada Lovelace")
+        .await
+        .unwrap();
     let outcome = s
         .harness
         .run_turn(&id("s"), "remind me of my name, Ada?", &CancellationToken::new())
@@ -160,7 +173,13 @@ replies:
     let purposes: Vec<Purpose> = requests.iter().map(|r| r.purpose).collect();
     assert_eq!(
         purposes,
-        [Purpose::Step, Purpose::Nudge, Purpose::Step, Purpose::Summary, Purpose::Continuation]
+        [
+            Purpose::Step,
+            Purpose::Nudge,
+            Purpose::Step,
+            Purpose::Summary,
+            Purpose::Continuation
+        ]
     );
     for (i, request) in requests.iter().enumerate() {
         let memory_messages: Vec<&Message> = request
@@ -178,7 +197,10 @@ replies:
     }
     // The memory message is never recorded, streamed or sent as an event.
     let entries = serde_json::to_string(&s.sessions.entries(&id("s")).await.unwrap()).unwrap();
-    assert!(!entries.contains("[핵심 사실]") && !entries.contains("Lovelace"), "{entries}");
+    assert!(
+        !entries.contains("[핵심 사실]") && !entries.contains("Lovelace"),
+        "{entries}"
+    );
     assert!(!s.ui.jsonl().contains("Lovelace"));
 }
 
@@ -210,8 +232,19 @@ async fn the_model_sees_three_turns_and_recall_brings_back_older_ones() {
         })
         .collect();
     assert_eq!(users.len(), 4, "the memory message and three turns: {users:#?}");
-    assert_eq!(users[1..], ["play some music", "thanks", "which novel was the book club reading?"]);
-    assert!(users[0].starts_with("[장기 기억]\n- [2026-11-29] the lighthouse keeper novel"), "{}", users[0]);
+    assert_eq!(
+        users[1..],
+        [
+            "play some music",
+            "thanks",
+            "which novel was the book club reading?"
+        ]
+    );
+    assert!(
+        users[0].starts_with("[장기 기억]\n- [2026-11-29] the lighthouse keeper novel"),
+        "{}",
+        users[0]
+    );
     assert!(users[0].contains("[작업 공유 메모리]"));
 }
 
@@ -242,8 +275,16 @@ async fn a_memory_failure_never_fails_the_turn() {
         .await
         .unwrap();
     assert_eq!(outcome.final_message.content, "fine");
-    assert!(logs.warned(&["memory recall failed", "the turn runs without memory"]), "{:?}", logs.lines());
-    assert!(logs.warned(&["turn episode could not be written"]), "{:?}", logs.lines());
+    assert!(
+        logs.warned(&["memory recall failed", "the turn runs without memory"]),
+        "{:?}",
+        logs.lines()
+    );
+    assert!(
+        logs.warned(&["turn episode could not be written"]),
+        "{:?}",
+        logs.lines()
+    );
     let request = s.faux.requests().pop().unwrap();
     assert_eq!(request.messages, [Message::user("hello")]);
 }

@@ -6,8 +6,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use jarvis_sdk::{
-    HashEmbedder, InMemoryMemoryStore, Layer, MemoryConfig, MemoryFilter, MemoryRead, MemoryScope, MemoryService,
-    MemoryStore, SectionKind, SequentialIds, TurnRecord,
+    HashEmbedder, InMemoryMemoryStore, Layer, MemoryConfig, MemoryFilter, MemoryRead, MemoryScope,
+    MemoryService, MemoryStore, SectionKind, SequentialIds, TurnRecord,
 };
 
 use super::fixed_clock;
@@ -37,19 +37,35 @@ async fn world() -> World {
             .await
             .unwrap();
         service
-            .record_turn(scope, TurnRecord::new(format!("falcon project turn of {name}"), "done"))
+            .record_turn(
+                scope,
+                TurnRecord::new(format!("falcon project turn of {name}"), "done"),
+            )
             .await
             .unwrap();
         service
-            .write(scope, "reflection", &format!("falcon project note of {name}"), serde_json::Value::Null)
+            .write(
+                scope,
+                "reflection",
+                &format!("falcon project note of {name}"),
+                serde_json::Value::Null,
+            )
             .await
             .unwrap();
         service
-            .remember_task_pattern(scope, &format!("{name}-pattern"), &format!("falcon project pattern of {name}"))
+            .remember_task_pattern(
+                scope,
+                &format!("{name}-pattern"),
+                &format!("falcon project pattern of {name}"),
+            )
             .await
             .unwrap();
         service
-            .save_procedure(scope, &format!("{name}-procedure"), &format!("falcon project procedure of {name}"))
+            .save_procedure(
+                scope,
+                &format!("{name}-procedure"),
+                &format!("falcon project procedure of {name}"),
+            )
             .await
             .unwrap();
     }
@@ -115,7 +131,10 @@ async fn writes_land_in_the_layer_and_scope_the_rules_say() {
     );
     let other = w.store.list(&MemoryFilter::for_user("v")).await.unwrap();
     assert_eq!(other.len(), 1);
-    assert_eq!((other[0].layer, other[0].agent_id.as_str()), (Layer::Semantic, "main"));
+    assert_eq!(
+        (other[0].layer, other[0].agent_id.as_str()),
+        (Layer::Semantic, "main")
+    );
 }
 
 #[tokio::test]
@@ -194,8 +213,18 @@ async fn each_reader_sees_exactly_its_scope() {
         },
     ];
     for case in cases {
-        assert_eq!(reads(&w.service, &case.scope, Layer::Semantic).await, case.semantic, "{}: semantic", case.what);
-        assert_eq!(reads(&w.service, &case.scope, Layer::Episodic).await, case.episodic, "{}: episodic", case.what);
+        assert_eq!(
+            reads(&w.service, &case.scope, Layer::Semantic).await,
+            case.semantic,
+            "{}: semantic",
+            case.what
+        );
+        assert_eq!(
+            reads(&w.service, &case.scope, Layer::Episodic).await,
+            case.episodic,
+            "{}: episodic",
+            case.what
+        );
         assert_eq!(
             reads(&w.service, &case.scope, Layer::Procedural).await,
             case.procedural,
@@ -222,7 +251,10 @@ async fn a_peer_session_reads_the_callers_user_and_writes_the_callees_scope() {
     );
     let episode = w
         .service
-        .record_turn(&peer, TurnRecord::new("falcon project delegated lookup", "found one"))
+        .record_turn(
+            &peer,
+            TurnRecord::new("falcon project delegated lookup", "found one"),
+        )
         .await
         .unwrap()
         .unwrap();
@@ -259,7 +291,13 @@ async fn observe_injects_only_what_the_scope_reads() {
     ] {
         assert!(message.contains(visible), "{visible:?} missing from:\n{message}");
     }
-    for hidden in ["turn of main", "note of main", "pattern of main", "procedure of main", "another user"] {
+    for hidden in [
+        "turn of main",
+        "note of main",
+        "pattern of main",
+        "procedure of main",
+        "another user",
+    ] {
         assert!(!message.contains(hidden), "{hidden:?} leaked into:\n{message}");
     }
     assert!(context.section(SectionKind::Procedures).is_some());

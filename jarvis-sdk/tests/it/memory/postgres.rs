@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use jarvis_sdk::testing::TempPostgres;
 use jarvis_sdk::{
-    Embedder, HashEmbedder, Layer, MemoryError, MemoryFilter, MemoryScope, MemoryService, MemoryStore, PostgresMemoryStore,
+    Embedder, HashEmbedder, Layer, MemoryError, MemoryFilter, MemoryScope, MemoryService, MemoryStore,
+    PostgresMemoryStore,
 };
 
 use crate::capture::capture;
@@ -63,7 +64,11 @@ async fn schema_of(schema: &str) -> Vec<String> {
         .unwrap()
     {
         let def: String = row.get(1);
-        out.push(format!("index {} {}", row.get::<_, String>(0), def.replace(schema, "S")));
+        out.push(format!(
+            "index {} {}",
+            row.get::<_, String>(0),
+            def.replace(schema, "S")
+        ));
     }
     for row in client
         .query(
@@ -162,7 +167,10 @@ async fn the_backfill_and_migrations_run_twice_or_at_once_give_the_same_rows_and
             "m7 main episodic note seq=7",
         ]
     );
-    assert!(rows.iter().all(|r| r.contains(" | - | ")), "no vector was made up: {rows:#?}");
+    assert!(
+        rows.iter().all(|r| r.contains(" | - | ")),
+        "no vector was made up: {rows:#?}"
+    );
     for needle in [
         "column jarvis_ltm_entries agent_id text NO 'main'::text",
         "column jarvis_ltm_entries kind text NO",
@@ -171,7 +179,10 @@ async fn the_backfill_and_migrations_run_twice_or_at_once_give_the_same_rows_and
         "index jarvis_ltm_entries_by_seq",
         "sequence jarvis_ltm_entries_seq",
     ] {
-        assert!(schema.iter().any(|l| l.starts_with(needle)), "{needle:?} not in {schema:#?}");
+        assert!(
+            schema.iter().any(|l| l.starts_with(needle)),
+            "{needle:?} not in {schema:#?}"
+        );
     }
 }
 
@@ -208,17 +219,46 @@ async fn legacy_rows_become_mains_and_recallable_after_reembedding() {
     let store = Arc::new(PostgresMemoryStore::connect(&url).await.unwrap());
     let service = MemoryService::new(store.clone(), Arc::new(HashEmbedder::default()));
     let main = MemoryScope::new("u", "main", "s");
-    assert!(service.search(&main, "peanuts allergic", Layer::Semantic, 3).await.unwrap().is_empty());
+    assert!(
+        service
+            .search(&main, "peanuts allergic", Layer::Semantic, 3)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(service.reembed_stale().await.unwrap(), 7);
-    assert_eq!(service.reembed_stale().await.unwrap(), 0, "nothing is stale any more");
-    let found = service.search(&main, "allergic to peanuts", Layer::Semantic, 3).await.unwrap();
+    assert_eq!(
+        service.reembed_stale().await.unwrap(),
+        0,
+        "nothing is stale any more"
+    );
+    let found = service
+        .search(&main, "allergic to peanuts", Layer::Semantic, 3)
+        .await
+        .unwrap();
     assert_eq!(found[0].record.id, "m1");
-    let episodes = service.search(&main, "SH housing notice", Layer::Episodic, 3).await.unwrap();
+    let episodes = service
+        .search(&main, "SH housing notice", Layer::Episodic, 3)
+        .await
+        .unwrap();
     assert_eq!(episodes[0].record.id, "m4");
     // Another agent reads the shared profile but not main's legacy episodes.
     let karen = MemoryScope::new("u", "karen", "k");
-    assert_eq!(service.search(&karen, "allergic to peanuts", Layer::Semantic, 3).await.unwrap().len(), 1);
-    assert!(service.search(&karen, "SH housing notice", Layer::Episodic, 3).await.unwrap().is_empty());
+    assert_eq!(
+        service
+            .search(&karen, "allergic to peanuts", Layer::Semantic, 3)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(
+        service
+            .search(&karen, "SH housing notice", Layer::Episodic, 3)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // A new connection re-runs the migration and keeps the vectors.
     let again = PostgresMemoryStore::connect(&url).await.unwrap();
     let name = HashEmbedder::default().name().to_owned();
@@ -243,9 +283,17 @@ async fn damaged_rows_and_working_memory_are_skipped_with_a_warning() {
     let (logs, _guard) = capture();
     let all = store.list(&MemoryFilter::for_user("u")).await.unwrap();
     assert_eq!(all.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), ["good"]);
-    assert!(logs.warned(&["skipped a damaged row", "unknown layer"]), "{:?}", logs.lines());
+    assert!(
+        logs.warned(&["skipped a damaged row", "unknown layer"]),
+        "{:?}",
+        logs.lines()
+    );
     assert_eq!(store.load_working("s").await.unwrap(), None);
-    assert!(logs.warned(&["working memory of session s is damaged"]), "{:?}", logs.lines());
+    assert!(
+        logs.warned(&["working memory of session s is damaged"]),
+        "{:?}",
+        logs.lines()
+    );
 }
 
 #[tokio::test]

@@ -36,29 +36,50 @@ async fn the_memory_message_sits_before_the_last_three_turns() {
     };
     let mut config = MemoryConfig::for_home(home.path());
     config.budgets = budgets;
-    let service = MemoryService::new(Arc::new(InMemoryMemoryStore::new()), Arc::new(HashEmbedder::default()))
-        .with_clock(fixed_clock())
-        .with_ids(Arc::new(SequentialIds::default()))
-        .with_config(config);
+    let service = MemoryService::new(
+        Arc::new(InMemoryMemoryStore::new()),
+        Arc::new(HashEmbedder::default()),
+    )
+    .with_clock(fixed_clock())
+    .with_ids(Arc::new(SequentialIds::default()))
+    .with_config(config);
 
     let old = MemoryScope::new("u", "main", "s-old");
     let now = MemoryScope::new("u", "main", "s-now");
     service
         .update_user_model(
             &old,
-            BTreeMap::from([("name".into(), "김민준".into()), ("language".into(), "한국어".into())]),
+            BTreeMap::from([
+                ("name".into(), "김민준".into()),
+                ("language".into(), "한국어".into()),
+            ]),
         )
         .await
         .unwrap();
-    service.remember(&old, "서울 SH 행복주택 청약을 준비하고 있다").await.unwrap();
-    service.remember(&old, "청약통장 납입 횟수는 48회다").await.unwrap();
-    service.remember(&old, "고양이 사료는 연어맛만 먹인다").await.unwrap();
+    service
+        .remember(&old, "서울 SH 행복주택 청약을 준비하고 있다")
+        .await
+        .unwrap();
+    service
+        .remember(&old, "청약통장 납입 횟수는 48회다")
+        .await
+        .unwrap();
+    service
+        .remember(&old, "고양이 사료는 연어맛만 먹인다")
+        .await
+        .unwrap();
     for (prompt, answer) in [
-        ("SH 행복주택 청약 공고를 찾아줘", "서울 SH 행복주택 공고 3건을 찾았습니다.\n자세한 내용은…"),
+        (
+            "SH 행복주택 청약 공고를 찾아줘",
+            "서울 SH 행복주택 공고 3건을 찾았습니다.\n자세한 내용은…",
+        ),
         ("LH 국민임대 청약 공고도 알려줘", "LH 국민임대 공고는 2건입니다."),
         ("제주도 숙소 예약해 줘", "서귀포 펜션으로 예약했습니다."),
     ] {
-        service.record_turn(&old, TurnRecord::new(prompt, answer)).await.unwrap();
+        service
+            .record_turn(&old, TurnRecord::new(prompt, answer))
+            .await
+            .unwrap();
     }
     // A task pattern far over its section's budget: cut with an ellipsis.
     service
@@ -80,7 +101,10 @@ async fn the_memory_message_sits_before_the_last_three_turns() {
     ];
     let mut history = Vec::new();
     for (prompt, answer) in earlier {
-        service.record_turn(&now, TurnRecord::new(prompt, answer)).await.unwrap();
+        service
+            .record_turn(&now, TurnRecord::new(prompt, answer))
+            .await
+            .unwrap();
         history.push(Message::user(prompt));
         history.push(Message::assistant_text(answer));
     }

@@ -44,27 +44,39 @@ type Rates = BTreeMap<String, (usize, usize, Vec<String>)>;
 
 async fn hit_rates(queries: &[Query]) -> Rates {
     let set: Set = serde_yaml::from_str(include_str!("recall_set.yaml")).unwrap();
-    let service = MemoryService::new(Arc::new(InMemoryMemoryStore::new()), Arc::new(HashEmbedder::default()))
-        .with_clock(fixed_clock())
-        .with_ids(Arc::new(SequentialIds::default()));
+    let service = MemoryService::new(
+        Arc::new(InMemoryMemoryStore::new()),
+        Arc::new(HashEmbedder::default()),
+    )
+    .with_clock(fixed_clock())
+    .with_ids(Arc::new(SequentialIds::default()));
     let scope = MemoryScope::new("u", "main", "s");
     let mut label: HashMap<String, String> = HashMap::new();
     for memory in &set.memories {
-        let record = service.write(&scope, "note", &memory.text, serde_json::Value::Null).await.unwrap();
+        let record = service
+            .write(&scope, "note", &memory.text, serde_json::Value::Null)
+            .await
+            .unwrap();
         assert_eq!(record.layer, Layer::Episodic);
         label.insert(record.id, memory.id.clone());
         assert!(memory.lang == "ko" || memory.lang == "en");
     }
     let mut rates = Rates::new();
     for query in queries {
-        let top = service.search(&scope, &query.text, Layer::Episodic, 3).await.unwrap();
+        let top = service
+            .search(&scope, &query.text, Layer::Episodic, 3)
+            .await
+            .unwrap();
         let found: Vec<&str> = top.iter().map(|r| label[&r.record.id].as_str()).collect();
         let entry = rates.entry(query.lang.clone()).or_default();
         entry.1 += 1;
         if found.contains(&query.expect.as_str()) {
             entry.0 += 1;
         } else {
-            entry.2.push(format!("{:?} → {:?} (expected {})", query.text, found, query.expect));
+            entry.2.push(format!(
+                "{:?} → {:?} (expected {})",
+                query.text, found, query.expect
+            ));
         }
     }
     rates

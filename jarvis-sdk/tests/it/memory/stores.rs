@@ -47,7 +47,11 @@ fn record(id: &str, agent: &str, layer: Layer, kind: &str, vector: Vec<f32>, mil
         metadata: json!({"n": millis, "tools": ["a", "b"]}),
         created_at: Timestamp::from_millis(1_795_910_400_000 + millis),
         rehearsal: 0,
-        embedder: if vector.is_empty() { String::new() } else { "e".into() },
+        embedder: if vector.is_empty() {
+            String::new()
+        } else {
+            "e".into()
+        },
         embedding: vector,
     }
 }
@@ -67,7 +71,14 @@ async fn contract(backend: Backend) {
         return;
     };
     let a = record("a", "main", Layer::Episodic, "episode", unit(8, &[(0, 1.0)]), 1);
-    let b = record("b", "main", Layer::Episodic, "episode", unit(8, &[(0, 1.0), (1, 1.0)]), 2);
+    let b = record(
+        "b",
+        "main",
+        Layer::Episodic,
+        "episode",
+        unit(8, &[(0, 1.0), (1, 1.0)]),
+        2,
+    );
     let c = record("c", "karen", Layer::Episodic, "episode", unit(8, &[(0, 1.0)]), 3);
     let d = record("d", "karen", Layer::Semantic, "fact", unit(8, &[(1, 1.0)]), 4);
     let legacy = record("legacy", "main", Layer::Episodic, "note", Vec::new(), 0);
@@ -82,19 +93,34 @@ async fn contract(backend: Backend) {
     // list: newest first, filtered per layer and agent, limited.
     let ids = |rs: Vec<MemoryRecord>| rs.into_iter().map(|r| r.id).collect::<Vec<_>>();
     let all = MemoryFilter::for_user("u");
-    assert_eq!(ids(store.list(&all).await.unwrap()), ["d", "c", "b", "a", "legacy"]);
+    assert_eq!(
+        ids(store.list(&all).await.unwrap()),
+        ["d", "c", "b", "a", "legacy"]
+    );
     let mains = MemoryFilter::for_user("u").layer(Layer::Episodic, Agents::only(["main"]));
     assert_eq!(ids(store.list(&mains).await.unwrap()), ["b", "a", "legacy"]);
-    assert_eq!(ids(store.list(&mains.clone().kinds(["note"])).await.unwrap()), ["legacy"]);
+    assert_eq!(
+        ids(store.list(&mains.clone().kinds(["note"])).await.unwrap()),
+        ["legacy"]
+    );
     assert_eq!(ids(store.list(&all.clone().limit(2)).await.unwrap()), ["d", "c"]);
     assert!(store.list(&MemoryFilter::for_user("v")).await.unwrap().is_empty());
 
     // search: by similarity, within the filter and the embedder's space.
     let q = unit(8, &[(0, 1.0)]);
-    let hits = store.search(&query(mains.clone(), q.clone(), 5, 0.0)).await.unwrap();
+    let hits = store
+        .search(&query(mains.clone(), q.clone(), 5, 0.0))
+        .await
+        .unwrap();
     assert_eq!(hits.iter().map(|h| h.id.as_str()).collect::<Vec<_>>(), ["a", "b"]);
-    assert!((hits[0].similarity - 1.0).abs() < 1e-5 && (hits[1].similarity - 0.7071).abs() < 1e-3);
-    let floor = store.search(&query(mains.clone(), q.clone(), 5, 0.9)).await.unwrap();
+    assert!(
+        (hits[0].similarity - 1.0).abs() < 1e-5
+            && (hits[1].similarity - std::f32::consts::FRAC_1_SQRT_2).abs() < 1e-3
+    );
+    let floor = store
+        .search(&query(mains.clone(), q.clone(), 5, 0.9))
+        .await
+        .unwrap();
     assert_eq!(floor.len(), 1);
     let mut other_space = query(all.clone(), q.clone(), 5, 0.0);
     other_space.embedder = "other".into();
@@ -102,19 +128,30 @@ async fn contract(backend: Backend) {
     let both = store
         .search_many(&[
             query(all.clone().layer(Layer::Episodic, Agents::Any), q.clone(), 2, 0.0),
-            query(all.clone().layer(Layer::Semantic, Agents::Any), q.clone(), 2, -1.0),
+            query(
+                all.clone().layer(Layer::Semantic, Agents::Any),
+                q.clone(),
+                2,
+                -1.0,
+            ),
         ])
         .await
         .unwrap();
     // Equal similarity: the newer (c) first.
-    assert_eq!(both[0].iter().map(|h| h.id.as_str()).collect::<Vec<_>>(), ["c", "a"]);
+    assert_eq!(
+        both[0].iter().map(|h| h.id.as_str()).collect::<Vec<_>>(),
+        ["c", "a"]
+    );
     assert_eq!(both[1].iter().map(|h| h.id.as_str()).collect::<Vec<_>>(), ["d"]);
 
     // touch and put-as-replace.
     store.touch(&["a".into(), "a".into(), "zz".into()]).await.unwrap();
     store.touch(&["a".into()]).await.unwrap();
     let a_now = store.get(&["a".into()]).await.unwrap().pop().unwrap();
-    assert_eq!(a_now.rehearsal, 2, "once per call however often named; {backend:?}");
+    assert_eq!(
+        a_now.rehearsal, 2,
+        "once per call however often named; {backend:?}"
+    );
     let mut moved = a_now.clone();
     moved.agent_id = "karen".into();
     moved.text = "moved".into();
@@ -164,9 +201,14 @@ async fn two_postgres_stores_on_one_database_see_each_others_writes() {
     let one = PostgresMemoryStore::connect(&url).await.unwrap();
     let two = PostgresMemoryStore::connect(&url).await.unwrap();
     let v = unit(4, &[(2, 1.0)]);
-    one.put(record("x", "main", Layer::Semantic, "fact", v.clone(), 1)).await.unwrap();
+    one.put(record("x", "main", Layer::Semantic, "fact", v.clone(), 1))
+        .await
+        .unwrap();
     let filter = MemoryFilter::for_user("u");
-    let hits = two.search(&query(filter.clone(), v.clone(), 3, 0.5)).await.unwrap();
+    let hits = two
+        .search(&query(filter.clone(), v.clone(), 3, 0.5))
+        .await
+        .unwrap();
     assert_eq!(hits.len(), 1);
     two.touch(&["x".into()]).await.unwrap();
     assert_eq!(one.get(&["x".into()]).await.unwrap()[0].rehearsal, 1);

@@ -4,10 +4,10 @@
 use std::sync::Arc;
 
 use jarvis_sdk::{
-    AgentIdentity, Agents, CancellationToken, FauxProvider, Harness, HashEmbedder, InMemoryMemoryStore, Layer,
-    LoopContext, MemoryFilter, MemoryRead, MemoryScope, MemoryService, MemorySessionStore, MemoryStore, Message,
-    NewSession, RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, SectionKind, SequentialIds, SessionStore,
-    StaticScopes, ToolContext, ToolRegistry, TurnRecord, register_memory_tools,
+    AgentIdentity, Agents, CancellationToken, FauxProvider, Harness, HashEmbedder, InMemoryMemoryStore,
+    Layer, LoopContext, MemoryFilter, MemoryRead, MemoryScope, MemoryService, MemorySessionStore,
+    MemoryStore, Message, NewSession, RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, SectionKind,
+    SequentialIds, SessionStore, StaticScopes, ToolContext, ToolRegistry, TurnRecord, register_memory_tools,
 };
 use serde_json::json;
 
@@ -41,7 +41,10 @@ async fn the_memory_tools_work_through_a_turn_in_the_agents_scope() {
     service
         .record_turn(
             &MemoryScope::new("u", "karen", "older"),
-            TurnRecord::new("find the newest SH housing notice in Seoul", "found SH notice 2026-118"),
+            TurnRecord::new(
+                "find the newest SH housing notice in Seoul",
+                "found SH notice 2026-118",
+            ),
         )
         .await
         .unwrap();
@@ -66,18 +69,30 @@ replies:
     let faux = Arc::new(FauxProvider::from_yaml(script).unwrap());
     let mut tools = ToolRegistry::new();
     register_memory_tools(&mut tools, service.clone(), scopes).unwrap();
-    assert_eq!(tools.names().collect::<Vec<_>>(), [RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL]);
+    assert_eq!(
+        tools.names().collect::<Vec<_>>(),
+        [RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL]
+    );
     assert!(tools.names().all(|n| !tools.get(n).unwrap().requires_approval()));
-    let ctx = LoopContext::new(faux.clone()).with_tools(tools).with_identity(AgentIdentity {
-        agent_id: "karen".into(),
-        agent_name: "K.A.R.E.N.".into(),
-        session_id: "unset".into(),
-    });
+    let ctx = LoopContext::new(faux.clone())
+        .with_tools(tools)
+        .with_identity(AgentIdentity {
+            agent_id: "karen".into(),
+            agent_name: "K.A.R.E.N.".into(),
+            session_id: "unset".into(),
+        });
     let sessions = Arc::new(MemorySessionStore::new());
-    sessions.create(NewSession::user(id("default-karen"), "karen")).await.unwrap();
+    sessions
+        .create(NewSession::user(id("default-karen"), "karen"))
+        .await
+        .unwrap();
     let harness = Harness::new(sessions, ctx).with_memory(service.clone(), "u", MemoryRead::own_only());
     let outcome = harness
-        .run_turn(&id("default-karen"), "look up a notice", &CancellationToken::new())
+        .run_turn(
+            &id("default-karen"),
+            "look up a notice",
+            &CancellationToken::new(),
+        )
         .await
         .unwrap();
     assert_eq!(outcome.final_message.content, "done");
@@ -95,9 +110,20 @@ replies:
     let (name, recalled, is_error) = &results[1];
     assert_eq!((name.as_str(), *is_error), (RECALL_EPISODES_TOOL, false));
     assert!(recalled.starts_with("Episodes matching \"SH housing notice\", best first:\n1. [2026-11-29] find the newest SH housing notice"), "{recalled}");
-    assert!(!recalled.contains("secret of main"), "karen reads only its own episodes: {recalled}");
-    assert!(results[2].2 && results[2].1.contains("invalid task pattern name"), "{:?}", results[2]);
-    assert!(results[3].2 && results[3].1.contains("query is empty"), "{:?}", results[3]);
+    assert!(
+        !recalled.contains("secret of main"),
+        "karen reads only its own episodes: {recalled}"
+    );
+    assert!(
+        results[2].2 && results[2].1.contains("invalid task pattern name"),
+        "{:?}",
+        results[2]
+    );
+    assert!(
+        results[3].2 && results[3].1.contains("query is empty"),
+        "{:?}",
+        results[3]
+    );
 
     // The pattern is karen's, procedural; main does not see it; karen's
     // next turn gets it in [작업 패턴].
@@ -106,16 +132,27 @@ replies:
         .await
         .unwrap();
     assert_eq!(patterns.len(), 1);
-    assert_eq!((patterns[0].agent_id.as_str(), patterns[0].kind.as_str()), ("karen", "task_pattern"));
+    assert_eq!(
+        (patterns[0].agent_id.as_str(), patterns[0].kind.as_str()),
+        ("karen", "task_pattern")
+    );
     let karen = MemoryScope::new("u", "karen", "default-karen");
-    let context = service.observe(&karen, "look up a notice with sh_notice").await.unwrap();
-    let section = context.section(SectionKind::TaskPatterns).expect("the pattern is recalled");
+    let context = service
+        .observe(&karen, "look up a notice with sh_notice")
+        .await
+        .unwrap();
+    let section = context
+        .section(SectionKind::TaskPatterns)
+        .expect("the pattern is recalled");
     assert_eq!(
         section.items,
         ["- notice-lookup: call sh_notice with the region, then read the newest"]
     );
     let main = MemoryScope::new("u", "main", "default-main");
-    let context = service.observe(&main, "look up a notice with sh_notice").await.unwrap();
+    let context = service
+        .observe(&main, "look up a notice with sh_notice")
+        .await
+        .unwrap();
     assert!(context.section(SectionKind::TaskPatterns).is_none());
 }
 
@@ -128,7 +165,10 @@ async fn remembering_a_pattern_again_replaces_it() {
     let tool = tools.get(REMEMBER_TASK_PATTERN_TOOL).unwrap();
     let ctx = ToolContext::new("default-main", "main");
     for pattern in ["first way", "second way", "second way"] {
-        let result = tool.call(json!({"name": "report", "pattern": pattern}), &ctx).await.unwrap();
+        let result = tool
+            .call(json!({"name": "report", "pattern": pattern}), &ctx)
+            .await
+            .unwrap();
         assert!(!result.is_error, "{result:?}");
     }
     let all = store.list(&MemoryFilter::for_user("u")).await.unwrap();
