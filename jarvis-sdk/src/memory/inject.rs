@@ -1,29 +1,7 @@
 //! Injection (R-MEM-3..5, SPEC.md §17.3 #7): the one place memory enters a
 //! request.
 //!
-//! [`MemoryService::observe`](super::MemoryService::observe) recalls once per
-//! turn and answers a [`MemoryContext`]; the loop passes every request's
-//! history through [`MemoryContext::apply`] just before the model call
-//! (steps, nudges, summaries and continuations alike). `apply`:
-//!
-//! 1. keeps only the last 3 turns of the history (a turn starts at a `user`
-//!    message; the current turn counts as one), so older conversation
-//!    reaches the model only through recall;
-//! 2. puts **one** `user` message right before them holding the sections,
-//!    in this fixed order and with these literal headers:
-//!
-//! | header | holds |
-//! |---|---|
-//! | `[핵심 사실]` | the user model and recalled user-profile facts |
-//! | `[장기 기억]` | recalled episodes |
-//! | `[절차 기억]` | recalled procedures |
-//! | `[작업 패턴]` | recalled task patterns |
-//! | `[작업 공유 메모리]` | the session's working memory |
-//!
-//! Each section has a budget in characters ([`SectionBudgets`]): items go
-//! in, best first, while they fit whole; an item longer than the whole
-//! budget is cut to it, ending in `…`. Empty sections are left out, and with
-//! no section at all there is no memory message.
+//! The rules are documented on [`MemoryContext`].
 
 use serde::{Deserialize, Serialize};
 
@@ -120,7 +98,31 @@ pub struct MemorySection {
 }
 
 /// What one turn's recall found, ready to be put into every request of the
-/// turn. See the module docs.
+/// turn.
+///
+/// [`MemoryService::observe`](super::MemoryService::observe) recalls once per
+/// turn and answers a [`MemoryContext`]; the loop passes every request's
+/// history through [`MemoryContext::apply`] just before the model call
+/// (steps, nudges, summaries and continuations alike). `apply`:
+///
+/// 1. keeps only the last 3 turns of the history (a turn starts at a `user`
+///    message; the current turn counts as one), so older conversation
+///    reaches the model only through recall;
+/// 2. puts **one** `user` message right before them holding the sections,
+///    in this fixed order and with these literal headers:
+///
+/// | header | holds |
+/// |---|---|
+/// | `[핵심 사실]` | the user model and recalled user-profile facts |
+/// | `[장기 기억]` | recalled episodes |
+/// | `[절차 기억]` | recalled procedures |
+/// | `[작업 패턴]` | recalled task patterns |
+/// | `[작업 공유 메모리]` | the session's working memory |
+///
+/// Each section has a budget in characters ([`SectionBudgets`]): items go
+/// in, best first, while they fit whole; an item longer than the whole
+/// budget is cut to it, ending in `…`. Empty sections are left out, and with
+/// no section at all there is no memory message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryContext {
     sections: Vec<MemorySection>,
@@ -207,7 +209,7 @@ impl MemoryContext {
     }
 
     /// The messages a model call sends for `history`: the last turns, with
-    /// the memory message right before them. See the module docs.
+    /// the memory message right before them (see [`MemoryContext`]).
     pub fn apply(&self, history: &[Message]) -> Vec<Message> {
         let kept = last_turns(history, self.history_turns);
         let mut out = Vec::with_capacity(kept.len() + 1);

@@ -2,30 +2,7 @@
 //! `jarvis_ltm_entries`, working memory in `jarvis_working_memory`, for
 //! several server instances sharing one database. No pgvector needed.
 //!
-//! **Schema.** Brought up to date when the store connects, idempotently
-//! (R-IDEM-2): `CREATE TABLE IF NOT EXISTS`, then `ADD COLUMN IF NOT EXISTS`
-//! for every column, so a table from before agent scoping gains `agent_id`,
-//! `kind` and the rest. Everything runs in one transaction holding an
-//! advisory lock, so two processes starting at once take turns.
-//!
-//! **Backfill (R-MEM-14).** In the same transaction, rows without an
-//! `agent_id` become `main`'s, rows without a `kind` (or `layer`) get the
-//! one [`WRITE_RULES`](super::WRITE_RULES) gives their `source`, and rows
-//! without a `seq` get one. Every statement only touches rows whose value
-//! is missing, so a second run changes nothing.
-//!
-//! **Search.** Each process keeps a mirror of the table in the shared
-//! in-process index and searches that (milliseconds for 100,000 rows).
-//! Every write takes a second advisory lock for the length of its
-//! transaction and stamps the rows it writes with the next value of a
-//! sequence (`seq`), so rows become visible in `seq` order; before each
-//! read the mirror fetches the rows with a `seq` above the highest it has
-//! seen. Writes of other instances are therefore seen by the next read.
-//! Rows whose embedding is missing or comes from another embedder (legacy
-//! rows) are not searched until
-//! [`MemoryService::reembed_stale`](super::MemoryService::reembed_stale)
-//! re-embeds them; the legacy column `embedding`, whatever its type, is
-//! never read (vectors live in `embedding_f32`).
+//! The rules are documented on [`PostgresMemoryStore`].
 
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
@@ -108,7 +85,32 @@ struct Mirror {
     last_seq: i64,
 }
 
-/// Long-term and working memory in Postgres. See the module docs.
+/// Long-term and working memory in Postgres.
+///
+/// **Schema.** Brought up to date when the store connects, idempotently
+/// (R-IDEM-2): `CREATE TABLE IF NOT EXISTS`, then `ADD COLUMN IF NOT EXISTS`
+/// for every column, so a table from before agent scoping gains `agent_id`,
+/// `kind` and the rest. Everything runs in one transaction holding an
+/// advisory lock, so two processes starting at once take turns.
+///
+/// **Backfill (R-MEM-14).** In the same transaction, rows without an
+/// `agent_id` become `main`'s, rows without a `kind` (or `layer`) get the
+/// one [`WRITE_RULES`](super::WRITE_RULES) gives their `source`, and rows
+/// without a `seq` get one. Every statement only touches rows whose value
+/// is missing, so a second run changes nothing.
+///
+/// **Search.** Each process keeps a mirror of the table in the shared
+/// in-process index and searches that (milliseconds for 100,000 rows).
+/// Every write takes a second advisory lock for the length of its
+/// transaction and stamps the rows it writes with the next value of a
+/// sequence (`seq`), so rows become visible in `seq` order; before each
+/// read the mirror fetches the rows with a `seq` above the highest it has
+/// seen. Writes of other instances are therefore seen by the next read.
+/// Rows whose embedding is missing or comes from another embedder (legacy
+/// rows) are not searched until
+/// [`MemoryService::reembed_stale`](super::MemoryService::reembed_stale)
+/// re-embeds them; the legacy column `embedding`, whatever its type, is
+/// never read (vectors live in `embedding_f32`).
 ///
 /// Cheap to clone; clones share one connection pool and one mirror.
 #[derive(Clone)]

@@ -1,17 +1,7 @@
 //! Procedures (절차, PDM) as files: `$JARVIS_HOME/procedures/<agent_id>/<name>.md`
 //! (SPEC.md §17.3 #11).
 //!
-//! Each agent has its own directory. Files directly under `procedures/`
-//! come from before agents were split: they are read as `main`'s and never
-//! moved (when `main` has a file of the same name in its own directory,
-//! that one wins). Writes are atomic (R-IDEM-3).
-//!
-//! Names are checked before they touch the file system: 1 to 64 characters,
-//! letters (any script), digits, `-`, `_` and inner spaces, so no name can
-//! climb out of its directory or hide as a dot file. Agent ids are checked
-//! the same way sessions check them. Files that cannot be procedures
-//! (another extension, a bad name, not UTF-8, over 64 KiB) are skipped with
-//! a warning.
+//! The rules are documented on [`ProcedureLibrary`].
 
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
@@ -44,6 +34,18 @@ pub struct Procedure {
 }
 
 /// The procedure files under one `JARVIS_HOME`.
+///
+/// Each agent has its own directory. Files directly under `procedures/`
+/// come from before agents were split: they are read as `main`'s and never
+/// moved (when `main` has a file of the same name in its own directory,
+/// that one wins). Writes are atomic (R-IDEM-3).
+///
+/// Names are checked before they touch the file system: 1 to 64 characters,
+/// letters (any script), digits, `-`, `_` and inner spaces, so no name can
+/// climb out of its directory or hide as a dot file. Agent ids are checked
+/// the same way sessions check them. Files that cannot be procedures
+/// (another extension, a bad name, not UTF-8, over 64 KiB) are skipped with
+/// a warning.
 #[derive(Debug, Clone)]
 pub struct ProcedureLibrary {
     dir: PathBuf,
@@ -70,7 +72,7 @@ pub(crate) fn name_problem(name: &str) -> Option<&'static str> {
     None
 }
 
-/// Checks a procedure name (see the module docs).
+/// Checks a procedure name (see [`ProcedureLibrary`]).
 pub fn validate_procedure_name(name: &str) -> Result<(), MemoryError> {
     match name_problem(name) {
         None => Ok(()),

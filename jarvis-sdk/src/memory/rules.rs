@@ -1,24 +1,6 @@
 //! [`WRITE_RULES`] (R-MEM-6): the write path decides the layer.
 //!
-//! A memory is written with a `source`, the path it came from. The table
-//! maps each known source to its layer and kind; any other source is an
-//! episodic `note` ([`DEFAULT_WRITE_RULE`]). The same table derives the
-//! `kind` (and, when missing, the layer) of legacy Postgres rows from their
-//! source during the backfill (R-MEM-14).
-//!
-//! | source | written by | layer | kind |
-//! |---|---|---|---|
-//! | `remember` | `/remember` | semantic (the shared user profile) | `fact` |
-//! | `user_model` | user-model distillation | semantic | `user_model` |
-//! | `episode_fact` | facts extracted from episodes | semantic | `fact` |
-//! | `turn` | the harness, after every turn | episodic | `episode` |
-//! | `task_pattern` | `remember_task_pattern` | procedural | `task_pattern` |
-//! | `procedure` | procedure learning, procedure files | procedural | `procedure` |
-//! | anything else | | episodic | `note` |
-//!
-//! Semantic records are read by every agent of the same user; episodic and
-//! procedural ones by the writing agent and by agents that list it in their
-//! `memory.read` (R-MEM-9).
+//! The rules are documented on [`WRITE_RULES`].
 
 use super::record::Layer;
 
@@ -59,7 +41,27 @@ pub const KIND_TASK_PATTERN: &str = "task_pattern";
 /// Kind of procedures.
 pub const KIND_PROCEDURE: &str = "procedure";
 
-/// The write rules (R-MEM-6), one per known source. See the module docs.
+/// The write rules (R-MEM-6), one per known source.
+///
+/// A memory is written with a `source`, the path it came from. The table
+/// maps each known source to its layer and kind; any other source is an
+/// episodic `note` ([`DEFAULT_WRITE_RULE`]). The same table derives the
+/// `kind` (and, when missing, the layer) of legacy Postgres rows from their
+/// source during the backfill (R-MEM-14).
+///
+/// | source | written by | layer | kind |
+/// |---|---|---|---|
+/// | `remember` | `/remember` | semantic (the shared user profile) | `fact` |
+/// | `user_model` | user-model distillation | semantic | `user_model` |
+/// | `episode_fact` | facts extracted from episodes | semantic | `fact` |
+/// | `turn` | the harness, after every turn | episodic | `episode` |
+/// | `task_pattern` | `remember_task_pattern` | procedural | `task_pattern` |
+/// | `procedure` | procedure learning, procedure files | procedural | `procedure` |
+/// | anything else | | episodic | `note` |
+///
+/// Semantic records are read by every agent of the same user; episodic and
+/// procedural ones by the writing agent and by agents that list it in their
+/// `memory.read` (R-MEM-9).
 pub const WRITE_RULES: &[WriteRule] = &[
     WriteRule {
         source: SOURCE_REMEMBER,

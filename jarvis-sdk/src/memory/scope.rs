@@ -1,17 +1,7 @@
 //! Whose memory a turn reads and writes: [`MemoryScope`] and the
 //! definition's [`MemoryRead`] (R-MEM-7..10, R-MEM-12).
 //!
-//! | layer | read from | written to |
-//! |---|---|---|
-//! | semantic (user profile, user model) | every agent of the scope's user | the user (the writing agent kept as provenance) |
-//! | episodic (EDM) | the scope's agent, plus the agents in `memory.read.edm` | the scope's agent |
-//! | procedural (PDM) | the scope's agent, plus the agents in `memory.read.pdm` | the scope's agent |
-//!
-//! The scope's `agent_id` is the session's agent (R-MEM-8). In a peer
-//! session (`peer-<caller>-<callee>`) the callee answers with the caller's
-//! `user` and its own `agent_id` and `memory.read`
-//! ([`MemoryScope::for_peer`], R-MEM-12): it sees the same user profile as
-//! the caller, and what it writes stays in the callee's scope.
+//! The rules are documented on [`MemoryScope`].
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -110,7 +100,19 @@ impl MemoryRead {
     }
 }
 
-/// Whose memory one turn reads and writes. See the module docs.
+/// Whose memory one turn reads and writes.
+///
+/// | layer | read from | written to |
+/// |---|---|---|
+/// | semantic (user profile, user model) | every agent of the scope's user | the user (the writing agent kept as provenance) |
+/// | episodic (EDM) | the scope's agent, plus the agents in `memory.read.edm` | the scope's agent |
+/// | procedural (PDM) | the scope's agent, plus the agents in `memory.read.pdm` | the scope's agent |
+///
+/// The scope's `agent_id` is the session's agent (R-MEM-8). In a peer
+/// session (`peer-<caller>-<callee>`) the callee answers with the caller's
+/// `user` and its own `agent_id` and `memory.read`
+/// ([`MemoryScope::for_peer`], R-MEM-12): it sees the same user profile as
+/// the caller, and what it writes stays in the callee's scope.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryScope {
     /// The user; the user profile and user model are this user's.

@@ -1,24 +1,7 @@
 //! [`MemoryService`]: the rules of memory over a [`MemoryStore`], an
 //! [`Embedder`], a clock and an id source.
 //!
-//! - **Writing** ([`MemoryService::write`]): the source picks the layer and
-//!   kind ([`WRITE_RULES`](super::WRITE_RULES)); the scope's user and agent
-//!   are recorded; the text is embedded once.
-//! - **Recall** ([`MemoryService::recall`]): the store answers the most
-//!   similar records the scope may read; they are ranked by
-//!
-//!   `score = 0.75 · similarity + 0.15 · recency + 0.10 · rehearsal`
-//!
-//!   where `recency = 0.5^(age / 14 days)` and
-//!   `rehearsal = r / (r + 3)` for a record recalled `r` times. Records
-//!   below the similarity floor ([`MemoryConfig::min_similarity`]) never
-//!   come back, however new or rehearsed; the blend only reorders the
-//!   `max(4k, 16)` most similar. What is recalled is rehearsed (`r + 1`).
-//! - **Injection** ([`MemoryService::observe`]): once per turn, recall for
-//!   each section and build the [`MemoryContext`] the loop applies before
-//!   every model call (see the `inject` module).
-//! - **After a turn** ([`MemoryService::record_turn`]): the turn episode
-//!   and the working-memory rule (see the `working` module).
+//! The rules are documented on [`MemoryService`].
 
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -42,7 +25,7 @@ use super::working::{WorkingConfig, WorkingMemory};
 use crate::common::{Clock, IdSource, SystemClock, Timestamp, UniqueIds, truncate_with_marker};
 use crate::model::Embedder;
 
-/// The weights of the recall blend (see the module docs).
+/// The weights of the recall blend (see [`MemoryService`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RecallWeights {
     /// Weight of cosine similarity. Default 0.75.
@@ -207,7 +190,26 @@ impl TurnRecord {
 }
 
 /// Working memory, long-term memory, scopes, injection and recall (SPEC.md
-/// §8). See the module docs. Share it as `Arc<MemoryService>`.
+/// §8). Share it as `Arc<MemoryService>`.
+///
+/// - **Writing** ([`MemoryService::write`]): the source picks the layer and
+///   kind ([`WRITE_RULES`](super::WRITE_RULES)); the scope's user and agent
+///   are recorded; the text is embedded once.
+/// - **Recall** ([`MemoryService::recall`]): the store answers the most
+///   similar records the scope may read; they are ranked by
+///
+///   `score = 0.75 · similarity + 0.15 · recency + 0.10 · rehearsal`
+///
+///   where `recency = 0.5^(age / 14 days)` and
+///   `rehearsal = r / (r + 3)` for a record recalled `r` times. Records
+///   below the similarity floor ([`MemoryConfig::min_similarity`]) never
+///   come back, however new or rehearsed; the blend only reorders the
+///   `max(4k, 16)` most similar. What is recalled is rehearsed (`r + 1`).
+/// - **Injection** ([`MemoryService::observe`]): once per turn, recall for
+///   each section and build the [`MemoryContext`] the loop applies before
+///   every model call (its contract is on [`MemoryContext`]).
+/// - **After a turn** ([`MemoryService::record_turn`]): the turn episode
+///   and the working-memory rule (see [`WorkingMemory`]).
 ///
 /// ```
 /// use std::sync::Arc;
@@ -589,7 +591,7 @@ impl MemoryService {
         }
     }
 
-    /// The blended score of a hit (see the module docs).
+    /// The blended score of a hit (see [`MemoryService`]).
     pub fn score(&self, similarity: f32, created_at: Timestamp, rehearsal: u32) -> f32 {
         let w = self.config.weights;
         let age_ms = (self.now().as_millis() - created_at.as_millis()).max(0) as f64;

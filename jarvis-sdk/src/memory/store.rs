@@ -71,7 +71,8 @@ pub trait MemoryStore: Send + Sync + Debug {
 /// Memory kept in the process: fast, and gone when the process ends.
 ///
 /// Records live in the shared index (embeddings of one scope in one
-/// contiguous matrix, searched by an exact scan, see the `index` module), so
+/// contiguous matrix, tiles of 16 rows stored dimension by dimension, so a
+/// search reads only the dimensions the query uses; the scan is exact), so
 /// a recall over 100,000 records takes milliseconds.
 #[derive(Debug, Default)]
 pub struct InMemoryMemoryStore {

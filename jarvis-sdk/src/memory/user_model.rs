@@ -1,21 +1,7 @@
 //! The user model (사용자 모델): `$JARVIS_HOME/user_model.json`, one file
 //! every agent reads (R-MEM-9), written atomically (R-IDEM-3).
 //!
-//! The file is a JSON object:
-//!
-//! ```json
-//! {"v": 1, "entries": {"name": "서연 아빠", "language": "한국어, 존댓말 없이"}, "updated_at": "2026-11-29T19:45:05.123Z"}
-//! ```
-//!
-//! `entries` maps a short key to what is known; they open the
-//! `[핵심 사실]` section in key order. Other top-level keys are kept as they
-//! are when the file is rewritten.
-//!
-//! Reading is tolerant: a missing file is an empty model, and a damaged one
-//! (not JSON, not an object, `entries` not a map of strings) is an empty
-//! model with a warning, so a turn never fails on it. Writing is not: a
-//! damaged file is left as it is ([`MemoryError::DamagedUserModel`]) rather
-//! than replaced, so nothing a person wrote is lost.
+//! The rules are documented on [`UserModelFile`].
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -31,7 +17,7 @@ use crate::common::{Timestamp, write_atomic};
 /// The file name under `JARVIS_HOME`.
 pub const USER_MODEL_FILE: &str = "user_model.json";
 
-/// The user model's content. See the module docs.
+/// The user model's content (see [`UserModelFile`]).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct UserModel {
     /// The format version (1).
@@ -66,6 +52,22 @@ impl UserModel {
 type Cached = (Option<SystemTime>, u64, UserModel);
 
 /// The user-model file. Reads are cached until the file changes.
+///
+/// The file is a JSON object:
+///
+/// ```json
+/// {"v": 1, "entries": {"name": "서연 아빠", "language": "한국어, 존댓말 없이"}, "updated_at": "2026-11-29T19:45:05.123Z"}
+/// ```
+///
+/// `entries` maps a short key to what is known; they open the
+/// `[핵심 사실]` section in key order. Other top-level keys are kept as they
+/// are when the file is rewritten.
+///
+/// Reading is tolerant: a missing file is an empty model, and a damaged one
+/// (not JSON, not an object, `entries` not a map of strings) is an empty
+/// model with a warning, so a turn never fails on it. Writing is not: a
+/// damaged file is left as it is ([`MemoryError::DamagedUserModel`]) rather
+/// than replaced, so nothing a person wrote is lost.
 #[derive(Debug)]
 pub struct UserModelFile {
     path: PathBuf,

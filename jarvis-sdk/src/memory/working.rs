@@ -1,23 +1,7 @@
 //! Working memory (R-MEM-1, 작업 기억): a few items per session, each with a
 //! rehearsal count (되뇌기 횟수) and notes (메모).
 //!
-//! **The rule.** After every turn the request is compared with the
-//! session's items (cosine similarity of their embeddings):
-//!
-//! 1. If the most similar item reaches [`WorkingConfig::match_similarity`]
-//!    (0.6), the request is *using* that item again: its rehearsal count
-//!    rises by one, it becomes the most recently used, and the first line of
-//!    the answer joins its notes (the last [`WorkingConfig::notes`], 3, are
-//!    kept).
-//! 2. Otherwise the request becomes a new item (rehearsal 0), with the
-//!    answer's first line as its first note. When the session already holds
-//!    [`WorkingConfig::capacity`] items (8), the least active one is evicted
-//!    first: the lowest rehearsal count, then the least recently used, then
-//!    the oldest.
-//!
-//! So one-off requests come and go, while what the session keeps coming
-//! back to stays. The items are shown, most active first, in the
-//! `[작업 공유 메모리]` section of every request of the session.
+//! The rules are documented on [`WorkingMemory`].
 
 use serde::{Deserialize, Serialize};
 
@@ -72,6 +56,24 @@ pub struct WorkingItem {
 }
 
 /// The working memory of one session.
+///
+/// **The rule.** After every turn the request is compared with the
+/// session's items (cosine similarity of their embeddings):
+///
+/// 1. If the most similar item reaches [`WorkingConfig::match_similarity`]
+///    (0.6), the request is *using* that item again: its rehearsal count
+///    rises by one, it becomes the most recently used, and the first line of
+///    the answer joins its notes (the last [`WorkingConfig::notes`], 3, are
+///    kept).
+/// 2. Otherwise the request becomes a new item (rehearsal 0), with the
+///    answer's first line as its first note. When the session already holds
+///    [`WorkingConfig::capacity`] items (8), the least active one is evicted
+///    first: the lowest rehearsal count, then the least recently used, then
+///    the oldest.
+///
+/// So one-off requests come and go, while what the session keeps coming
+/// back to stays. The items are shown, most active first, in the
+/// `[작업 공유 메모리]` section of every request of the session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkingMemory {
     /// The session.
@@ -117,7 +119,7 @@ impl WorkingMemory {
         items
     }
 
-    /// Applies the rule in the module docs for one finished turn.
+    /// Applies the rule (see [`WorkingMemory`]) for one finished turn.
     /// `request_embedding` is the embedding of `request`. Answers whether an
     /// existing item was used (true) or a new one made (false).
     pub fn record_turn(
