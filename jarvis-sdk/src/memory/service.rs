@@ -542,7 +542,9 @@ impl MemoryService {
 
     /// User-model distillation: merges `entries` into the user model file
     /// (an empty value removes its key) and writes each entry to the user
-    /// profile (semantic, source `user_model`).
+    /// profile (semantic, source `user_model`). `[핵심 사실]` shows the
+    /// file's entries; the records keep what was distilled, for services
+    /// without a `JARVIS_HOME`.
     pub async fn update_user_model(
         &self,
         scope: &MemoryScope,
@@ -699,11 +701,19 @@ impl MemoryService {
         let working = self.working(scope).await?;
         let k = self.config.recall_k;
         let user = || MemoryFilter::for_user(scope.user.clone());
+        // With a user-model file, the file is the truth about the user
+        // model (a key removed from it stays removed); without one, the
+        // distilled entries in the store stand in for it.
+        let fact_kinds: &[&str] = if self.user_model.is_some() {
+            &[KIND_FACT]
+        } else {
+            &[KIND_FACT, KIND_USER_MODEL]
+        };
         let queries = [
             self.query(
                 user()
                     .layer(Layer::Semantic, Agents::Any)
-                    .kinds([KIND_FACT, KIND_USER_MODEL]),
+                    .kinds(fact_kinds.iter().copied()),
                 &vector,
                 k.facts,
             ),

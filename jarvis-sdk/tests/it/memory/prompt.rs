@@ -157,3 +157,47 @@ async fn the_memory_message_sits_before_the_last_three_turns() {
 
     insta::assert_snapshot!("assembled_prompt", render(&messages));
 }
+
+#[tokio::test]
+async fn the_user_model_file_decides_the_user_model_lines() {
+    let home = tempfile::tempdir().unwrap();
+    let service = MemoryService::new(
+        Arc::new(InMemoryMemoryStore::new()),
+        Arc::new(HashEmbedder::default()),
+    )
+    .with_clock(fixed_clock())
+    .with_config(MemoryConfig::for_home(home.path()));
+    let scope = MemoryScope::new("u", "karen", "s");
+    let set = |pairs: &[(&str, &str)]| {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect::<BTreeMap<_, _>>()
+    };
+    service
+        .update_user_model(&scope, set(&[("city", "Seoul"), ("pet", "a cat named Nabi")]))
+        .await
+        .unwrap();
+    let facts = |c: &jarvis_sdk::MemoryContext| c.section(SectionKind::KeyFacts).map(|s| s.items.clone());
+    let before = service.observe(&scope, "what is my cat called").await.unwrap();
+    assert_eq!(
+        facts(&before),
+        Some(vec![
+            "- city: Seoul".to_owned(),
+            "- pet: a cat named Nabi".to_owned()
+        ]),
+        "the entries open the section once, though the distilled record matches too"
+    );
+    // A person (or distillation) removes a key: it is gone from the prompt,
+    // although the store still holds what was distilled.
+    service
+        .update_user_model(&scope, set(&[("pet", "")]))
+        .await
+        .unwrap();
+    let after = service.observe(&scope, "what is my cat called").await.unwrap();
+    assert_eq!(facts(&after), Some(vec!["- city: Seoul".to_owned()]));
+    // Every agent reads the same file.
+    let main = MemoryScope::new("u", "main", "m");
+    let other = service.observe(&main, "hello").await.unwrap();
+    assert_eq!(facts(&other), Some(vec!["- city: Seoul".to_owned()]));
+}
