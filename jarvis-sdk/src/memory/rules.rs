@@ -118,6 +118,7 @@ pub fn write_rule(source: &str) -> WriteRule {
 /// A SQL `CASE` expression over the column `source` giving the column
 /// `field` (`kind` or `layer`) the rules assign; used by the backfill, so
 /// the table above is the only place the mapping is written.
+#[cfg(any(test, feature = "postgres"))]
 pub(crate) fn sql_case(field: &str) -> String {
     let mut out = String::from("CASE source");
     for rule in WRITE_RULES {
