@@ -11,9 +11,9 @@
 //! |---|---|
 //! | `common` | [`Clock`], [`IdSource`], [`Timestamp`], character-counted text, atomic file writes, the [`HomeLock`], [`Extensions`] |
 //! | `model` | the [`Provider`] trait, [`ChatRequest`], [`ProviderEvent`], the shared [`ResponseAssembler`], the OpenAI-compatible, Anthropic and Ollama providers, [`FauxProvider`], the [`Embedder`] trait and the offline [`HashEmbedder`] |
-//! | `memory` | memory service and stores (to come) |
+//! | `memory` | [`MemoryService`] (working memory; semantic, episodic and procedural long-term memory; agent scopes; recall), the one injection point [`MemoryContext`], the [`MemoryStore`] trait with [`InMemoryMemoryStore`] and `PostgresMemoryStore` |
 //! | `agent` | [`run_agent_loop`] with the overflow resume, [`AgentEvent`], [`UIAdapter`], [`Tool`], the tool-call gate ([`ToolGate`]), sessions ([`SessionStore`]: [`JsonlSessionStore`], [`MemorySessionStore`], `PostgresSessionStore`) and the turn [`Harness`] |
-//! | `core` | [`AgentSession`] (security → thinking → harness → loop), the [`SecurityPipeline`], the [`ApprovalBroker`] with [`LayeredApprovalRules`], the per-session [`Sandbox`] and the [`builtin_tools`], KAREN's housing tools ([`housing_tools`]) |
+//! | `core` | [`AgentSession`] (security → thinking → harness → loop), the [`SecurityPipeline`], the [`ApprovalBroker`] with [`LayeredApprovalRules`], the per-session [`Sandbox`] the [`builtin_tools`] and the [`memory_tools`], KAREN's housing tools ([`housing_tools`]) |
 //! | `app` | [`AgentProfile`], team definitions, the [`AgentRegistry`], [`build_app`] and [`AppAssembly`] |
 //!
 //! The plugin points are small object-safe traits held as `Arc<dyn …>`:
@@ -59,7 +59,7 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `postgres` | no | `PostgresSessionStore`: sessions in Postgres (tokio-postgres with a deadpool pool) |
+//! | `postgres` | no | `PostgresSessionStore` and `PostgresMemoryStore` (tokio-postgres with a deadpool pool) |
 //! | `test-utils` | no | [`testing`]: a recording [`UIAdapter`], closure tools, a fixed approver, a throwaway Postgres cluster |
 //!
 //! The default build has no HTTP server, no terminal UI and no database
@@ -134,6 +134,20 @@ pub use core::{
 };
 #[cfg(feature = "http")]
 pub use core::{LH_BASE_URL, LH_BASE_URL_ENV, LH_NOTICE_PATH, LH_SERVICE_KEY_ENV, LhConfig, LhNoticeSource};
+pub use core::{RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, memory_tools, register_memory_tools};
+#[cfg(feature = "postgres")]
+pub use memory::PostgresMemoryStore;
+pub use memory::{
+    Agents, DEFAULT_USER, DEFAULT_WRITE_RULE, InMemoryMemoryStore, KIND_EPISODE, KIND_FACT, KIND_NOTE,
+    KIND_PROCEDURE, KIND_TASK_PATTERN, KIND_USER_MODEL, LEGACY_PROCEDURE_AGENT, Layer, MAX_PROCEDURE_BYTES,
+    MAX_PROCEDURE_NAME_CHARS, MemoryConfig, MemoryContext, MemoryError, MemoryFilter, MemoryRead,
+    MemoryRecord, MemoryScope, MemorySection, MemoryService, MemoryStore, PROCEDURES_DIR, Procedure,
+    ProcedureLibrary, READ_SELF, RecallK, RecallWeights, Recalled, SOURCE_EPISODE_FACT, SOURCE_PROCEDURE,
+    SOURCE_REMEMBER, SOURCE_TASK_PATTERN, SOURCE_TURN, SOURCE_USER_MODEL, ScopeResolver, SearchHit,
+    SearchQuery, SectionBudgets, SectionKind, StaticScopes, TurnRecord, USER_MODEL_FILE, UserModel,
+    UserModelFile, WRITE_RULES, WorkingConfig, WorkingItem, WorkingMemory, WriteRule, last_turns,
+    validate_procedure_name, write_rule,
+};
 #[cfg(feature = "anthropic")]
 pub use model::{
     ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, AnthropicConfig, AnthropicDecoder, AnthropicProvider,

@@ -3,9 +3,19 @@
 //! A turn reads the session's recent window from its [`SessionStore`],
 //! records the user message, runs [`run_agent_loop`], records what the loop
 //! produced between turn markers, and asks the store to make the turn
-//! durable ([`SessionStore::sync`]). Memory, security and thinking wrap
-//! around this in the layers above; the harness knows no HTTP and no screen
-//! beyond the [`UIAdapter`](super::ui::UIAdapter) in its [`LoopContext`].
+//! durable ([`SessionStore::sync`]). Security and thinking wrap around this
+//! in the layers above; the harness knows no HTTP and no screen beyond the
+//! [`UIAdapter`](super::ui::UIAdapter) in its [`LoopContext`].
+//!
+//! With memory on ([`Harness::with_memory`], R-MEM-2) the harness calls the
+//! [`MemoryService`] around the loop: before it, `observe` recalls once for
+//! the prompt and the loop applies the answer before every model call;
+//! after it, `record_turn` writes the turn episode (tools used, duration,
+//! steps, overflows, `overflow: true` when `overflows ≥ 1`, stop reason)
+//! and updates working memory. The scope is the session's: the harness's
+//! agent, the session, the user and `memory.read` given to `with_memory`.
+//! Memory failures never fail a turn: they are logged and the turn runs
+//! (or is kept) without memory.
 
 use std::fmt;
 use std::sync::Arc;
@@ -14,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use super::error::AgentError;
 use super::run::{AgentLoopConfig, LoopContext, LoopOutcome, run_agent_loop};
 use super::session::{EntryBody, SessionEntry, SessionError, SessionId, SessionStore};
+use crate::memory::{MemoryRead, MemoryScope, MemoryService, TurnRecord};
 use crate::model::Message;
 
 /// Settings of a [`Harness`].
@@ -81,6 +92,15 @@ pub struct Harness {
     store: Arc<dyn SessionStore>,
     ctx: LoopContext,
     config: HarnessConfig,
+    memory: Option<HarnessMemory>,
+}
+
+/// The memory a harness uses: the service and the scope's user and reads.
+#[derive(Clone, Debug)]
+struct HarnessMemory {
+    service: Arc<MemoryService>,
+    user: String,
+    read: MemoryRead,
 }
 
 impl fmt::Debug for Harness {
@@ -89,6 +109,7 @@ impl fmt::Debug for Harness {
             .field("store", &self.store)
             .field("ctx", &self.ctx)
             .field("config", &self.config)
+            .field("memory", &self.memory)
             .finish()
     }
 }
@@ -100,7 +121,40 @@ impl Harness {
             store,
             ctx,
             config: HarnessConfig::default(),
+            memory: None,
         }
+    }
+
+    /// Turns memory on: each turn's scope is `user`'s, with this harness's
+    /// agent, the turn's session, and `read` (the agent definition's
+    /// `memory.read`). For a peer session pass the *caller's* user
+    /// (R-MEM-12): the callee reads that user's profile and writes into its
+    /// own scope. While memory is on, the turns the model sees are the
+    /// memory's ([`MemoryConfig::history_turns`](crate::memory::MemoryConfig::history_turns), 3).
+    pub fn with_memory(
+        mut self,
+        service: Arc<MemoryService>,
+        user: impl Into<String>,
+        read: MemoryRead,
+    ) -> Self {
+        self.memory = Some(HarnessMemory {
+            service,
+            user: user.into(),
+            read,
+        });
+        self
+    }
+
+    /// The memory scope of a turn of `session`, when memory is on.
+    pub fn memory_scope(&self, session: &SessionId) -> Option<MemoryScope> {
+        self.memory.as_ref().map(|m| {
+            MemoryScope::new(
+                m.user.clone(),
+                self.ctx.identity.agent_id.clone(),
+                session.to_string(),
+            )
+            .with_read(m.read.clone())
+        })
     }
 
     /// Sets the settings.
@@ -161,7 +215,8 @@ impl Harness {
         let previous = self.config.history_turns.max(1) - 1;
         let window = self.store.recent(session, previous).await?;
         let mut history = history_messages(&window);
-        let user = Message::user(prompt);
+        let prompt: String = prompt.into();
+        let user = Message::user(prompt.clone());
         self.store
             .append(
                 session,
@@ -173,6 +228,17 @@ impl Harness {
         let mut ctx = self.ctx.clone();
         ctx.identity.session_id = session.to_string();
         adjust(&mut ctx);
+        let memory = self.memory.as_ref().zip(self.memory_scope(session));
+        let started = memory.as_ref().map(|(m, _)| m.service.clock().now());
+        if let Some((m, scope)) = &memory {
+            match m.service.observe(scope, &prompt).await {
+                Ok(context) => ctx.memory = Some(Arc::new(context)),
+                Err(e) => tracing::warn!(
+                    session_id = %session,
+                    "harness: memory recall failed, the turn runs without memory: {e}"
+                ),
+            }
+        }
         let outcome = run_agent_loop(&ctx, &self.config.loop_config, history, cancel).await?;
 
         let mut batch: Vec<EntryBody> = Vec::with_capacity(outcome.new_messages.len() + 1);
@@ -184,8 +250,45 @@ impl Harness {
         });
         self.store.append(session, batch).await?;
         self.store.sync(session).await?;
+
+        if let (Some((m, scope)), Some(started)) = (&memory, started) {
+            let duration = m
+                .service
+                .clock()
+                .now()
+                .duration_since(started)
+                .unwrap_or_default();
+            let stop_reason = serde_json::to_value(outcome.final_message.stop_reason)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            let turn = TurnRecord::new(prompt, outcome.final_message.content.clone())
+                .with_tools(tools_used(&outcome.new_messages))
+                .with_outcome(duration, outcome.turns, outcome.overflows, stop_reason);
+            if let Err(e) = m.service.record_turn(scope, turn).await {
+                tracing::warn!(
+                    session_id = %session,
+                    "harness: the turn episode could not be written: {e}"
+                );
+            }
+        }
         Ok(outcome)
     }
+}
+
+/// The names of the tools called in `messages`, each once, in first-call order.
+fn tools_used(messages: &[Message]) -> Vec<String> {
+    let mut tools: Vec<String> = Vec::new();
+    for message in messages {
+        if let Message::Assistant(a) = message {
+            for call in &a.tool_calls {
+                if !tools.contains(&call.name) {
+                    tools.push(call.name.clone());
+                }
+            }
+        }
+    }
+    tools
 }
 
 /// The messages of `entries` as the model may see them.

@@ -6,11 +6,13 @@
 //!
 //! It sits above `agent` and below `app`: it may use `agent`, `memory`,
 //! `model` and `common`, never `app`. The per-session [`Sandbox`] and the
-//! built-in tools ([`builtin_tools`]) live here too.
+//! built-in tools ([`builtin_tools`]) live here too, and so do the memory
+//! tools every agent gets ([`memory_tools`]).
 
 pub(crate) mod approval;
 mod ask;
 pub(crate) mod housing;
+mod memory_tools;
 mod sandbox;
 pub(crate) mod security;
 mod session;
@@ -39,6 +41,9 @@ pub use housing::{
 #[cfg(feature = "http")]
 pub use housing::{
     LH_BASE_URL, LH_BASE_URL_ENV, LH_NOTICE_PATH, LH_SERVICE_KEY_ENV, LhConfig, LhNoticeSource,
+};
+pub use memory_tools::{
+    RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, memory_tools, register_memory_tools,
 };
 pub use sandbox::{
     DirEntryInfo, DirListing, EntryKind, FileContent, MAX_COMPONENT_LEN, MAX_PATH_LEN, Sandbox, SandboxError,

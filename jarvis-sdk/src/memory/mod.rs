@@ -1,7 +1,57 @@
-//! The memory layer (SPEC.md §8): `MemoryService` with working memory and
-//! semantic, episodic and procedural long-term memory, agent scopes, the one
-//! injection point `observe`, and recall.
+//! The memory layer (SPEC.md §8): [`MemoryService`] with working memory and
+//! semantic, episodic and procedural long-term memory, agent scopes, the
+//! one injection point ([`MemoryService::observe`] → [`MemoryContext`]), and
+//! recall.
 //!
-//! It sits above `model` (it may use embedders) and below `agent` (the
-//! harness calls it before and after each turn). Nothing is built here yet;
-//! the module exists so the layer order is fixed and enforced from the start.
+//! It sits above `model` (it embeds through an
+//! [`Embedder`](crate::model::Embedder)) and below `agent` (the harness
+//! calls the service before and after each turn, the loop applies the
+//! context before each model call). It imports only `model` and `common`.
+//!
+//! | file | what |
+//! |---|---|
+//! | `record.rs` | [`MemoryRecord`], [`Layer`], [`MemoryFilter`], [`SearchQuery`] |
+//! | `rules.rs` | [`WRITE_RULES`]: which layer and kind each write path gets |
+//! | `scope.rs` | [`MemoryScope`], [`MemoryRead`] (`memory.read`), [`ScopeResolver`] |
+//! | `store.rs` | the [`MemoryStore`] trait, [`InMemoryMemoryStore`] |
+//! | `index.rs` | the partitioned, contiguous vector index both stores search |
+//! | `postgres.rs` | [`PostgresMemoryStore`] (feature `postgres`) |
+//! | `working.rs` | [`WorkingMemory`] and its rule |
+//! | `inject.rs` | [`MemoryContext`]: sections, budgets, the last 3 turns |
+//! | `service.rs` | [`MemoryService`]: writing, recall, `observe`, `record_turn` |
+//! | `user_model.rs` | `$JARVIS_HOME/user_model.json` |
+//! | `procedures.rs` | `$JARVIS_HOME/procedures/<agent_id>/<name>.md` |
+
+mod error;
+mod index;
+mod inject;
+#[cfg(feature = "postgres")]
+mod postgres;
+mod procedures;
+mod record;
+mod rules;
+mod scope;
+mod service;
+mod store;
+mod user_model;
+mod working;
+
+pub use error::MemoryError;
+pub use inject::{MemoryContext, MemorySection, SectionBudgets, SectionKind, last_turns};
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresMemoryStore;
+pub use procedures::{
+    LEGACY_PROCEDURE_AGENT, MAX_PROCEDURE_BYTES, MAX_PROCEDURE_NAME_CHARS, PROCEDURES_DIR, Procedure,
+    ProcedureLibrary, validate_procedure_name,
+};
+pub use record::{Agents, Layer, MemoryFilter, MemoryRecord, SearchHit, SearchQuery};
+pub use rules::{
+    DEFAULT_WRITE_RULE, KIND_EPISODE, KIND_FACT, KIND_NOTE, KIND_PROCEDURE, KIND_TASK_PATTERN,
+    KIND_USER_MODEL, SOURCE_EPISODE_FACT, SOURCE_PROCEDURE, SOURCE_REMEMBER, SOURCE_TASK_PATTERN,
+    SOURCE_TURN, SOURCE_USER_MODEL, WRITE_RULES, WriteRule, write_rule,
+};
+pub use scope::{DEFAULT_USER, MemoryRead, MemoryScope, READ_SELF, ScopeResolver, StaticScopes};
+pub use service::{MemoryConfig, MemoryService, RecallK, RecallWeights, Recalled, TurnRecord};
+pub use store::{InMemoryMemoryStore, MemoryStore};
+pub use user_model::{USER_MODEL_FILE, UserModel, UserModelFile};
+pub use working::{WorkingConfig, WorkingItem, WorkingMemory};

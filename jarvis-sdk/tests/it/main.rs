@@ -14,6 +14,7 @@ mod layers;
 mod loop_concurrency;
 mod loop_props;
 mod loop_transcripts;
+mod memory;
 mod pg;
 mod providers;
 #[cfg(target_os = "linux")]

@@ -73,7 +73,13 @@ impl<'a> Driver<'a> {
 
     async fn call(&self, plan: &CallPlan, history: &[Message]) -> Reply {
         let ctx = self.ctx;
-        let mut request = ChatRequest::new(ctx.model.model.clone(), history.to_vec())
+        // The one place memory enters a request (R-MEM-4): the recalled
+        // sections before the last turns, for every kind of call.
+        let messages = match &ctx.memory {
+            Some(memory) => memory.apply(history),
+            None => history.to_vec(),
+        };
+        let mut request = ChatRequest::new(ctx.model.model.clone(), messages)
             .with_purpose(plan.purpose)
             .with_metadata(ctx.identity.agent_id.clone(), ctx.identity.session_id.clone())
             .with_sampling(ctx.model.temperature, ctx.model.max_tokens);

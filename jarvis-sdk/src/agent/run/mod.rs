@@ -32,6 +32,7 @@ use super::gate::ToolGate;
 use super::tool::ToolRegistry;
 use super::ui::{NoopAdapter, UIAdapter};
 use crate::common::{Extensions, IdSource, UniqueIds};
+use crate::memory::MemoryContext;
 use crate::model::{Message, Provider, ProviderError};
 
 /// Settings of the loop itself.
@@ -146,6 +147,12 @@ pub struct LoopContext {
     pub turn_instruction: Option<String>,
     /// Values handed to every tool of the turn in its [`ToolContext`](super::tool::ToolContext).
     pub extensions: Extensions,
+    /// The turn's memory, when memory is on: every request's history goes
+    /// through [`MemoryContext::apply`] just before its model call (steps,
+    /// nudges, summaries and continuations alike), which keeps the last
+    /// turns and puts the memory message before them. `None` sends the
+    /// history as it is.
+    pub memory: Option<Arc<MemoryContext>>,
 }
 
 impl fmt::Debug for LoopContext {
@@ -156,6 +163,7 @@ impl fmt::Debug for LoopContext {
             .field("gate", &self.gate)
             .field("model", &self.model)
             .field("identity", &self.identity)
+            .field("memory", &self.memory.as_ref().map(|m| m.sections().len()))
             .finish_non_exhaustive()
     }
 }
@@ -174,6 +182,7 @@ impl LoopContext {
             ids: Arc::new(UniqueIds::new()),
             turn_instruction: None,
             extensions: Extensions::new(),
+            memory: None,
         }
     }
 
@@ -210,6 +219,12 @@ impl LoopContext {
     /// Sets the id source for provider calls that came without ids.
     pub fn with_ids(mut self, ids: Arc<dyn IdSource>) -> Self {
         self.ids = ids;
+        self
+    }
+
+    /// Sets the turn's memory (see [`LoopContext::memory`]).
+    pub fn with_memory(mut self, memory: Arc<MemoryContext>) -> Self {
+        self.memory = Some(memory);
         self
     }
 }

@@ -1,0 +1,412 @@
+//! Measures memory recall with the default (offline hash) embedder and the
+//! in-memory store:
+//!
+//! 1. **Recall per turn** at 1k, 10k and 100k records: the time of one
+//!    `MemoryService::observe` (embed the prompt, recall the user profile,
+//!    episodes, procedures and task patterns the agent may read, read its
+//!    working memory, build the memory message), p50 and p99 over a few
+//!    hundred prompts. The records are synthetic Korean and English
+//!    memories of two agents and one user, mostly turn episodes, written
+//!    over 90 days. Also one `recall` of the episodic layer alone.
+//! 2. **Memory's share of a turn**: 3 sessions of 200 turns (after a
+//!    warm-up session) through the `Harness` on an in-memory session store
+//!    and a `FauxProvider` that answers at once, with memory off and on;
+//!    medians of the turn's wall time over turns 181–200, and of `observe`
+//!    (recall) and `record_turn` (memory write) timed on their own over the
+//!    same turns.
+//!
+//! Targets: recall p50 ≤ 1 ms at 10k and ≤ 10 ms at 100k; memory adds
+//! ≤ 0.05 ms per turn at turns 181–200.
+//!
+//! Run with `cargo run --release -p jarvis-sdk --example recall_bench`
+//! (add `-- --smoke` for a quick check that it works).
+
+use jarvis_sdk::{
+    AgentIdentity, CancellationToken, FauxProvider, FauxReply, FauxScript, Harness, HashEmbedder,
+    InMemoryMemoryStore, Layer, LoopContext, MemoryRead, MemoryRecord, MemoryScope, MemoryService,
+    MemorySessionStore, MemoryStore, NewSession, SessionId, SessionStore, Timestamp, TurnRecord,
+};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+const KO: &[&str] = &[
+    "서울",
+    "행복주택",
+    "청약",
+    "공고",
+    "마감일",
+    "대출",
+    "금리",
+    "보증금",
+    "월세",
+    "전세",
+    "신혼부부",
+    "특별공급",
+    "자격",
+    "소득",
+    "자산",
+    "계약",
+    "이사",
+    "관리비",
+    "회의",
+    "보고서",
+    "제출",
+    "일정",
+    "병원",
+    "예약",
+    "검진",
+    "여행",
+    "숙소",
+    "항공권",
+    "제주도",
+    "부산",
+    "가족",
+    "생일",
+    "선물",
+    "커피",
+    "운동",
+    "달리기",
+    "필라테스",
+    "도서관",
+    "고양이",
+    "사료",
+    "노트북",
+    "수리",
+    "배터리",
+    "세금",
+    "환급",
+    "보험",
+    "갱신",
+    "자동차",
+    "엔진오일",
+    "학교",
+    "숙제",
+    "영어",
+    "스터디",
+    "주말",
+    "아침",
+    "저녁",
+    "약속",
+    "친구",
+    "동생",
+    "부모님",
+];
+const KO_ENDINGS: &[&str] = &[
+    "을", "를", "이", "가", "은", "는", "에", "에서", "으로", "와", "하고", "",
+];
+const EN: &[&str] = &[
+    "housing",
+    "notice",
+    "lottery",
+    "deadline",
+    "mortgage",
+    "rate",
+    "deposit",
+    "rent",
+    "lease",
+    "landlord",
+    "meeting",
+    "report",
+    "draft",
+    "conference",
+    "dentist",
+    "appointment",
+    "flight",
+    "hotel",
+    "passport",
+    "birthday",
+    "party",
+    "gift",
+    "coffee",
+    "gym",
+    "running",
+    "library",
+    "cat",
+    "food",
+    "laptop",
+    "battery",
+    "tax",
+    "refund",
+    "insurance",
+    "car",
+    "oil",
+    "school",
+    "homework",
+    "spanish",
+    "tutor",
+    "weekend",
+    "morning",
+    "evening",
+    "friend",
+    "sister",
+    "parents",
+    "garden",
+    "tomatoes",
+    "backup",
+    "router",
+    "bill",
+];
+
+/// A small deterministic random source (xorshift).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn pick<'a>(&mut self, words: &[&'a str]) -> &'a str {
+        words[self.below(words.len())]
+    }
+}
+
+/// A Korean or English sentence of `min` to `min + spread - 1` vocabulary
+/// words and a number.
+fn sentence(rng: &mut Rng, min: usize, spread: usize) -> String {
+    let words = min + rng.below(spread);
+    let korean = rng.below(2) == 0;
+    let mut out = Vec::with_capacity(words + 1);
+    for _ in 0..words {
+        if korean {
+            out.push(format!("{}{}", rng.pick(KO), rng.pick(KO_ENDINGS)));
+        } else {
+            out.push(rng.pick(EN).to_owned());
+        }
+    }
+    out.push(format!("{}", rng.below(1000)));
+    out.join(" ")
+}
+
+/// 2026-11-29T00:00:00Z.
+fn now() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_910_400)
+}
+
+/// `n` synthetic records: 80% turn episodes, 12% user-profile facts, 5%
+/// task patterns, 3% procedures; a quarter of the non-shared ones are
+/// another agent's (`karen`), which `main` does not read.
+fn records(n: usize, rng: &mut Rng) -> Vec<MemoryRecord> {
+    let embedder = HashEmbedder::default();
+    let name = jarvis_sdk::Embedder::name(&embedder).to_owned();
+    (0..n)
+        .map(|i| {
+            let roll = rng.below(100);
+            let (layer, kind, source, text) = if roll < 80 {
+                let prompt = sentence(rng, 4, 6);
+                let answer = sentence(rng, 6, 10);
+                (
+                    Layer::Episodic,
+                    "episode",
+                    "turn",
+                    format!("{prompt}\n→ {answer}"),
+                )
+            } else if roll < 92 {
+                (Layer::Semantic, "fact", "remember", sentence(rng, 4, 5))
+            } else if roll < 97 {
+                (
+                    Layer::Procedural,
+                    "task_pattern",
+                    "task_pattern",
+                    sentence(rng, 8, 8),
+                )
+            } else {
+                (Layer::Procedural, "procedure", "procedure", sentence(rng, 12, 12))
+            };
+            let agent = if layer != Layer::Semantic && rng.below(4) == 0 {
+                "karen"
+            } else {
+                "main"
+            };
+            let age_ms = rng.below(90 * 24 * 3600 * 1000) as i64;
+            MemoryRecord {
+                id: format!("r{i}"),
+                user: "u".into(),
+                agent_id: agent.into(),
+                layer,
+                kind: kind.into(),
+                source: source.into(),
+                embedding: embedder.embed_text(&text),
+                embedder: name.clone(),
+                text,
+                metadata: serde_json::json!({"name": format!("n{i}")}),
+                created_at: Timestamp::from_millis(Timestamp::from_system_time(now()).as_millis() - age_ms),
+                rehearsal: rng.below(6) as u32,
+            }
+        })
+        .collect()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[rank]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort_unstable();
+    percentile(&v, 0.5)
+}
+
+fn label(n: usize) -> String {
+    if n >= 1000 {
+        format!("{}k", n / 1000)
+    } else {
+        n.to_string()
+    }
+}
+
+async fn recall_at(n: usize, queries: usize) {
+    let mut rng = Rng(0x5eed_0000 + n as u64);
+    let store = Arc::new(InMemoryMemoryStore::new());
+    for record in records(n, &mut rng) {
+        store.put(record).await.unwrap();
+    }
+    let clock = Arc::new(jarvis_sdk::ManualClock::new(now()));
+    let service = MemoryService::new(store, Arc::new(HashEmbedder::default())).with_clock(clock);
+    let scope = MemoryScope::new("u", "main", "bench");
+    let prompts: Vec<String> = (0..queries).map(|_| sentence(&mut rng, 3, 5)).collect();
+    for p in prompts.iter().take(queries / 10 + 1) {
+        service.observe(&scope, p).await.unwrap();
+    }
+    let mut observe = Vec::with_capacity(queries);
+    let mut recall = Vec::with_capacity(queries);
+    let mut injected = 0usize;
+    for p in &prompts {
+        let start = Instant::now();
+        let context = service.observe(&scope, p).await.unwrap();
+        observe.push(start.elapsed());
+        injected += context.sections().iter().map(|s| s.items.len()).sum::<usize>();
+        let start = Instant::now();
+        let found = service.recall(&scope, p, Layer::Episodic, 4).await.unwrap();
+        recall.push(start.elapsed());
+        std::hint::black_box(found);
+    }
+    observe.sort_unstable();
+    recall.sort_unstable();
+    println!(
+        "{} records: p50 {}, p99 {}",
+        label(n),
+        ms(percentile(&observe, 0.50)),
+        ms(percentile(&observe, 0.99)),
+    );
+    println!(
+        "    (one episodic recall alone: p50 {}, p99 {}; {:.1} items injected per turn)",
+        ms(percentile(&recall, 0.50)),
+        ms(percentile(&recall, 0.99)),
+        injected as f64 / prompts.len() as f64,
+    );
+}
+
+/// Turn times of `sessions` sessions of `turns` turns; the first session is
+/// a warm-up and not returned. With `memory`, the harness observes and
+/// records around every turn.
+async fn turn_times(memory: bool, sessions: usize, turns: usize) -> Vec<Vec<Duration>> {
+    let faux = Arc::new(FauxProvider::new(FauxScript::new().fallback(FauxReply::text("noted"))).unwrap());
+    let store = Arc::new(MemorySessionStore::new());
+    let ctx = LoopContext::new(faux).with_identity(AgentIdentity::default());
+    let mut harness = Harness::new(store.clone(), ctx);
+    if memory {
+        let service = MemoryService::new(
+            Arc::new(InMemoryMemoryStore::new()),
+            Arc::new(HashEmbedder::default()),
+        );
+        harness = harness.with_memory(Arc::new(service), "u", MemoryRead::own_only());
+    }
+    let cancel = CancellationToken::new();
+    let mut out = Vec::new();
+    for s in 0..=sessions {
+        let id = SessionId::new(format!("s{s}-{memory}")).unwrap();
+        store.create(NewSession::user(id.clone(), "main")).await.unwrap();
+        let mut rng = Rng(0xbead + s as u64);
+        let mut times = Vec::with_capacity(turns);
+        for _ in 0..turns {
+            let prompt = sentence(&mut rng, 3, 6);
+            let start = Instant::now();
+            harness.run_turn(&id, prompt, &cancel).await.unwrap();
+            times.push(start.elapsed());
+        }
+        if s > 0 {
+            out.push(times);
+        }
+    }
+    out
+}
+
+/// `observe` and `record_turn` timed on their own over the same turns.
+async fn memory_times(sessions: usize, turns: usize) -> (Vec<Vec<Duration>>, Vec<Vec<Duration>>) {
+    let service = MemoryService::new(
+        Arc::new(InMemoryMemoryStore::new()),
+        Arc::new(HashEmbedder::default()),
+    );
+    let (mut recalls, mut writes) = (Vec::new(), Vec::new());
+    for s in 0..=sessions {
+        let scope = MemoryScope::new("u", "main", format!("m{s}"));
+        let mut rng = Rng(0xbead + s as u64);
+        let (mut recall, mut write) = (Vec::with_capacity(turns), Vec::with_capacity(turns));
+        for _ in 0..turns {
+            let prompt = sentence(&mut rng, 3, 6);
+            let start = Instant::now();
+            std::hint::black_box(service.observe(&scope, &prompt).await.unwrap());
+            recall.push(start.elapsed());
+            let start = Instant::now();
+            service
+                .record_turn(&scope, TurnRecord::new(prompt, "noted"))
+                .await
+                .unwrap();
+            write.push(start.elapsed());
+        }
+        if s > 0 {
+            recalls.push(recall);
+            writes.push(write);
+        }
+    }
+    (recalls, writes)
+}
+
+/// The median over the turns `from..=to` (1-based) of every session.
+fn window(sessions: &[Vec<Duration>], from: usize, to: usize) -> Duration {
+    median(
+        sessions
+            .iter()
+            .flat_map(|s| s[from - 1..to].iter().copied())
+            .collect(),
+    )
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let smoke = std::env::args().any(|a| a == "--smoke");
+    let (sizes, queries): (&[usize], usize) = if smoke {
+        (&[1_000, 10_000], 20)
+    } else {
+        (&[1_000, 10_000, 100_000], 400)
+    };
+    println!("recall per turn (observe: every section), default embedder, in-memory store");
+    for &n in sizes {
+        recall_at(n, queries).await;
+    }
+
+    let (sessions, turns) = if smoke { (1, 20) } else { (3, 200) };
+    let (from, to) = if smoke { (1, 20) } else { (181, 200) };
+    let off = turn_times(false, sessions, turns).await;
+    let on = turn_times(true, sessions, turns).await;
+    let (recall, write) = memory_times(sessions, turns).await;
+    let (off, on) = (window(&off, from, to), window(&on, from, to));
+    println!(
+        "turn, in-memory history, turns {from}–{to} (median over {} turns of {sessions} session(s)): memory off {}, memory on {} (memory adds {}); recall {}, memory write {}",
+        (to - from + 1) * sessions,
+        ms(off),
+        ms(on),
+        ms(on.saturating_sub(off)),
+        ms(window(&recall, from, to)),
+        ms(window(&write, from, to)),
+    );
+}

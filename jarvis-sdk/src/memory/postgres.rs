@@ -1,0 +1,487 @@
+//! [`PostgresMemoryStore`] (feature `postgres`): long-term memory in
+//! `jarvis_ltm_entries`, working memory in `jarvis_working_memory`, for
+//! several server instances sharing one database. No pgvector needed.
+//!
+//! The rules are documented on [`PostgresMemoryStore`].
+
+use async_trait::async_trait;
+use deadpool_postgres::GenericClient;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+use tokio_postgres::types::Json;
+use tokio_postgres::{NoTls, Row};
+
+use super::error::{BoxError, MemoryError};
+use super::index::Index;
+use super::record::{Layer, MemoryFilter, MemoryRecord, SearchHit, SearchQuery};
+use super::rules::sql_case;
+use super::store::MemoryStore;
+use super::working::WorkingMemory;
+use crate::common::Timestamp;
+
+/// Key of the advisory lock migrations hold (`jarvis` in ASCII, then 2).
+const MIGRATION_LOCK: i64 = 0x6a61_7276_6973_0002;
+/// Key of the advisory lock every write holds (`jarvis`, then 3).
+const WRITE_LOCK: i64 = 0x6a61_7276_6973_0003;
+
+const COLUMNS: &str = "id, user_id, agent_id, layer, kind, source, text, metadata, created_at, rehearsal, \
+                       embedding_f32, embedder, seq";
+
+/// The schema and the backfill, in order.
+fn migrations() -> String {
+    format!(
+        r#"
+CREATE TABLE IF NOT EXISTS jarvis_ltm_entries (
+    id TEXT PRIMARY KEY
+);
+ALTER TABLE jarvis_ltm_entries ADD COLUMN IF NOT EXISTS user_id TEXT NOT NULL DEFAULT 'default';
+ALTER TABLE jarvis_ltm_entries ADD COLUMN IF NOT EXISTS agent_id TEXT;
+ALTER TABLE jarvis_ltm_entries ADD COLUMN IF NOT EXISTS layer TEXT;
+ALTER TABLE jarvis_ltm_entries ADD COLUMN IF NOT EXISTS kind TEXT;
+ALTER TABLE jarvis_ltm_entries ADD COLUMN IF NOT EXISTS source TEXT NOT NULL DEFAULT '';
+ALTER TABLE jarvis_ltm_entries ADD COLUMN IF NOT EXISTS text TEXT NOT NULL DEFAULT '';
+ALTER TABLE jarvis_ltm_entries ADD COLUMN IF NOT EXISTS metadata JSONB NOT NULL DEFAULT '{{}}'::jsonb;
+ALTER TABLE jarvis_ltm_entries ADD COLUMN IF NOT EXISTS created_at TIMESTAMPTZ NOT NULL DEFAULT now();
+ALTER TABLE jarvis_ltm_entries ADD COLUMN IF NOT EXISTS rehearsal INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jarvis_ltm_entries ADD COLUMN IF NOT EXISTS embedding_f32 REAL[];
+ALTER TABLE jarvis_ltm_entries ADD COLUMN IF NOT EXISTS embedder TEXT NOT NULL DEFAULT '';
+CREATE SEQUENCE IF NOT EXISTS jarvis_ltm_entries_seq;
+ALTER TABLE jarvis_ltm_entries ADD COLUMN IF NOT EXISTS seq BIGINT;
+UPDATE jarvis_ltm_entries SET agent_id = 'main' WHERE agent_id IS NULL;
+UPDATE jarvis_ltm_entries SET layer = {layer} WHERE layer IS NULL;
+UPDATE jarvis_ltm_entries SET kind = {kind} WHERE kind IS NULL;
+UPDATE jarvis_ltm_entries AS t SET seq = o.n FROM (
+    SELECT id, nextval('jarvis_ltm_entries_seq') AS n FROM (
+        SELECT id FROM jarvis_ltm_entries WHERE seq IS NULL ORDER BY created_at, id
+    ) AS ordered
+) AS o WHERE t.id = o.id;
+ALTER TABLE jarvis_ltm_entries
+    ALTER COLUMN agent_id SET DEFAULT 'main',
+    ALTER COLUMN agent_id SET NOT NULL,
+    ALTER COLUMN layer SET NOT NULL,
+    ALTER COLUMN kind SET NOT NULL,
+    ALTER COLUMN seq SET DEFAULT nextval('jarvis_ltm_entries_seq'),
+    ALTER COLUMN seq SET NOT NULL;
+ALTER SEQUENCE jarvis_ltm_entries_seq OWNED BY jarvis_ltm_entries.seq;
+CREATE INDEX IF NOT EXISTS jarvis_ltm_entries_by_seq ON jarvis_ltm_entries (seq);
+CREATE INDEX IF NOT EXISTS jarvis_ltm_entries_by_scope ON jarvis_ltm_entries (user_id, layer, agent_id, kind);
+CREATE TABLE IF NOT EXISTS jarvis_working_memory (
+    session_id TEXT PRIMARY KEY
+);
+ALTER TABLE jarvis_working_memory ADD COLUMN IF NOT EXISTS user_id TEXT NOT NULL DEFAULT 'default';
+ALTER TABLE jarvis_working_memory ADD COLUMN IF NOT EXISTS agent_id TEXT NOT NULL DEFAULT 'main';
+ALTER TABLE jarvis_working_memory ADD COLUMN IF NOT EXISTS body JSONB NOT NULL DEFAULT '{{}}'::jsonb;
+ALTER TABLE jarvis_working_memory ADD COLUMN IF NOT EXISTS updated_at TIMESTAMPTZ NOT NULL DEFAULT now();
+"#,
+        layer = sql_case("layer"),
+        kind = sql_case("kind"),
+    )
+}
+
+#[derive(Debug, Default)]
+struct Mirror {
+    index: Index,
+    last_seq: i64,
+}
+
+/// Long-term and working memory in Postgres.
+///
+/// **Schema.** Brought up to date when the store connects, idempotently
+/// (R-IDEM-2): `CREATE TABLE IF NOT EXISTS`, then `ADD COLUMN IF NOT EXISTS`
+/// for every column, so a table from before agent scoping gains `agent_id`,
+/// `kind` and the rest. Everything runs in one transaction holding an
+/// advisory lock, so two processes starting at once take turns.
+///
+/// **Backfill (R-MEM-14).** In the same transaction, rows without an
+/// `agent_id` become `main`'s, rows without a `kind` (or `layer`) get the
+/// one [`WRITE_RULES`](super::WRITE_RULES) gives their `source`, and rows
+/// without a `seq` get one. Every statement only touches rows whose value
+/// is missing, so a second run changes nothing.
+///
+/// **Search.** Each process keeps a mirror of the table in the shared
+/// in-process index and searches that (milliseconds for 100,000 rows).
+/// Every write takes a second advisory lock for the length of its
+/// transaction and stamps the rows it writes with the next value of a
+/// sequence (`seq`), so rows become visible in `seq` order; before each
+/// read the mirror fetches the rows with a `seq` above the highest it has
+/// seen. Writes of other instances are therefore seen by the next read.
+/// Rows whose embedding is missing or comes from another embedder (legacy
+/// rows) are not searched until
+/// [`MemoryService::reembed_stale`](super::MemoryService::reembed_stale)
+/// re-embeds them; the legacy column `embedding`, whatever its type, is
+/// never read (vectors live in `embedding_f32`).
+///
+/// Cheap to clone; clones share one connection pool and one mirror.
+#[derive(Clone)]
+pub struct PostgresMemoryStore {
+    pool: Pool,
+    target: Arc<str>,
+    mirror: Arc<Mutex<Mirror>>,
+    refreshing: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl std::fmt::Debug for PostgresMemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresMemoryStore")
+            .field("target", &self.target)
+            .field("pool", &self.pool.status())
+            .finish_non_exhaustive()
+    }
+}
+
+fn db(op: &'static str) -> impl FnOnce(tokio_postgres::Error) -> MemoryError {
+    move |e| MemoryError::Database {
+        op,
+        source: Box::new(e) as BoxError,
+    }
+}
+
+impl PostgresMemoryStore {
+    /// Connects to the database at `url` (`postgres://user@host/db` or
+    /// `host=/run/postgresql user=jarvis dbname=jarvis`; no TLS), brings the
+    /// schema up to date (with the backfill) and loads the mirror.
+    ///
+    /// Fails with [`MemoryError::Unreachable`], naming host, port and
+    /// database (never the password), when no connection can be made.
+    pub async fn connect(url: &str) -> Result<Self, MemoryError> {
+        let mut config: tokio_postgres::Config = url.parse().map_err(|e| MemoryError::Unreachable {
+            target: "(the connection string could not be read)".into(),
+            source: Box::new(e),
+        })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(10));
+        }
+        let target: Arc<str> = describe(&config).into();
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(8)
+            .runtime(Runtime::Tokio1)
+            .create_timeout(Some(Duration::from_secs(15)))
+            .wait_timeout(Some(Duration::from_secs(30)))
+            .build()
+            .map_err(|e| MemoryError::Database {
+                op: "build the connection pool",
+                source: Box::new(e),
+            })?;
+        let store = Self {
+            pool,
+            target,
+            mirror: Arc::new(Mutex::new(Mirror::default())),
+            refreshing: Arc::new(tokio::sync::Mutex::new(())),
+        };
+        store.migrate().await?;
+        store.refresh().await?;
+        Ok(store)
+    }
+
+    /// Brings the schema up to date and backfills legacy rows. Idempotent,
+    /// and safe when several processes run it at once;
+    /// [`connect`](Self::connect) runs it.
+    pub async fn migrate(&self) -> Result<(), MemoryError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db("start the migration"))?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+            .await
+            .map_err(db("lock the schema for migration"))?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK])
+            .await
+            .map_err(db("lock writes for the backfill"))?;
+        tx.batch_execute(&migrations())
+            .await
+            .map_err(db("migrate the memory tables"))?;
+        tx.commit().await.map_err(db("commit the migration"))
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, MemoryError> {
+        self.pool.get().await.map_err(|e| match e {
+            PoolError::Backend(e) => MemoryError::Unreachable {
+                target: self.target.to_string(),
+                source: Box::new(e),
+            },
+            PoolError::Timeout(t) => MemoryError::Unreachable {
+                target: self.target.to_string(),
+                source: format!("timed out ({t:?})").into(),
+            },
+            other => MemoryError::Database {
+                op: "get a connection",
+                source: other.to_string().into(),
+            },
+        })
+    }
+
+    fn mirror(&self) -> MutexGuard<'_, Mirror> {
+        self.mirror.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Fetches the rows written since the last refresh into the mirror.
+    async fn refresh(&self) -> Result<(), MemoryError> {
+        let _one_at_a_time = self.refreshing.lock().await;
+        let since = self.mirror().last_seq;
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM jarvis_ltm_entries WHERE seq > $1 ORDER BY seq"
+            ))
+            .await
+            .map_err(db("read new memories"))?;
+        let rows = client
+            .query(&stmt, &[&since])
+            .await
+            .map_err(db("read new memories"))?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut mirror = self.mirror();
+        for row in &rows {
+            match record_from_row(row) {
+                Ok((record, seq)) => {
+                    mirror.index.upsert(record);
+                    mirror.last_seq = mirror.last_seq.max(seq);
+                }
+                Err(e) => {
+                    if let Ok(seq) = row.try_get::<_, i64>(12) {
+                        mirror.last_seq = mirror.last_seq.max(seq);
+                    }
+                    tracing::warn!("memory store (postgres): skipped a damaged row: {e}");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `write` in a transaction holding the write lock, then refreshes.
+    async fn write<F>(&self, op: &'static str, write: F) -> Result<(), MemoryError>
+    where
+        F: for<'t> FnOnce(
+            &'t deadpool_postgres::Transaction<'t>,
+        ) -> futures::future::BoxFuture<'t, Result<(), tokio_postgres::Error>>,
+    {
+        {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await.map_err(db(op))?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK])
+                .await
+                .map_err(db(op))?;
+            write(&tx).await.map_err(db(op))?;
+            tx.commit().await.map_err(db(op))?;
+        }
+        self.refresh().await
+    }
+}
+
+/// A record and its `seq` from a row of [`COLUMNS`].
+fn record_from_row(row: &Row) -> Result<(MemoryRecord, i64), String> {
+    let get = |e: tokio_postgres::Error| e.to_string();
+    let id: String = row.try_get(0).map_err(get)?;
+    let layer: String = row.try_get(3).map_err(get)?;
+    let layer = Layer::parse(&layer).ok_or_else(|| format!("row {id} has unknown layer {layer:?}"))?;
+    let Json(metadata): Json<serde_json::Value> = row.try_get(7).map_err(get)?;
+    let created_at: SystemTime = row.try_get(8).map_err(get)?;
+    let rehearsal: i32 = row.try_get(9).map_err(get)?;
+    let embedding: Option<Vec<f32>> = row.try_get(10).map_err(get)?;
+    let embedding = embedding.unwrap_or_default();
+    let embedder: String = row.try_get(11).map_err(get)?;
+    let seq: i64 = row.try_get(12).map_err(get)?;
+    Ok((
+        MemoryRecord {
+            user: row.try_get(1).map_err(get)?,
+            agent_id: row.try_get(2).map_err(get)?,
+            layer,
+            kind: row.try_get(4).map_err(get)?,
+            source: row.try_get(5).map_err(get)?,
+            text: row.try_get(6).map_err(get)?,
+            metadata,
+            created_at: Timestamp::from_system_time(created_at),
+            rehearsal: u32::try_from(rehearsal).unwrap_or(0),
+            embedder: if embedding.is_empty() {
+                String::new()
+            } else {
+                embedder
+            },
+            embedding,
+            id,
+        },
+        seq,
+    ))
+}
+
+/// Host, port, database and user of `config`, for error messages.
+fn describe(config: &tokio_postgres::Config) -> String {
+    use tokio_postgres::config::Host;
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .map(|h| match h {
+            Host::Tcp(name) => name.clone(),
+            Host::Unix(path) => path.display().to_string(),
+        })
+        .collect();
+    let ports: Vec<String> = config.get_ports().iter().map(u16::to_string).collect();
+    format!(
+        "host={} port={} dbname={} user={}",
+        if hosts.is_empty() {
+            "(default)".into()
+        } else {
+            hosts.join(",")
+        },
+        if ports.is_empty() {
+            "5432".into()
+        } else {
+            ports.join(",")
+        },
+        config.get_dbname().unwrap_or("(default)"),
+        config.get_user().unwrap_or("(default)"),
+    )
+}
+
+async fn upsert<C: GenericClient>(client: &C, record: &MemoryRecord) -> Result<(), tokio_postgres::Error> {
+    let stmt = client
+        .prepare_cached(
+            "INSERT INTO jarvis_ltm_entries \
+               (id, user_id, agent_id, layer, kind, source, text, metadata, created_at, rehearsal, embedding_f32, embedder) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+             ON CONFLICT (id) DO UPDATE SET user_id = EXCLUDED.user_id, agent_id = EXCLUDED.agent_id, \
+               layer = EXCLUDED.layer, kind = EXCLUDED.kind, source = EXCLUDED.source, text = EXCLUDED.text, \
+               metadata = EXCLUDED.metadata, created_at = EXCLUDED.created_at, rehearsal = EXCLUDED.rehearsal, \
+               embedding_f32 = EXCLUDED.embedding_f32, embedder = EXCLUDED.embedder, \
+               seq = nextval('jarvis_ltm_entries_seq')",
+        )
+        .await?;
+    let embedding: Option<&[f32]> = (!record.embedding.is_empty()).then_some(record.embedding.as_slice());
+    let rehearsal = i32::try_from(record.rehearsal).unwrap_or(i32::MAX);
+    client
+        .execute(
+            &stmt,
+            &[
+                &record.id,
+                &record.user,
+                &record.agent_id,
+                &record.layer.as_str(),
+                &record.kind,
+                &record.source,
+                &record.text,
+                &Json(&record.metadata),
+                &record.created_at.to_system_time(),
+                &rehearsal,
+                &embedding,
+                &record.embedder,
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
+#[async_trait]
+impl MemoryStore for PostgresMemoryStore {
+    async fn put(&self, record: MemoryRecord) -> Result<(), MemoryError> {
+        self.write("write a memory", |tx| {
+            Box::pin(async move { upsert(tx, &record).await })
+        })
+        .await
+    }
+
+    async fn get(&self, ids: &[String]) -> Result<Vec<MemoryRecord>, MemoryError> {
+        self.refresh().await?;
+        let mirror = self.mirror();
+        Ok(ids.iter().filter_map(|id| mirror.index.get(id)).collect())
+    }
+
+    async fn get_texts(&self, ids: &[String]) -> Result<Vec<MemoryRecord>, MemoryError> {
+        self.refresh().await?;
+        let mirror = self.mirror();
+        Ok(ids.iter().filter_map(|id| mirror.index.get_text(id)).collect())
+    }
+
+    async fn list(&self, filter: &MemoryFilter) -> Result<Vec<MemoryRecord>, MemoryError> {
+        self.refresh().await?;
+        Ok(self.mirror().index.list(filter))
+    }
+
+    async fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, MemoryError> {
+        self.refresh().await?;
+        Ok(self.mirror().index.search(query))
+    }
+
+    async fn search_many(&self, queries: &[SearchQuery]) -> Result<Vec<Vec<SearchHit>>, MemoryError> {
+        self.refresh().await?;
+        let mirror = self.mirror();
+        Ok(queries.iter().map(|q| mirror.index.search(q)).collect())
+    }
+
+    async fn touch(&self, ids: &[String]) -> Result<(), MemoryError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let ids = ids.to_vec();
+        self.write("rehearse memories", |tx| {
+            Box::pin(async move {
+                tx.execute(
+                    "UPDATE jarvis_ltm_entries SET rehearsal = rehearsal + 1, \
+                     seq = nextval('jarvis_ltm_entries_seq') WHERE id = ANY($1)",
+                    &[&ids],
+                )
+                .await
+                .map(|_| ())
+            })
+        })
+        .await
+    }
+
+    async fn stale(&self, embedder: &str, limit: usize) -> Result<Vec<MemoryRecord>, MemoryError> {
+        self.refresh().await?;
+        Ok(self.mirror().index.stale(embedder, limit))
+    }
+
+    async fn load_working(&self, session_id: &str) -> Result<Option<WorkingMemory>, MemoryError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached("SELECT body FROM jarvis_working_memory WHERE session_id = $1")
+            .await
+            .map_err(db("read working memory"))?;
+        let Some(row) = client
+            .query_opt(&stmt, &[&session_id])
+            .await
+            .map_err(db("read working memory"))?
+        else {
+            return Ok(None);
+        };
+        match row.try_get::<_, Json<WorkingMemory>>(0) {
+            Ok(Json(memory)) => Ok(Some(memory)),
+            Err(e) => {
+                tracing::warn!(
+                    session_id,
+                    "memory store (postgres): the working memory of session {session_id} is damaged ({e}); starting it afresh"
+                );
+                Ok(None)
+            }
+        }
+    }
+
+    async fn save_working(&self, memory: &WorkingMemory) -> Result<(), MemoryError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "INSERT INTO jarvis_working_memory (session_id, user_id, agent_id, body, updated_at) \
+                 VALUES ($1, $2, $3, $4, now()) ON CONFLICT (session_id) DO UPDATE SET \
+                 user_id = EXCLUDED.user_id, agent_id = EXCLUDED.agent_id, body = EXCLUDED.body, \
+                 updated_at = EXCLUDED.updated_at",
+            )
+            .await
+            .map_err(db("write working memory"))?;
+        client
+            .execute(
+                &stmt,
+                &[&memory.session_id, &memory.user, &memory.agent_id, &Json(memory)],
+            )
+            .await
+            .map_err(db("write working memory"))?;
+        Ok(())
+    }
+}

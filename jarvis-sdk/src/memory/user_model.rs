@@ -1,0 +1,220 @@
+//! The user model (사용자 모델): `$JARVIS_HOME/user_model.json`, one file
+//! every agent reads (R-MEM-9), written atomically (R-IDEM-3).
+//!
+//! The rules are documented on [`UserModelFile`].
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+use super::error::MemoryError;
+use crate::common::{Timestamp, write_atomic};
+
+/// The file name under `JARVIS_HOME`.
+pub const USER_MODEL_FILE: &str = "user_model.json";
+
+/// The user model's content (see [`UserModelFile`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UserModel {
+    /// The format version (1).
+    #[serde(default = "version")]
+    pub v: u32,
+    /// What is known about the user, by key.
+    #[serde(default)]
+    pub entries: BTreeMap<String, String>,
+    /// When it was last written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<Timestamp>,
+    /// Other keys found in the file, kept when it is rewritten.
+    #[serde(flatten)]
+    pub other: Map<String, Value>,
+}
+
+fn version() -> u32 {
+    1
+}
+
+impl UserModel {
+    /// The entries as `key: value` lines, in key order.
+    pub fn lines(&self) -> Vec<String> {
+        self.entries
+            .iter()
+            .filter(|(_, v)| !v.trim().is_empty())
+            .map(|(k, v)| format!("{k}: {}", v.trim()))
+            .collect()
+    }
+}
+
+type Cached = (Option<SystemTime>, u64, UserModel);
+
+/// The user-model file. Reads are cached until the file changes.
+///
+/// The file is a JSON object:
+///
+/// ```json
+/// {"v": 1, "entries": {"name": "서연 아빠", "language": "한국어, 존댓말 없이"}, "updated_at": "2026-11-29T19:45:05.123Z"}
+/// ```
+///
+/// `entries` maps a short key to what is known; they open the
+/// `[핵심 사실]` section in key order. Other top-level keys are kept as they
+/// are when the file is rewritten.
+///
+/// Reading is tolerant: a missing file is an empty model, and a damaged one
+/// (not JSON, not an object, `entries` not a map of strings) is an empty
+/// model with a warning, so a turn never fails on it. Writing is not: a
+/// damaged file is left as it is ([`MemoryError::DamagedUserModel`]) rather
+/// than replaced, so nothing a person wrote is lost.
+#[derive(Debug)]
+pub struct UserModelFile {
+    path: PathBuf,
+    cache: Mutex<Option<Cached>>,
+}
+
+impl UserModelFile {
+    /// The file `<home>/user_model.json`.
+    pub fn new(home: &Path) -> Self {
+        Self::at(home.join(USER_MODEL_FILE))
+    }
+
+    /// The file at `path`.
+    pub fn at(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            cache: Mutex::new(None),
+        }
+    }
+
+    /// Where it is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The model; empty when the file is missing, and empty with a warning
+    /// when it is damaged or unreadable. Never fails.
+    pub fn load(&self) -> UserModel {
+        let stamp = std::fs::metadata(&self.path)
+            .ok()
+            .map(|m| (m.modified().ok(), m.len()));
+        let Some((modified, len)) = stamp else {
+            return UserModel::default();
+        };
+        {
+            let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((m, l, model)) = &*cache
+                && *m == modified
+                && *l == len
+                && modified.is_some()
+            {
+                return model.clone();
+            }
+        }
+        let model = match self.read() {
+            Ok(model) => model.unwrap_or_default(),
+            Err(e) => {
+                tracing::warn!("{e}; the user model is read as empty");
+                UserModel::default()
+            }
+        };
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        *cache = Some((modified, len, model.clone()));
+        model
+    }
+
+    /// The model, `None` when the file is missing, an error when it cannot
+    /// be read or is damaged.
+    pub fn read(&self) -> Result<Option<UserModel>, MemoryError> {
+        let bytes = match std::fs::read(&self.path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(MemoryError::File {
+                    op: "read",
+                    path: self.path.clone(),
+                    source,
+                });
+            }
+        };
+        serde_json::from_slice::<UserModel>(&bytes)
+            .map(Some)
+            .map_err(|e| MemoryError::DamagedUserModel {
+                path: self.path.clone(),
+                reason: e.to_string(),
+            })
+    }
+
+    /// Reads the model, lets `change` edit it, stamps it with `now` and
+    /// writes it atomically; answers what was written. A damaged file is
+    /// not overwritten.
+    pub fn update(
+        &self,
+        now: Timestamp,
+        change: impl FnOnce(&mut UserModel),
+    ) -> Result<UserModel, MemoryError> {
+        let mut model = self.read()?.unwrap_or_default();
+        change(&mut model);
+        model.v = version();
+        model.updated_at = Some(now);
+        let mut bytes = serde_json::to_vec_pretty(&model).map_err(|e| MemoryError::File {
+            op: "write",
+            path: self.path.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        bytes.push(b'\n');
+        if let Some(dir) = self.path.parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir).map_err(|source| MemoryError::File {
+                op: "write",
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        write_atomic(&self.path, &bytes).map_err(|source| MemoryError::File {
+            op: "write",
+            path: self.path.clone(),
+            source,
+        })?;
+        *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        Ok(model)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_damaged_and_round_tripped_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = UserModelFile::new(dir.path());
+        assert_eq!(file.load(), UserModel::default());
+        assert_eq!(file.read().unwrap(), None);
+
+        std::fs::write(
+            file.path(),
+            b"{\"entries\": {\"name\": \"Ada\"}, \"legacy\": [1]}",
+        )
+        .unwrap();
+        let model = file.update(Timestamp::from_millis(5), |m| {
+            m.entries.insert("lang".into(), "ko".into());
+        });
+        let model = model.unwrap();
+        assert_eq!(model.lines(), ["lang: ko", "name: Ada"]);
+        let text = std::fs::read_to_string(file.path()).unwrap();
+        assert!(
+            text.contains("\"legacy\"") && text.contains("1970-01-01T00:00:00.005Z"),
+            "{text}"
+        );
+        assert_eq!(file.load().entries.len(), 2);
+
+        std::fs::write(file.path(), b"[not, json").unwrap();
+        assert_eq!(file.load(), UserModel::default());
+        let err = file.update(Timestamp::EPOCH, |_| {}).unwrap_err();
+        assert!(matches!(err, MemoryError::DamagedUserModel { .. }), "{err}");
+        assert_eq!(std::fs::read(file.path()).unwrap(), b"[not, json");
+    }
+}

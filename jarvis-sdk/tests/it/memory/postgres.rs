@@ -1,0 +1,314 @@
+//! The Postgres memory store against a real server: migrations and the
+//! R-MEM-14 backfill of a legacy table, run once, twice and from several
+//! connections at once, give the same rows and the same schema; legacy rows
+//! become recallable; bad connections and damaged rows are clear, never
+//! panics.
+
+use std::sync::Arc;
+
+use jarvis_sdk::testing::TempPostgres;
+use jarvis_sdk::{
+    Embedder, HashEmbedder, Layer, MemoryError, MemoryFilter, MemoryScope, MemoryService, MemoryStore,
+    PostgresMemoryStore,
+};
+
+use crate::capture::capture;
+use crate::pg::{admin, fresh_schema};
+
+/// A table as it was before agent scoping: no `agent_id`, no `kind`, a
+/// `layer` only on some rows, and an `embedding` column of another type
+/// (here text, as a pgvector literal would print) that must never be read.
+const LEGACY: &str = "
+CREATE TABLE {s}.jarvis_ltm_entries (
+    id TEXT PRIMARY KEY,
+    user_id TEXT NOT NULL,
+    layer TEXT,
+    source TEXT NOT NULL,
+    text TEXT NOT NULL,
+    metadata JSONB NOT NULL DEFAULT '{}',
+    created_at TIMESTAMPTZ NOT NULL,
+    embedding TEXT
+);
+INSERT INTO {s}.jarvis_ltm_entries (id, user_id, layer, source, text, created_at, embedding) VALUES
+  ('m1', 'u', 'semantic', 'remember', 'the user is allergic to peanuts', '2025-01-01T00:00:01Z', '[0.1,0.2]'),
+  ('m2', 'u', NULL, 'user_model', 'name: Ada', '2025-01-01T00:00:02Z', NULL),
+  ('m3', 'u', NULL, 'episode_fact', 'Ada lives in Seoul', '2025-01-01T00:00:03Z', NULL),
+  ('m4', 'u', 'episodic', 'turn', 'find the SH housing notice', '2025-01-01T00:00:04Z', NULL),
+  ('m5', 'u', NULL, 'task_pattern', 'notice lookup: use sh_notice', '2025-01-01T00:00:05Z', NULL),
+  ('m6', 'u', NULL, 'procedure', 'weekly report steps', '2025-01-01T00:00:06Z', NULL),
+  ('m7', 'u', NULL, 'chat', 'an old free-form note', '2025-01-01T00:00:07Z', NULL);
+";
+
+/// Columns, indexes and constraints of the memory tables of `schema`.
+async fn schema_of(schema: &str) -> Vec<String> {
+    let client = admin(TempPostgres::shared().unwrap()).await;
+    let mut out = Vec::new();
+    for row in client
+        .query(
+            "SELECT table_name, column_name, data_type, is_nullable, coalesce(column_default, '') \
+             FROM information_schema.columns WHERE table_schema = $1 ORDER BY table_name, column_name",
+            &[&schema],
+        )
+        .await
+        .unwrap()
+    {
+        let cols: Vec<String> = (0..5).map(|i| row.get::<_, String>(i)).collect();
+        out.push(format!("column {}", cols.join(" ").replace(schema, "S")));
+    }
+    for row in client
+        .query(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = $1 ORDER BY indexname",
+            &[&schema],
+        )
+        .await
+        .unwrap()
+    {
+        let def: String = row.get(1);
+        out.push(format!(
+            "index {} {}",
+            row.get::<_, String>(0),
+            def.replace(schema, "S")
+        ));
+    }
+    for row in client
+        .query(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relkind = 'S' ORDER BY 1",
+            &[&schema],
+        )
+        .await
+        .unwrap()
+    {
+        out.push(format!("sequence {}", row.get::<_, String>(0)));
+    }
+    out
+}
+
+/// Every row of the memory tables of `schema`, as text.
+async fn rows_of(schema: &str) -> Vec<String> {
+    let client = admin(TempPostgres::shared().unwrap()).await;
+    let mut out = Vec::new();
+    for row in client
+        .query(
+            &format!(
+                "SELECT concat_ws(' | ', id, user_id, agent_id, layer, kind, source, text, metadata::text, \
+                 created_at::text, rehearsal::text, coalesce(embedding_f32::text, '-'), embedder, seq::text) \
+                 FROM {schema}.jarvis_ltm_entries ORDER BY id"
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+    {
+        out.push(row.get::<_, String>(0));
+    }
+    out
+}
+
+async fn legacy_schema(what: &str) -> Option<(String, String)> {
+    let (url, schema) = fresh_schema(what).await?;
+    admin(TempPostgres::shared().unwrap())
+        .await
+        .batch_execute(&LEGACY.replace("{s}", &schema))
+        .await
+        .unwrap();
+    Some((url, schema))
+}
+
+#[tokio::test]
+async fn the_backfill_and_migrations_run_twice_or_at_once_give_the_same_rows_and_schema() {
+    let Some((once_url, once)) = legacy_schema("memory backfill").await else {
+        return;
+    };
+    let Some((twice_url, twice)) = legacy_schema("memory backfill").await else {
+        return;
+    };
+    let Some((racing_url, racing)) = legacy_schema("memory backfill").await else {
+        return;
+    };
+
+    PostgresMemoryStore::connect(&once_url).await.unwrap();
+    let rows = rows_of(&once).await;
+    let schema = schema_of(&once).await;
+
+    let store = PostgresMemoryStore::connect(&twice_url).await.unwrap();
+    let after_one = rows_of(&twice).await;
+    store.migrate().await.unwrap();
+    PostgresMemoryStore::connect(&twice_url).await.unwrap();
+    assert_eq!(rows_of(&twice).await, after_one, "a second run changes no row");
+    assert_eq!(after_one, rows, "the same legacy rows give the same result");
+    assert_eq!(schema_of(&twice).await, schema);
+
+    // Two connections at once (and six more), on a legacy table.
+    let racers = (0..8).map(|_| PostgresMemoryStore::connect(&racing_url));
+    for result in futures::future::join_all(racers).await {
+        result.unwrap();
+    }
+    assert_eq!(rows_of(&racing).await, rows);
+    assert_eq!(schema_of(&racing).await, schema);
+
+    // What the backfill made of each legacy row.
+    let summary: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let f: Vec<&str> = r.split(" | ").collect();
+            format!("{} {} {} {} seq={}", f[0], f[2], f[3], f[4], f[12])
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            "m1 main semantic fact seq=1",
+            "m2 main semantic user_model seq=2",
+            "m3 main semantic fact seq=3",
+            "m4 main episodic episode seq=4",
+            "m5 main procedural task_pattern seq=5",
+            "m6 main procedural procedure seq=6",
+            "m7 main episodic note seq=7",
+        ]
+    );
+    assert!(
+        rows.iter().all(|r| r.contains(" | - | ")),
+        "no vector was made up: {rows:#?}"
+    );
+    for needle in [
+        "column jarvis_ltm_entries agent_id text NO 'main'::text",
+        "column jarvis_ltm_entries kind text NO",
+        "column jarvis_ltm_entries embedding text YES",
+        "column jarvis_working_memory body jsonb NO",
+        "index jarvis_ltm_entries_by_seq",
+        "sequence jarvis_ltm_entries_seq",
+    ] {
+        assert!(
+            schema.iter().any(|l| l.starts_with(needle)),
+            "{needle:?} not in {schema:#?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_empty_database_migrates_the_same_once_twice_and_at_once() {
+    let Some((once_url, once)) = fresh_schema("memory migrations").await else {
+        return;
+    };
+    let Some((twice_url, twice)) = fresh_schema("memory migrations").await else {
+        return;
+    };
+    let Some((racing_url, racing)) = fresh_schema("memory migrations").await else {
+        return;
+    };
+    PostgresMemoryStore::connect(&once_url).await.unwrap();
+    let store = PostgresMemoryStore::connect(&twice_url).await.unwrap();
+    store.migrate().await.unwrap();
+    let (a, b) = tokio::join!(
+        PostgresMemoryStore::connect(&racing_url),
+        PostgresMemoryStore::connect(&racing_url)
+    );
+    a.unwrap();
+    b.unwrap();
+    let expected = schema_of(&once).await;
+    assert_eq!(schema_of(&twice).await, expected);
+    assert_eq!(schema_of(&racing).await, expected);
+}
+
+#[tokio::test]
+async fn legacy_rows_become_mains_and_recallable_after_reembedding() {
+    let Some((url, _)) = legacy_schema("memory legacy recall").await else {
+        return;
+    };
+    let store = Arc::new(PostgresMemoryStore::connect(&url).await.unwrap());
+    let service = MemoryService::new(store.clone(), Arc::new(HashEmbedder::default()));
+    let main = MemoryScope::new("u", "main", "s");
+    assert!(
+        service
+            .search(&main, "peanuts allergic", Layer::Semantic, 3)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(service.reembed_stale().await.unwrap(), 7);
+    assert_eq!(
+        service.reembed_stale().await.unwrap(),
+        0,
+        "nothing is stale any more"
+    );
+    let found = service
+        .search(&main, "allergic to peanuts", Layer::Semantic, 3)
+        .await
+        .unwrap();
+    assert_eq!(found[0].record.id, "m1");
+    let episodes = service
+        .search(&main, "SH housing notice", Layer::Episodic, 3)
+        .await
+        .unwrap();
+    assert_eq!(episodes[0].record.id, "m4");
+    // Another agent reads the shared profile but not main's legacy episodes.
+    let karen = MemoryScope::new("u", "karen", "k");
+    assert_eq!(
+        service
+            .search(&karen, "allergic to peanuts", Layer::Semantic, 3)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(
+        service
+            .search(&karen, "SH housing notice", Layer::Episodic, 3)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // A new connection re-runs the migration and keeps the vectors.
+    let again = PostgresMemoryStore::connect(&url).await.unwrap();
+    let name = HashEmbedder::default().name().to_owned();
+    assert!(again.stale(&name, 10).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn damaged_rows_and_working_memory_are_skipped_with_a_warning() {
+    let Some((url, schema)) = fresh_schema("memory damaged rows").await else {
+        return;
+    };
+    let store = PostgresMemoryStore::connect(&url).await.unwrap();
+    admin(TempPostgres::shared().unwrap())
+        .await
+        .batch_execute(&format!(
+            "INSERT INTO {schema}.jarvis_ltm_entries (id, user_id, agent_id, layer, kind, source, text) \
+               VALUES ('bad', 'u', 'main', 'dreams', 'x', 'x', 'x'), ('good', 'u', 'main', 'episodic', 'note', 'x', 'fine');
+             INSERT INTO {schema}.jarvis_working_memory (session_id, body) VALUES ('s', '[1, 2]');"
+        ))
+        .await
+        .unwrap();
+    let (logs, _guard) = capture();
+    let all = store.list(&MemoryFilter::for_user("u")).await.unwrap();
+    assert_eq!(all.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), ["good"]);
+    assert!(
+        logs.warned(&["skipped a damaged row", "unknown layer"]),
+        "{:?}",
+        logs.lines()
+    );
+    assert_eq!(store.load_working("s").await.unwrap(), None);
+    assert!(
+        logs.warned(&["working memory of session s is damaged"]),
+        "{:?}",
+        logs.lines()
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_database_is_a_clear_error() {
+    let err = PostgresMemoryStore::connect("host=/nonexistent/jarvis port=5999 user=jarvis dbname=jarvis")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, MemoryError::Unreachable { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "memory store (postgres): cannot reach the database at host=/nonexistent/jarvis port=5999 dbname=jarvis user=jarvis"
+    );
+    let err = PostgresMemoryStore::connect("postgres://jarvis:secret@127.0.0.1:notaport/db")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("could not be read"), "{err}");
+    assert!(!format!("{err:?}").contains("secret"), "the password never shows");
+}

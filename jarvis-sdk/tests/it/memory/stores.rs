@@ -1,0 +1,227 @@
+//! The contract every `MemoryStore` keeps, run unchanged against the
+//! in-memory store and a real Postgres server, plus two Postgres stores
+//! sharing one database as two server instances would.
+
+use std::sync::Arc;
+
+use jarvis_sdk::{
+    Agents, InMemoryMemoryStore, Layer, MemoryFilter, MemoryRecord, MemoryStore, PostgresMemoryStore,
+    SearchQuery, Timestamp, WorkingItem, WorkingMemory,
+};
+use serde_json::json;
+
+#[derive(Clone, Copy, Debug)]
+enum Backend {
+    Memory,
+    Postgres,
+}
+
+async fn open(backend: Backend, what: &str) -> Option<Arc<dyn MemoryStore>> {
+    Some(match backend {
+        Backend::Memory => Arc::new(InMemoryMemoryStore::new()),
+        Backend::Postgres => {
+            let (url, _) = crate::pg::fresh_schema(what).await?;
+            Arc::new(PostgresMemoryStore::connect(&url).await.unwrap())
+        }
+    })
+}
+
+fn unit(dims: usize, hot: &[(usize, f32)]) -> Vec<f32> {
+    let mut v = vec![0.0; dims];
+    for (i, x) in hot {
+        v[*i] = *x;
+    }
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    v.iter().map(|x| x / norm).collect()
+}
+
+fn record(id: &str, agent: &str, layer: Layer, kind: &str, vector: Vec<f32>, millis: i64) -> MemoryRecord {
+    MemoryRecord {
+        id: id.into(),
+        user: "u".into(),
+        agent_id: agent.into(),
+        layer,
+        kind: kind.into(),
+        source: "test".into(),
+        text: format!("text of {id} — 한글도"),
+        metadata: json!({"n": millis, "tools": ["a", "b"]}),
+        created_at: Timestamp::from_millis(1_795_910_400_000 + millis),
+        rehearsal: 0,
+        embedder: if vector.is_empty() {
+            String::new()
+        } else {
+            "e".into()
+        },
+        embedding: vector,
+    }
+}
+
+fn query(filter: MemoryFilter, vector: Vec<f32>, k: usize, floor: f32) -> SearchQuery {
+    SearchQuery {
+        filter,
+        embedder: "e".into(),
+        vector,
+        k,
+        min_similarity: floor,
+    }
+}
+
+async fn contract(backend: Backend) {
+    let Some(store) = open(backend, "memory store contract").await else {
+        return;
+    };
+    let a = record("a", "main", Layer::Episodic, "episode", unit(8, &[(0, 1.0)]), 1);
+    let b = record(
+        "b",
+        "main",
+        Layer::Episodic,
+        "episode",
+        unit(8, &[(0, 1.0), (1, 1.0)]),
+        2,
+    );
+    let c = record("c", "karen", Layer::Episodic, "episode", unit(8, &[(0, 1.0)]), 3);
+    let d = record("d", "karen", Layer::Semantic, "fact", unit(8, &[(1, 1.0)]), 4);
+    let legacy = record("legacy", "main", Layer::Episodic, "note", Vec::new(), 0);
+    for r in [&a, &b, &c, &d, &legacy] {
+        store.put(r.clone()).await.unwrap();
+    }
+
+    // get: in the order asked, unknown ids left out, every field kept.
+    let got = store.get(&["d".into(), "zz".into(), "a".into()]).await.unwrap();
+    assert_eq!(got, vec![d.clone(), a.clone()], "{backend:?}");
+
+    // list: newest first, filtered per layer and agent, limited.
+    let ids = |rs: Vec<MemoryRecord>| rs.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    let all = MemoryFilter::for_user("u");
+    assert_eq!(
+        ids(store.list(&all).await.unwrap()),
+        ["d", "c", "b", "a", "legacy"]
+    );
+    let mains = MemoryFilter::for_user("u").layer(Layer::Episodic, Agents::only(["main"]));
+    assert_eq!(ids(store.list(&mains).await.unwrap()), ["b", "a", "legacy"]);
+    assert_eq!(
+        ids(store.list(&mains.clone().kinds(["note"])).await.unwrap()),
+        ["legacy"]
+    );
+    assert_eq!(ids(store.list(&all.clone().limit(2)).await.unwrap()), ["d", "c"]);
+    assert!(store.list(&MemoryFilter::for_user("v")).await.unwrap().is_empty());
+
+    // search: by similarity, within the filter and the embedder's space.
+    let q = unit(8, &[(0, 1.0)]);
+    let hits = store
+        .search(&query(mains.clone(), q.clone(), 5, 0.0))
+        .await
+        .unwrap();
+    assert_eq!(hits.iter().map(|h| h.id.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+    assert!(
+        (hits[0].similarity - 1.0).abs() < 1e-5
+            && (hits[1].similarity - std::f32::consts::FRAC_1_SQRT_2).abs() < 1e-3
+    );
+    let floor = store
+        .search(&query(mains.clone(), q.clone(), 5, 0.9))
+        .await
+        .unwrap();
+    assert_eq!(floor.len(), 1);
+    let mut other_space = query(all.clone(), q.clone(), 5, 0.0);
+    other_space.embedder = "other".into();
+    assert!(store.search(&other_space).await.unwrap().is_empty());
+    let both = store
+        .search_many(&[
+            query(all.clone().layer(Layer::Episodic, Agents::Any), q.clone(), 2, 0.0),
+            query(
+                all.clone().layer(Layer::Semantic, Agents::Any),
+                q.clone(),
+                2,
+                -1.0,
+            ),
+        ])
+        .await
+        .unwrap();
+    // Equal similarity: the newer (c) first.
+    assert_eq!(
+        both[0].iter().map(|h| h.id.as_str()).collect::<Vec<_>>(),
+        ["c", "a"]
+    );
+    assert_eq!(both[1].iter().map(|h| h.id.as_str()).collect::<Vec<_>>(), ["d"]);
+
+    // touch and put-as-replace.
+    store.touch(&["a".into(), "a".into(), "zz".into()]).await.unwrap();
+    store.touch(&["a".into()]).await.unwrap();
+    let a_now = store.get(&["a".into()]).await.unwrap().pop().unwrap();
+    assert_eq!(
+        a_now.rehearsal, 2,
+        "once per call however often named; {backend:?}"
+    );
+    let mut moved = a_now.clone();
+    moved.agent_id = "karen".into();
+    moved.text = "moved".into();
+    store.put(moved.clone()).await.unwrap();
+    assert_eq!(store.get(&["a".into()]).await.unwrap(), vec![moved]);
+    assert_eq!(ids(store.list(&mains).await.unwrap()), ["b", "legacy"]);
+
+    // stale: missing embeddings and other embedders.
+    let stale = ids(store.stale("e", 10).await.unwrap());
+    assert_eq!(stale, ["legacy"]);
+    assert_eq!(store.stale("other", 2).await.unwrap().len(), 2);
+
+    // working memory round-trips (embeddings are recomputed, not stored).
+    assert_eq!(store.load_working("s").await.unwrap(), None);
+    let mut wm = WorkingMemory::new("s", "u", "main");
+    wm.items.push(WorkingItem {
+        text: "find notices".into(),
+        rehearsal: 2,
+        notes: vec!["found 3".into()],
+        created_at: Timestamp::from_millis(5),
+        last_used: 4,
+        embedding: Vec::new(),
+    });
+    wm.recent_episodes = vec!["e1".into()];
+    wm.turns = 4;
+    store.save_working(&wm).await.unwrap();
+    wm.turns = 5;
+    store.save_working(&wm).await.unwrap();
+    assert_eq!(store.load_working("s").await.unwrap(), Some(wm));
+}
+
+#[tokio::test]
+async fn the_in_memory_store_keeps_the_contract() {
+    contract(Backend::Memory).await;
+}
+
+#[tokio::test]
+async fn the_postgres_store_keeps_the_contract() {
+    contract(Backend::Postgres).await;
+}
+
+#[tokio::test]
+async fn two_postgres_stores_on_one_database_see_each_others_writes() {
+    let Some((url, _)) = crate::pg::fresh_schema("memory store, two instances").await else {
+        return;
+    };
+    let one = PostgresMemoryStore::connect(&url).await.unwrap();
+    let two = PostgresMemoryStore::connect(&url).await.unwrap();
+    let v = unit(4, &[(2, 1.0)]);
+    one.put(record("x", "main", Layer::Semantic, "fact", v.clone(), 1))
+        .await
+        .unwrap();
+    let filter = MemoryFilter::for_user("u");
+    let hits = two
+        .search(&query(filter.clone(), v.clone(), 3, 0.5))
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 1);
+    two.touch(&["x".into()]).await.unwrap();
+    assert_eq!(one.get(&["x".into()]).await.unwrap()[0].rehearsal, 1);
+    // Writes from both at once all arrive, in both mirrors.
+    let writes = (0..20).map(|i| {
+        let store = if i % 2 == 0 { one.clone() } else { two.clone() };
+        let r = record(&format!("w{i}"), "main", Layer::Episodic, "note", v.clone(), i);
+        async move { store.put(r).await }
+    });
+    for result in futures::future::join_all(writes).await {
+        result.unwrap();
+    }
+    for store in [&one, &two] {
+        assert_eq!(store.list(&filter).await.unwrap().len(), 21);
+    }
+}
