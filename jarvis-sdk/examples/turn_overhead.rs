@@ -12,9 +12,17 @@
 //! fsync off (as the seed measured), the same with fsync at the end of every
 //! turn (the default; the long session is skipped), the in-memory store, and
 //! Postgres on a throwaway local cluster when its binaries are installed.
+//! Memory off and memory on (the seed's two conditions): with memory on,
+//! the JSONL store with fsync off plus an in-memory `MemoryService` on the
+//! hash embedder, shared by every session of the run, so the memory grows by
+//! one episode a turn (1,000 records by turn 181 of the last short session).
 //! Columns: total (the whole turn), history read (`get` + `recent`), history
 //! write (`append` + `sync`), events (JSON serialisation in the subscriber),
-//! security (the three pipeline stages).
+//! security (the three pipeline stages), recall (from the prompt's append
+//! to the loop's start: `observe`) and memory write (from the answer's sync
+//! to the end of the turn: `record_turn`); the last two are phases of the
+//! turn, so memory off shows the little the same stretch costs without
+//! memory.
 //!
 //! Run with `cargo run --release -p jarvis-sdk --example turn_overhead`
 //! (add `-- --smoke` for a quick check that it works).
@@ -22,11 +30,12 @@
 use async_trait::async_trait;
 use jarvis_sdk::testing::{REQUIRE_POSTGRES_ENV, TempPostgres};
 use jarvis_sdk::{
-    AgentEvent, AgentSession, AgentSessionParts, ApprovalBroker, Caller, Durability, EntryBody, FauxProvider,
-    FauxReply, FauxScript, Harness, JsonlOptions, JsonlSessionStore, LayeredApprovalRules, LoopContext,
-    MemorySessionStore, NewSession, PostgresSessionStore, Provider, ScreenHub, SecurityError, SecurityInput,
-    SecurityPipeline, SecurityStage, SequentialIds, SessionEntry, SessionError, SessionId, SessionKind,
-    SessionMeta, SessionPolicy, SessionStore, TokenAuth, ToolGate, UIAdapter, Validation,
+    AgentEvent, AgentSession, AgentSessionParts, ApprovalBroker, Caller, DEFAULT_USER, Durability, EntryBody,
+    FauxProvider, FauxReply, FauxScript, Harness, HashEmbedder, InMemoryMemoryStore, JsonlOptions,
+    JsonlSessionStore, LayeredApprovalRules, LoopContext, MemoryRead, MemoryService, MemorySessionStore,
+    NewSession, PostgresSessionStore, Provider, ScreenHub, SecurityError, SecurityInput, SecurityPipeline,
+    SecurityStage, SequentialIds, SessionEntry, SessionError, SessionId, SessionKind, SessionMeta,
+    SessionPolicy, SessionStore, TokenAuth, ToolGate, UIAdapter, Validation,
 };
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,6 +53,28 @@ struct Timed {
     inner: Arc<dyn SessionStore>,
     read: AtomicU64,
     write: AtomicU64,
+    phases: Arc<Phases>,
+}
+
+/// When this turn's phases ended: the harness appends the prompt, recalls
+/// (`observe`), runs the loop (`agent_start` … `agent_end`), appends and
+/// syncs the answer, then writes the turn episode (`record_turn`). The
+/// recall column is `agent_start` minus the first append; the memory-write
+/// column is the end of the turn minus the sync. With memory off the same
+/// gaps are measured, so the two conditions compare like with like.
+#[derive(Debug, Default)]
+struct Phases {
+    appended: Mutex<Option<Instant>>,
+    synced: Mutex<Option<Instant>>,
+    loop_started: Mutex<Option<Instant>>,
+}
+
+impl Phases {
+    fn reset(&self) {
+        *self.appended.lock().unwrap() = None;
+        *self.synced.lock().unwrap() = None;
+        *self.loop_started.lock().unwrap() = None;
+    }
 }
 
 #[async_trait]
@@ -61,6 +92,11 @@ impl SessionStore for Timed {
         let start = Instant::now();
         let out = self.inner.append(id, entries).await;
         add(&self.write, start);
+        self.phases
+            .appended
+            .lock()
+            .unwrap()
+            .get_or_insert_with(Instant::now);
         out
     }
     async fn recent(&self, id: &SessionId, turns: usize) -> Result<Vec<SessionEntry>, SessionError> {
@@ -85,6 +121,7 @@ impl SessionStore for Timed {
         let start = Instant::now();
         let out = self.inner.sync(id).await;
         add(&self.write, start);
+        *self.phases.synced.lock().unwrap() = Some(Instant::now());
         out
     }
 }
@@ -95,11 +132,15 @@ impl SessionStore for Timed {
 struct JsonEvents {
     spent: AtomicU64,
     buffer: Mutex<Vec<u8>>,
+    phases: Arc<Phases>,
 }
 
 impl UIAdapter for JsonEvents {
     fn on_event(&self, event: &AgentEvent) -> ControlFlow<()> {
         let start = Instant::now();
+        if matches!(event, AgentEvent::AgentStart { .. }) {
+            *self.phases.loop_started.lock().unwrap() = Some(start);
+        }
         let mut buffer = self.buffer.lock().unwrap();
         buffer.clear();
         serde_json::to_writer(&mut *buffer, event).unwrap();
@@ -136,6 +177,8 @@ struct Sample {
     write: f64,
     events: f64,
     security: f64,
+    recall: f64,
+    memory_write: f64,
 }
 
 fn ms(nanos: u64) -> f64 {
@@ -151,16 +194,29 @@ struct Bench {
     rules: Arc<LayeredApprovalRules>,
     attached: Vec<jarvis_sdk::SessionAttachment>,
     sessions: usize,
+    memory: Option<Arc<MemoryService>>,
+    phases: Arc<Phases>,
 }
 
 impl Bench {
-    fn new(store: Arc<dyn SessionStore>) -> Self {
+    fn new(store: Arc<dyn SessionStore>, with_memory: bool) -> Self {
+        let phases = Arc::new(Phases::default());
         let timed = Arc::new(Timed {
             inner: store,
             read: AtomicU64::new(0),
             write: AtomicU64::new(0),
+            phases: phases.clone(),
         });
-        let events = Arc::new(JsonEvents::default());
+        let memory = with_memory.then(|| {
+            Arc::new(MemoryService::new(
+                Arc::new(InMemoryMemoryStore::new()),
+                Arc::new(HashEmbedder::default()),
+            ))
+        });
+        let events = Arc::new(JsonEvents {
+            phases: phases.clone(),
+            ..JsonEvents::default()
+        });
         let script = FauxScript::new().fallback(FauxReply::text(
             "Noted. The notice closes on Friday; I will remind you the day before.",
         ));
@@ -176,6 +232,8 @@ impl Bench {
             rules,
             attached: Vec::new(),
             sessions: 0,
+            memory,
+            phases,
         }
     }
 
@@ -208,7 +266,10 @@ impl Bench {
             self.timed(Arc::new(TokenAuth::default())),
             self.timed(Arc::new(SessionPolicy)),
         );
-        let harness = Harness::new(self.timed.clone(), ctx);
+        let mut harness = Harness::new(self.timed.clone(), ctx);
+        if let Some(memory) = &self.memory {
+            harness = harness.with_memory(memory.clone(), DEFAULT_USER, MemoryRead::own_only());
+        }
         let session = Arc::new(AgentSession::new(AgentSessionParts::new(
             id,
             "main",
@@ -229,16 +290,26 @@ impl Bench {
         self.timed.write.store(0, Ordering::Relaxed);
         self.events.spent.store(0, Ordering::Relaxed);
         self.security.store(0, Ordering::Relaxed);
+        self.phases.reset();
         let prompt = format!("Question {n}: which housing notices close this week?");
         let start = Instant::now();
         session.prompt(prompt, Caller::Local).await.unwrap();
-        let total = start.elapsed();
+        let end = Instant::now();
+        let total = end - start;
+        let gap = |from: &Mutex<Option<Instant>>, to: Option<Instant>| match (*from.lock().unwrap(), to) {
+            (Some(from), Some(to)) => to.saturating_duration_since(from).as_secs_f64() * 1e3,
+            _ => f64::NAN,
+        };
+        let recall = gap(&self.phases.appended, *self.phases.loop_started.lock().unwrap());
+        let memory_write = gap(&self.phases.synced, Some(end));
         Sample {
             total: total.as_secs_f64() * 1e3,
             read: ms(self.timed.read.load(Ordering::Relaxed)),
             write: ms(self.timed.write.load(Ordering::Relaxed)),
             events: ms(self.events.spent.load(Ordering::Relaxed)),
             security: ms(self.security.load(Ordering::Relaxed)),
+            recall,
+            memory_write,
         }
     }
 
@@ -274,6 +345,8 @@ struct Row {
     write: f64,
     events: f64,
     security: f64,
+    recall: f64,
+    memory_write: f64,
 }
 
 fn row(samples: &[Sample]) -> Row {
@@ -284,6 +357,8 @@ fn row(samples: &[Sample]) -> Row {
         write: pick(|s| s.write),
         events: pick(|s| s.events),
         security: pick(|s| s.security),
+        recall: pick(|s| s.recall),
+        memory_write: pick(|s| s.memory_write),
     }
 }
 
@@ -314,8 +389,9 @@ async fn measure(
     store: Arc<dyn SessionStore>,
     plan: Plan,
     long: bool,
+    memory: bool,
 ) -> Condition {
-    let mut bench = Bench::new(store);
+    let mut bench = Bench::new(store, memory);
     bench.session(plan.warmup).await;
     let (mut early, mut late) = (Vec::new(), Vec::new());
     for _ in 0..plan.sessions {
@@ -349,8 +425,8 @@ async fn measure(
     }
     for (label, r) in &rows {
         println!(
-            "turn_overhead {key} {label}: total {:.4} ms (history read {:.4}, history write {:.4}, events {:.4}, security {:.4})",
-            r.total, r.read, r.write, r.events, r.security
+            "turn_overhead {key} {label}: total {:.4} ms (history read {:.4}, history write {:.4}, events {:.4}, security {:.4}, recall {:.4}, memory write {:.4})",
+            r.total, r.read, r.write, r.events, r.security, r.recall, r.memory_write
         );
     }
     Condition { name, rows }
@@ -388,8 +464,24 @@ fn main() {
 
     let home = tempfile::tempdir().unwrap();
     let options = JsonlOptions::default().durability(Durability::Never);
-    let jsonl = JsonlSessionStore::open_with(home.path().join("fsync-off"), options).unwrap();
-    conditions.push(runtime.block_on(measure("jsonl", "JSONL, fsync off", Arc::new(jsonl), plan, true)));
+    let jsonl = JsonlSessionStore::open_with(home.path().join("fsync-off"), options.clone()).unwrap();
+    conditions.push(runtime.block_on(measure(
+        "jsonl",
+        "JSONL, fsync off, memory off",
+        Arc::new(jsonl),
+        plan,
+        true,
+        false,
+    )));
+    let jsonl = JsonlSessionStore::open_with(home.path().join("memory-on"), options).unwrap();
+    conditions.push(runtime.block_on(measure(
+        "jsonl-memory",
+        "JSONL, fsync off, memory on",
+        Arc::new(jsonl),
+        plan,
+        true,
+        true,
+    )));
 
     let durable = JsonlSessionStore::open(home.path().join("fsync-on")).unwrap();
     let quick = Plan {
@@ -402,10 +494,18 @@ fn main() {
         Arc::new(durable),
         quick,
         false,
+        false,
     )));
 
     let memory = MemorySessionStore::new();
-    conditions.push(runtime.block_on(measure("memory", "in-memory", Arc::new(memory), plan, true)));
+    conditions.push(runtime.block_on(measure(
+        "memory",
+        "in-memory",
+        Arc::new(memory),
+        plan,
+        true,
+        false,
+    )));
 
     match TempPostgres::start() {
         Ok(cluster) => {
@@ -418,6 +518,7 @@ fn main() {
                 Arc::new(store),
                 plan,
                 true,
+                false,
             )));
         }
         Err(reason) if std::env::var(REQUIRE_POSTGRES_ENV).is_ok_and(|v| v == "1") => {
@@ -428,13 +529,15 @@ fn main() {
     }
 
     println!();
-    println!("| condition | window | total | history read | history write | events | security |");
-    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| condition | window | total | history read | history write | events | security | recall | memory write |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
     for c in &conditions {
         for (label, r) in &c.rows {
             println!(
-                "| {} | {label} | {:.4} ms | {:.4} | {:.4} | {:.4} | {:.4} |",
-                c.name, r.total, r.read, r.write, r.events, r.security
+                "| {} | {label} | {:.4} ms | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} |",
+                c.name, r.total, r.read, r.write, r.events, r.security, r.recall, r.memory_write
             );
         }
     }
@@ -451,11 +554,21 @@ fn main() {
         jsonl[0].0,
         long / first
     );
+    let with_memory = conditions[1].rows[1].1.total;
+    let memory_adds = with_memory - late;
+    println!(
+        "turn_overhead memory: {} memory on {with_memory:.4} ms, memory off {late:.4} ms: memory adds {memory_adds:.4} ms (target <= 0.050 ms)",
+        jsonl[1].0
+    );
     let missed = late > 0.1 || late > 1.5 * first || long > 1.5 * first;
     if missed && !smoke {
         eprintln!(
             "target missed: the JSONL per-turn total must stay under 0.1 ms and within 1.5x of turns 1-20"
         );
+        std::process::exit(1);
+    }
+    if memory_adds > 0.05 && !smoke {
+        eprintln!("target missed: memory must add at most 0.05 ms per turn at turns 181-200");
         std::process::exit(1);
     }
 }

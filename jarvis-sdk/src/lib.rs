@@ -99,9 +99,9 @@ pub use agent::{
 };
 pub use app::{
     ALWAYS_ATTACHED, AgentProfile, AgentRegistry, AppAssembly, AppConfig, AppError, BUILTIN_TEAM,
-    BrandConfig, CountingFeedback, FeedbackLearner, JARVIS_SYSTEM_PROMPT, MAIN_AGENT, MemoryReadSpec,
-    Palette, Reaction, SessionObserver, Skipped, StoreBackend, THOUGHT_TEMPLATE_FILE, TeamContext,
-    ThinkingSettings, build_app, load_team, parse_definition, seed_team_dir, valid_agent_id, wordmark,
+    BrandConfig, CountingFeedback, FeedbackLearner, JARVIS_SYSTEM_PROMPT, MAIN_AGENT, Palette, Reaction,
+    SessionObserver, Skipped, StoreBackend, THOUGHT_TEMPLATE_FILE, TeamContext, ThinkingSettings, build_app,
+    load_team, parse_definition, seed_team_dir, valid_agent_id, wordmark,
 };
 pub use common::{
     CivilTime, Clock, Extensions, HOME_LOCK_FILE, HomeLock, HomeLockError, IdSource, LockHolder, ManualClock,

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use super::config::{AppConfig, StoreBackend};
 use super::definition::{TeamContext, load_team, parse_definition, seed_team_dir};
 use super::error::AppError;
-use super::profile::{AgentProfile, CountingFeedback, MAIN_AGENT, MemoryReadSpec, Palette};
+use super::profile::{AgentProfile, CountingFeedback, MAIN_AGENT, Palette};
 use super::registry::AgentRegistry;
 use crate::agent::{
     AgentEvent, AgentIdentity, Approver, DEFAULT_THOUGHT_TEMPLATE, Harness, HarnessConfig, HubAttachment,
@@ -22,10 +22,12 @@ use crate::common::{Extensions, HomeLock};
 use crate::core::{
     AGENT_ONLY_TOOLS, AgentDirectory, AgentSession, AgentSessionParts, AgentToolPolicy, ApprovalBroker,
     AskAgentTool, Boundaries, BuiltinConfig, Caller, Delegation, DelegationError, DirectoryLink,
-    LayeredApprovalRules, PEER_REQUEST_RULE, PromptOptions, RosterEntry, SecurityPipeline, SessionPolicy,
-    TokenAuth, TurnError, Validation, builtin_tools, housing_tools,
+    LayeredApprovalRules, PEER_REQUEST_RULE, PromptOptions, RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL,
+    RosterEntry, SecurityPipeline, SessionPolicy, TokenAuth, TurnError, Validation, builtin_tools,
+    housing_tools, memory_tools,
 };
-use crate::model::Provider;
+use crate::memory::{InMemoryMemoryStore, MemoryRead, MemoryService, MemoryStore, StaticScopes};
+use crate::model::{HashEmbedder, Provider};
 
 /// Sees the events of every session of the app, peer sessions included
 /// (the server's `agent_activity`, logs, metrics).
@@ -91,6 +93,11 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     }
 
     write_if_missing(&config.home.join(THOUGHT_TEMPLATE_FILE), DEFAULT_THOUGHT_TEMPLATE)?;
+    let memory = if config.memory.enabled {
+        Some(memory_service(&config).await?)
+    } else {
+        None
+    };
 
     // Tools: the built-in ones, KAREN's, and ask_agent once the team is known.
     let mut tools = ToolRegistry::new();
@@ -102,6 +109,11 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     }
     let mut names: BTreeSet<String> = tools.names().map(str::to_owned).collect();
     names.insert("ask_agent".to_owned());
+    if memory.is_some() {
+        names.insert(REMEMBER_TASK_PATTERN_TOOL.to_owned());
+        names.insert(RECALL_EPISODES_TOOL.to_owned());
+    }
+
     let agent_only: BTreeSet<String> = AGENT_ONLY_TOOLS.iter().map(|t| (*t).to_owned()).collect();
     let main = main_profile(&config, &names, &agent_only);
     let team = TeamContext {
@@ -127,6 +139,19 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     }
     others.sort_by(|a, b| a.id.cmp(&b.id));
     let registry = AgentRegistry::new(main, others, skipped);
+
+    if let Some(service) = &memory {
+        let scopes = registry
+            .agents()
+            .iter()
+            .fold(StaticScopes::new(&config.memory.user), |s, p| {
+                s.with_read(&p.id, p.memory_read.clone())
+            });
+        for tool in memory_tools(service.clone(), Arc::new(scopes)) {
+            register(&mut tools, tool)?;
+        }
+    }
+
     let link = DirectoryLink::new();
     if registry.agents().len() >= 2 {
         let ask = AskAgentTool::new(link.clone(), &registry.roster()).with_timeout(config.ask_timeout);
@@ -155,6 +180,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         provider,
         tools,
         security,
+        memory,
         sessions: Mutex::default(),
         delegating: Mutex::default(),
         observers: Observers::default(),
@@ -163,6 +189,40 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     let directory: Arc<dyn AgentDirectory> = inner.clone();
     link.connect(Arc::downgrade(&directory));
     Ok(AppAssembly { inner })
+}
+
+/// The memory service of `config`: its store (a given one, else Postgres
+/// with the Postgres backend, else in memory), its embedder (default the
+/// hash embedder), `JARVIS_HOME` for procedures and the user model; records
+/// written by another embedder are embedded again.
+async fn memory_service(config: &AppConfig) -> Result<Arc<MemoryService>, AppError> {
+    let settings = &config.memory;
+    let store: Arc<dyn MemoryStore> = match (&settings.store, &config.store) {
+        (Some(store), _) => store.clone(),
+        #[cfg(feature = "postgres")]
+        (None, StoreBackend::Postgres { url }) => {
+            Arc::new(crate::memory::PostgresMemoryStore::connect(url).await?)
+        }
+        (None, _) => Arc::new(InMemoryMemoryStore::new()),
+    };
+    let embedder = settings
+        .embedder
+        .clone()
+        .unwrap_or_else(|| Arc::new(HashEmbedder::default()));
+    let mut memory_config = settings.config.clone();
+    memory_config.home = Some(config.home.clone());
+    let service = MemoryService::new(store, embedder)
+        .with_clock(config.clock.clone())
+        .with_ids(config.ids.clone())
+        .with_config(memory_config);
+    let reembedded = service.reembed_stale().await?;
+    if reembedded > 0 {
+        tracing::info!(
+            records = reembedded,
+            "memories embedded again with the current embedder"
+        );
+    }
+    Ok(Arc::new(service))
 }
 
 /// The inner thought template, in `$JARVIS_HOME` (people may edit it).
@@ -203,7 +263,7 @@ fn main_profile(config: &AppConfig, tools: &BTreeSet<String>, agent_only: &BTree
             .cloned()
             .collect(),
         proactive: config.proactive,
-        memory_read: MemoryReadSpec::default(),
+        memory_read: MemoryRead::own_only(),
         boundaries: Boundaries::default(),
         thinking: config.thinking.clone(),
         feedback: Arc::new(CountingFeedback::default()),
@@ -218,6 +278,7 @@ struct AppInner {
     tools: ToolRegistry,
     rules: Arc<LayeredApprovalRules>,
     security: SecurityPipeline,
+    memory: Option<Arc<MemoryService>>,
     notice: Option<String>,
     sessions: Mutex<HashMap<String, (Arc<AgentSession>, HubAttachment)>>,
     delegating: Mutex<BTreeSet<(String, String)>>,
@@ -271,6 +332,11 @@ impl AppAssembly {
     /// The model provider.
     pub fn provider(&self) -> &Arc<dyn Provider> {
         &self.inner.provider
+    }
+
+    /// The memory service, unless memory is off.
+    pub fn memory(&self) -> Option<&Arc<MemoryService>> {
+        self.inner.memory.as_ref()
     }
 
     /// Every tool of the app (each agent sees its own subset).
@@ -443,8 +509,15 @@ impl AppInner {
                 agent_name: profile.name.clone(),
                 session_id: id.to_string(),
             });
-        let harness = Harness::new(self.store.clone(), ctx)
+        let mut harness = Harness::new(self.store.clone(), ctx)
             .with_config(HarnessConfig::default().with_loop_config(self.config.loop_config.clone()));
+        if let Some(memory) = &self.memory {
+            harness = harness.with_memory(
+                memory.clone(),
+                self.config.memory.user.clone(),
+                profile.memory_read.clone(),
+            );
+        }
         let mut parts = AgentSessionParts::new(
             id,
             profile.id.clone(),

@@ -9,7 +9,8 @@ use super::error::AppError;
 use crate::agent::{AgentLoopConfig, BeforeToolCall};
 use crate::common::{Clock, IdSource, SystemClock, UniqueIds};
 use crate::core::{DEFAULT_APPROVAL_TIMEOUT, DEFAULT_ASK_TIMEOUT, HousingConfig, SecurityStage};
-use crate::model::{LlmConfig, Provider};
+use crate::memory::{DEFAULT_USER, MemoryConfig, MemoryStore};
+use crate::model::{Embedder, LlmConfig, Provider};
 
 /// JARVIS's brand (`JARVIS_BRAND__*`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +56,49 @@ pub enum StoreBackend {
     Memory,
 }
 
+/// Memory settings of an app (SPEC.md §8).
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct MemorySettings {
+    /// Whether agents have memory (`JARVIS_MEMORY__ENABLED`, default on):
+    /// recall before every turn, a turn episode after it, and the memory
+    /// tools. Off, only the last three turns reach the model.
+    pub enabled: bool,
+    /// The person whose memory this app keeps.
+    pub user: String,
+    /// A store to use instead of the backend's (Postgres with
+    /// `StoreBackend::Postgres`, in memory otherwise, as SPEC.md R-STORE-1
+    /// says).
+    pub store: Option<Arc<dyn MemoryStore>>,
+    /// The embedder of recall; default the offline `HashEmbedder`.
+    pub embedder: Option<Arc<dyn Embedder>>,
+    /// Budgets, recall sizes and weights; `home` is set to `JARVIS_HOME`.
+    pub config: MemoryConfig,
+}
+
+impl Default for MemorySettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            user: DEFAULT_USER.to_owned(),
+            store: None,
+            embedder: None,
+            config: MemoryConfig::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for MemorySettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemorySettings")
+            .field("enabled", &self.enabled)
+            .field("user", &self.user)
+            .field("store", &self.store.as_ref().map(|_| "<custom>"))
+            .field("embedder", &self.embedder.as_ref().map(|e| e.name()))
+            .finish_non_exhaustive()
+    }
+}
+
 /// Settings of one app.
 #[derive(Clone)]
 #[non_exhaustive]
@@ -82,8 +126,11 @@ pub struct AppConfig {
     pub thinking: super::profile::ThinkingSettings,
     /// The dual channel of people's sessions.
     pub dual: crate::core::DualConfig,
-    /// Where sessions are kept.
+    /// Where sessions (and, with Postgres, memory) are kept.
     pub store: StoreBackend,
+    /// Memory.
+    pub memory: MemorySettings,
+
     /// `JARVIS_WEB__TOKEN`: web clients must present it when set.
     pub web_token: Option<String>,
     /// The loop's settings.
@@ -114,6 +161,7 @@ impl std::fmt::Debug for AppConfig {
             .field("llm", &self.llm)
             .field("brand", &self.brand)
             .field("store", &self.store)
+            .field("memory", &self.memory)
             .field("web_token", &self.web_token.as_ref().map(|_| "<redacted>"))
             .finish_non_exhaustive()
     }
@@ -136,6 +184,7 @@ impl AppConfig {
             thinking: super::profile::ThinkingSettings::default(),
             dual: crate::core::DualConfig::default(),
             store: StoreBackend::Jsonl,
+            memory: MemorySettings::default(),
             web_token: None,
             loop_config: AgentLoopConfig::default(),
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
@@ -202,8 +251,12 @@ impl AppConfig {
             }
         };
         config.web_token = var("JARVIS_WEB__TOKEN");
+        if let Some(on) = var("JARVIS_MEMORY__ENABLED") {
+            config.memory.enabled = truthy(&on);
+        }
+
         if let Some(on) = var("JARVIS_THINKING__ENABLED") {
-            config.thinking.enabled = matches!(on.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on");
+            config.thinking.enabled = truthy(&on);
         }
         if let Some(threshold) = var("JARVIS_THINKING__THRESHOLD") {
             config.thinking.threshold = threshold
@@ -250,4 +303,27 @@ impl AppConfig {
         self.team_dir = dir.into();
         self
     }
+
+    /// Keeps memory in `store` (an embedding app's own backend).
+    pub fn with_memory_store(mut self, store: Arc<dyn MemoryStore>) -> Self {
+        self.memory.store = Some(store);
+        self
+    }
+
+    /// Recalls with `embedder` instead of the offline hash embedder.
+    pub fn with_embedder(mut self, embedder: Arc<dyn Embedder>) -> Self {
+        self.memory.embedder = Some(embedder);
+        self
+    }
+
+    /// Turns memory off: no recall, no episodes, no memory tools.
+    pub fn without_memory(mut self) -> Self {
+        self.memory.enabled = false;
+        self
+    }
+}
+
+/// `1`, `true`, `yes` or `on`, in any case.
+fn truthy(value: &str) -> bool {
+    matches!(value.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on")
 }

@@ -14,8 +14,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::profile::{AgentProfile, CountingFeedback, MAIN_AGENT, MemoryReadSpec, Palette, wordmark};
+use super::profile::{AgentProfile, CountingFeedback, MAIN_AGENT, Palette, wordmark};
 use crate::core::Boundaries;
+use crate::memory::MemoryRead;
 
 /// The built-in team, written into a new team directory on first start.
 pub const BUILTIN_TEAM: [(&str, &str); 1] = [("karen.yaml", include_str!("../../../team/karen.yaml"))];
@@ -121,10 +122,9 @@ pub fn parse_definition(id: &str, yaml: &str, team: &TeamContext<'_>) -> Result<
         }
     }
     let read = file.memory.and_then(|m| m.read).unwrap_or_default();
-    let memory_read = MemoryReadSpec {
-        edm: read.edm.unwrap_or_default(),
-        pdm: read.pdm.unwrap_or_default(),
-    };
+    let memory_read = MemoryRead::own_only()
+        .with_edm(read.edm.unwrap_or_default())
+        .with_pdm(read.pdm.unwrap_or_default());
     for agent in memory_read.edm.iter().chain(&memory_read.pdm) {
         if agent != "self" && !valid_agent_id(agent) {
             return Err(format!("memory.read names {agent:?}, which is not an agent id"));

@@ -2,6 +2,8 @@
 
 use crate::agent::SessionError;
 use crate::common::HomeLockError;
+use crate::memory::MemoryError;
+
 use crate::model::ProviderError;
 
 /// An assembly-layer failure.
@@ -20,6 +22,9 @@ pub enum AppError {
     /// A session store failure.
     #[error(transparent)]
     Session(#[from] SessionError),
+    /// The memory store failed while the app started.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
     /// No agent of the team has this id.
     #[error("app: there is no agent {0:?} in the team")]
     UnknownAgent(String),

@@ -20,7 +20,7 @@ pub use definition::{
 };
 pub use error::AppError;
 pub use profile::{
-    AgentProfile, CountingFeedback, FeedbackLearner, MAIN_AGENT, MemoryReadSpec, Palette, Reaction,
-    ThinkingSettings, wordmark,
+    AgentProfile, CountingFeedback, FeedbackLearner, MAIN_AGENT, Palette, Reaction, ThinkingSettings,
+    wordmark,
 };
 pub use registry::AgentRegistry;

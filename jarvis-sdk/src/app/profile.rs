@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::core::Boundaries;
+use crate::memory::MemoryRead;
 
 /// The id of JARVIS, the lead agent.
 pub const MAIN_AGENT: &str = "main";
@@ -18,15 +19,6 @@ pub struct Palette {
     pub primary: String,
     /// The accent colour, `#rrggbb`.
     pub accent: String,
-}
-
-/// Whose memory an agent reads besides its own (`memory.read`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MemoryReadSpec {
-    /// Agents whose episodic memory is read too (`self` is the agent itself).
-    pub edm: Vec<String>,
-    /// Agents whose procedural memory is read too.
-    pub pdm: Vec<String>,
 }
 
 /// Thinking settings; definition files do not expose them yet, so every
@@ -117,7 +109,7 @@ pub struct AgentProfile {
     /// Whether the agent speaks first and reflects.
     pub proactive: bool,
     /// Whose memory it reads besides its own.
-    pub memory_read: MemoryReadSpec,
+    pub memory_read: MemoryRead,
     /// Tools that always ask, and tools that are refused.
     pub boundaries: Boundaries,
     /// Thinking settings (shared from JARVIS).

@@ -16,7 +16,9 @@ pub struct AgentRegistry {
 
 impl AgentRegistry {
     /// A registry of `main` and `others` (which must not contain `main`).
-    /// With fewer than two agents, `ask_agent` is taken away (R-TEAM-6).
+    /// With fewer than two agents, `ask_agent` is taken away (R-TEAM-6);
+    /// agents a `memory.read` names that the team does not have are dropped
+    /// from it with a warning.
     pub fn new(main: AgentProfile, others: Vec<AgentProfile>, skipped: Vec<Skipped>) -> Self {
         let mut agents: Vec<AgentProfile> = std::iter::once(main)
             .chain(others.into_iter().filter(|p| p.id != MAIN_AGENT))
@@ -25,6 +27,11 @@ impl AgentRegistry {
             for agent in &mut agents {
                 agent.tools.retain(|t| t != "ask_agent");
             }
+        }
+        let known: Vec<String> = agents.iter().map(|a| a.id.clone()).collect();
+        let is_known = |a: &str| known.iter().any(|k| k == a);
+        for agent in &mut agents {
+            agent.memory_read = agent.memory_read.clone().without_unknown(&agent.id, is_known);
         }
         Self {
             agents: agents.into_iter().map(Arc::new).collect(),

@@ -85,6 +85,10 @@ pub enum MemoryError {
         #[source]
         source: BoxError,
     },
+    /// A store of the embedding app (a custom [`MemoryStore`](super::MemoryStore))
+    /// failed; the text says what and where.
+    #[error("memory store: {0}")]
+    Store(String),
     /// A database operation failed.
     #[error("memory store (postgres): database error while trying to {op}")]
     Database {

@@ -692,3 +692,122 @@ async fn an_observer_sees_every_session_including_peer_sessions() {
     assert_eq!(seen.iter().filter(|(_, _, kind)| kind == "agent_end").count(), 2);
     assert_eq!(app.open_sessions().len(), 2);
 }
+
+// ---- memory in the assembled app (SPEC.md §8) ----
+
+fn user_texts(request: &ChatRequest) -> Vec<&str> {
+    request
+        .recorded_messages()
+        .iter()
+        .filter_map(|m| match m {
+            Message::User(u) => Some(u.content.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+async fn all_episodes(memory: &jarvis_sdk::MemoryService) -> Vec<jarvis_sdk::MemoryRecord> {
+    let filter = jarvis_sdk::MemoryFilter::for_user(jarvis_sdk::DEFAULT_USER)
+        .layer(jarvis_sdk::Layer::Episodic, jarvis_sdk::Agents::Any);
+    memory.store().list(&filter).await.unwrap()
+}
+
+#[tokio::test]
+async fn every_agent_has_the_memory_tools_unless_memory_is_off() {
+    let home = TempHome::new();
+    let (app, _) = app(&home, DELEGATION).await;
+    assert!(app.memory().is_some());
+    for agent in app.registry().agents() {
+        for tool in ["remember_task_pattern", "recall_episodes"] {
+            assert!(agent.has_tool(tool), "{} lacks {tool}", agent.id);
+        }
+    }
+    drop(app);
+
+    let off = TempHome::new();
+    let faux = Arc::new(FauxProvider::from_yaml(DELEGATION).unwrap());
+    let mut config = AppConfig::for_home(&off.0).with_provider(faux).without_memory();
+    config.housing = HousingConfig::in_memory();
+    let app = build_app(config).await.unwrap();
+    assert!(app.memory().is_none());
+    assert!(app.tools().get("recall_episodes").is_none());
+    assert!(!app.registry().main().has_tool("remember_task_pattern"));
+}
+
+#[tokio::test]
+async fn a_remembered_fact_reaches_the_model_before_the_last_turns_and_each_turn_leaves_an_episode() {
+    let home = TempHome::new();
+    let script = r#"
+fallback: { text: "네." }
+"#;
+    let (app, faux) = app(&home, script).await;
+    let memory = app.memory().unwrap().clone();
+    let jarvis = app.default_session("main").await.unwrap();
+    let scope = jarvis_sdk::MemoryScope::new(jarvis_sdk::DEFAULT_USER, "main", jarvis.id.as_str());
+    memory
+        .remember(&scope, "사용자는 서울 마포구에 산다")
+        .await
+        .unwrap();
+
+    let session = app.session(&jarvis.id).await.unwrap();
+    session.prompt("마포구 공고 알려줘", Caller::Local).await.unwrap();
+    let requests = faux.requests();
+    let texts = user_texts(&requests[0]);
+    assert_eq!(texts.len(), 2, "the memory message, then the prompt: {texts:?}");
+    assert!(
+        texts[0].contains("[핵심 사실]") && texts[0].contains("마포구에 산다"),
+        "{}",
+        texts[0]
+    );
+    assert_eq!(texts[1], "마포구 공고 알려줘");
+
+    let episodes = all_episodes(&memory).await;
+    assert_eq!(episodes.len(), 1, "{episodes:?}");
+    assert_eq!(episodes[0].agent_id, "main");
+    assert_eq!(episodes[0].metadata["session_id"], jarvis.id.as_str());
+    // The memory message is never recorded in the session.
+    let (_, entries) = app.session_entries(&jarvis.id).await.unwrap();
+    assert!(!serde_json::to_string(&entries).unwrap().contains("[핵심 사실]"));
+}
+
+#[tokio::test]
+async fn a_delegated_turn_writes_to_the_callees_scope_for_the_callers_user() {
+    let home = TempHome::new();
+    let (app, _) = app(&home, DELEGATION).await;
+    let jarvis = app.default_session("main").await.unwrap();
+    let session = app.session(&jarvis.id).await.unwrap();
+    session.prompt(SEED_PROMPT, Caller::Local).await.unwrap();
+    let memory = app.memory().unwrap();
+    let episodes = all_episodes(&memory).await;
+    let mut owners: Vec<(String, String)> = episodes
+        .iter()
+        .map(|e| {
+            (
+                e.agent_id.clone(),
+                e.metadata["session_id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    owners.sort();
+    assert_eq!(
+        owners,
+        [
+            ("karen".to_owned(), "peer-main-karen".to_owned()),
+            ("main".to_owned(), jarvis.id.to_string()),
+        ]
+    );
+    let karen = episodes.iter().find(|e| e.agent_id == "karen").unwrap();
+    assert_eq!(karen.metadata["tools"], serde_json::json!(["sh_notice"]));
+}
+
+#[tokio::test]
+async fn memory_read_naming_an_agent_the_team_lacks_is_dropped_and_the_agent_loads() {
+    let home = TempHome::new();
+    home.team(
+        "scout.yaml",
+        "name: SCOUT\ndescription: looks around\nmemory:\n  read:\n    edm: [self, main, ghost]\n",
+    );
+    let (app, _) = app(&home, DELEGATION).await;
+    let scout = app.registry().get("scout").expect("scout loads");
+    assert_eq!(scout.memory_read.edm, ["self", "main"]);
+}

@@ -243,10 +243,10 @@ impl OpenLoops {
             })
             .await;
         for closed in closed_by_thought {
-            if let Some(l) = open.iter().find(|l| l.id == *closed || l.text == *closed) {
-                if !judgement.close.contains(&l.id) {
-                    judgement.close.push(l.id.clone());
-                }
+            if let Some(l) = open.iter().find(|l| l.id == *closed || l.text == *closed)
+                && !judgement.close.contains(&l.id)
+            {
+                judgement.close.push(l.id.clone());
             }
         }
         let mut changed = false;
