@@ -778,7 +778,7 @@ async fn a_delegated_turn_writes_to_the_callees_scope_for_the_callers_user() {
     let session = app.session(&jarvis.id).await.unwrap();
     session.prompt(SEED_PROMPT, Caller::Local).await.unwrap();
     let memory = app.memory().unwrap();
-    let episodes = all_episodes(&memory).await;
+    let episodes = all_episodes(memory).await;
     let mut owners: Vec<(String, String)> = episodes
         .iter()
         .map(|e| {
