@@ -91,6 +91,7 @@ pub use agent::{
 pub use agent::{
     DEFAULT_THINK_THRESHOLD, DEFAULT_THOUGHT_TEMPLATE, FRAME_INSTRUCTION, ProactiveKind, Route,
     RouteFeatures, RouterSignals, ThoughtConfig, ThoughtDecision, ThoughtEngine, ThoughtFrame, ThoughtRouter,
+    TurnReport,
 };
 pub use agent::{
     Detected, JUDGE_INSTRUCTION, JsonlOpenLoopStore, JudgeInput, Judgement, LoopError, LoopFilter, LoopJudge,
@@ -123,9 +124,10 @@ pub use core::{
     AgentDirectory, AgentSession, AgentSessionParts, AgentToolPolicy, ApprovalBroker, ApprovalError,
     ApprovalRule, AskAgentArgs, AskAgentTool, Attachment, Boundaries, Caller, DEFAULT_APPROVAL_TIMEOUT,
     DEFAULT_ASK_TIMEOUT, Delegation, DelegationChain, DelegationError, DirectoryLink, DualConfig, DualReply,
-    LayeredApprovalRules, MAX_CHAIN, PEER_REQUEST_RULE, PromptOptions, RosterEntry, RuleDecision, RuleSource,
-    SecurityError, SecurityInput, SecurityPipeline, SecurityStage, SessionAttachment, SessionPolicy, Slot,
-    TokenAuth, TurnError, Validation, ValidationConfig, bigram_jaccard, html_escape, is_bounce,
+    LayeredApprovalRules, MAX_CHAIN, PEER_REQUEST_RULE, PromptOptions, RECENT_TURNS, RosterEntry,
+    RuleDecision, RuleSource, SecurityError, SecurityInput, SecurityPipeline, SecurityStage,
+    SessionAttachment, SessionPolicy, Slot, TokenAuth, TurnError, Validation, ValidationConfig,
+    bigram_jaccard, html_escape, is_bounce,
 };
 pub use core::{
     BuiltinConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_LIST_CAP, DEFAULT_OUTPUT_CAP, DEFAULT_READ_CAP,

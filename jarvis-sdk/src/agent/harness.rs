@@ -277,7 +277,7 @@ impl Harness {
 }
 
 /// The names of the tools called in `messages`, each once, in first-call order.
-fn tools_used(messages: &[Message]) -> Vec<String> {
+pub(crate) fn tools_used(messages: &[Message]) -> Vec<String> {
     let mut tools: Vec<String> = Vec::new();
     for message in messages {
         if let Message::Assistant(a) = message {

@@ -42,7 +42,7 @@ pub use session::{
 pub use thinking::{
     DEFAULT_THINK_THRESHOLD, DEFAULT_THOUGHT_TEMPLATE, FRAME_INSTRUCTION, NoThinking, Route, RouteFeatures,
     RouterSignals, ThinkingHook, ThinkingInput, ThinkingOutcome, ThoughtConfig, ThoughtDecision,
-    ThoughtEngine, ThoughtFrame, ThoughtRouter,
+    ThoughtEngine, ThoughtFrame, ThoughtRouter, TurnReport,
 };
 pub use tool::{
     FINAL_TOOL_NAME, FinalArgs, FinalTool, Tool, ToolContext, ToolError, ToolRegistry, ToolResult, Typed,

@@ -54,7 +54,8 @@ pub use security::{
     Validation, ValidationConfig, html_escape,
 };
 pub use session::{
-    AgentSession, AgentSessionParts, DualConfig, DualReply, PromptOptions, SessionAttachment, TurnError,
+    AgentSession, AgentSessionParts, DualConfig, DualReply, PromptOptions, RECENT_TURNS, SessionAttachment,
+    TurnError,
 };
 pub use tool_policy::{AgentToolPolicy, Boundaries};
 pub use tools::{

@@ -29,9 +29,10 @@ use super::approval::{ApprovalBroker, Attachment};
 use super::security::{Caller, SecurityError, SecurityInput, SecurityPipeline};
 use crate::agent::{
     AgentError, AgentEvent, Approver, Harness, HubAttachment, LoopOutcome, NoThinking, ProactiveKind,
-    ScreenHub, SessionId, SessionKind, ThinkingHook, ThinkingInput, UIAdapter,
+    ScreenHub, SessionId, SessionKind, ThinkingHook, ThinkingInput, TurnReport, UIAdapter,
 };
 use crate::common::Extensions;
+use std::collections::VecDeque;
 
 /// Why a prompt did not run.
 #[derive(Debug, thiserror::Error)]
@@ -200,7 +201,12 @@ struct Inner {
     running: Mutex<Option<CancellationToken>>,
     background: Mutex<Vec<(u64, CancellationToken)>>,
     next_job: AtomicU64,
+    /// Whether each of the last [`RECENT_TURNS`] turns failed or overflowed.
+    recent: Mutex<VecDeque<bool>>,
 }
+
+/// Turns the router's `recent_failures` signal looks back over.
+pub const RECENT_TURNS: usize = 5;
 
 /// One session of one agent; see the [module docs](self).
 #[derive(Clone)]
@@ -267,6 +273,7 @@ impl AgentSession {
                 running: Mutex::new(None),
                 background: Mutex::default(),
                 next_job: AtomicU64::new(0),
+                recent: Mutex::default(),
             }),
         }
     }
@@ -436,6 +443,26 @@ impl AgentSession {
         })
     }
 
+    /// Failed or overflowed turns among the last [`RECENT_TURNS`].
+    fn recent_failures(&self) -> usize {
+        let recent = self.inner.recent.lock().unwrap_or_else(|e| e.into_inner());
+        recent.iter().filter(|failed| **failed).count()
+    }
+
+    /// Notes how the turn went and hands it to the thinking slot's
+    /// `after_turn`, detached: learning never delays an answer.
+    fn after_turn(&self, report: TurnReport) {
+        {
+            let mut recent = self.inner.recent.lock().unwrap_or_else(|e| e.into_inner());
+            if recent.len() == RECENT_TURNS {
+                recent.pop_front();
+            }
+            recent.push_back(report.failed());
+        }
+        let thinking = self.inner.parts.thinking.clone();
+        tokio::spawn(async move { thinking.after_turn(&report).await });
+    }
+
     /// Security, thinking, then the harness turn in its own task.
     async fn start(
         &self,
@@ -474,7 +501,7 @@ impl AgentSession {
             session_id: parts.id.as_str(),
             prompt: &input.text,
             due_loops: 0,
-            recent_failures: 0,
+            recent_failures: self.recent_failures(),
         };
         let thought = parts.thinking.before_turn(&thinking_input, &parts.screens).await;
         let turn_instruction = match (options.turn_instruction, thought.note) {
@@ -487,11 +514,12 @@ impl AgentSession {
         let token = cancel.clone();
         tokio::spawn(async move {
             let parts = &session.inner.parts;
+            let prompt = input.text;
             let outcome = parts
                 .harness
                 .run_turn_with(
                     &parts.id,
-                    input.text,
+                    prompt.clone(),
                     move |ctx| {
                         ctx.turn_instruction = turn_instruction;
                         ctx.extensions = extensions;
@@ -502,6 +530,14 @@ impl AgentSession {
                     &token,
                 )
                 .await;
+            if let Ok(outcome) = &outcome {
+                session.after_turn(TurnReport::new(
+                    &parts.agent_id,
+                    parts.id.as_str(),
+                    &prompt,
+                    outcome,
+                ));
+            }
             let _ = tx.send(outcome);
         });
         Ok((

@@ -5,9 +5,10 @@
 
 use jarvis_sdk::testing::RecordingAdapter;
 use jarvis_sdk::{
-    AgentEvent, AgentSession, AgentSessionParts, ApprovalBroker, Caller, FauxProvider, Harness,
-    LayeredApprovalRules, LoopContext, MemorySessionStore, NewSession, Purpose, ScreenHub, SecurityPipeline,
-    SequentialIds, SessionId, SessionKind, SessionStore, ThoughtConfig, ThoughtEngine,
+    AgentEvent, AgentLoopConfig, AgentSession, AgentSessionParts, ApprovalBroker, Caller, FauxProvider,
+    Harness, HarnessConfig, LayeredApprovalRules, LoopContext, MemorySessionStore, NewSession, Purpose,
+    ScreenHub, SecurityPipeline, SequentialIds, SessionId, SessionKind, SessionStore, ThoughtConfig,
+    ThoughtEngine,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -177,4 +178,88 @@ async fn a_simple_request_is_routed_off_without_a_call() {
         "{events:?}"
     );
     assert_eq!(faux.request_count(), 1, "no thought call");
+}
+
+/// Records what the thinking slot is told, before and after each turn.
+struct Spy {
+    failures: std::sync::Mutex<Vec<usize>>,
+    reports: tokio::sync::mpsc::UnboundedSender<jarvis_sdk::TurnReport>,
+}
+
+#[async_trait::async_trait]
+impl jarvis_sdk::ThinkingHook for Spy {
+    async fn before_turn(
+        &self,
+        input: &jarvis_sdk::ThinkingInput<'_>,
+        _ui: &dyn jarvis_sdk::UIAdapter,
+    ) -> jarvis_sdk::ThinkingOutcome {
+        self.failures.lock().unwrap().push(input.recent_failures);
+        jarvis_sdk::ThinkingOutcome::default()
+    }
+
+    async fn after_turn(&self, report: &jarvis_sdk::TurnReport) {
+        let _ = self.reports.send(report.clone());
+    }
+}
+
+#[tokio::test]
+async fn the_slot_hears_of_every_finished_turn_and_counts_recent_failures() {
+    // A request with "도구" keeps calling a tool, so with a budget of two
+    // steps its turn overflows (a failure for the router); the others answer.
+    let script = r#"
+rules:
+  - when: { last_user: "도구", purpose: step }
+    reply: { tool_calls: [ { name: nothing, arguments: {} } ] }
+  - when: { last_user: "도구", purpose: continuation }
+    reply: { tool_calls: [ { name: nothing, arguments: {} } ] }
+fallback: { text: "네." }
+"#;
+    let faux = Arc::new(FauxProvider::from_yaml(script).unwrap());
+    let store = Arc::new(MemorySessionStore::new());
+    let id = SessionId::new("s1").unwrap();
+    store.create(NewSession::user(id.clone(), "main")).await.unwrap();
+    let screens = ScreenHub::new();
+    let broker = ApprovalBroker::new(
+        "s1",
+        Arc::new(LayeredApprovalRules::new(std::env::temp_dir())),
+        Arc::new(SequentialIds::default()),
+    );
+    let ctx = LoopContext::new(faux.clone()).with_ui(Arc::new(screens.clone()));
+    let (tx, mut reports) = tokio::sync::mpsc::unbounded_channel();
+    let spy = Arc::new(Spy {
+        failures: Default::default(),
+        reports: tx,
+    });
+    let session = AgentSession::new(
+        AgentSessionParts::new(
+            id,
+            "main",
+            SessionKind::User,
+            SecurityPipeline::default(),
+            Harness::new(store, ctx).with_config(HarnessConfig::default().with_loop_config(
+                AgentLoopConfig {
+                    max_turns: 2,
+                    ..AgentLoopConfig::default()
+                },
+            )),
+            screens,
+            broker,
+        )
+        .with_thinking(spy.clone()),
+    );
+    session.prompt("안녕", Caller::Local).await.unwrap();
+    let first = reports.recv().await.unwrap();
+    assert_eq!((first.prompt.as_str(), first.answer.as_str()), ("안녕", "네."));
+    assert!(!first.failed());
+    session.prompt("도구 써 봐", Caller::Local).await.unwrap();
+    let second = reports.recv().await.unwrap();
+    assert_eq!(second.tools, ["nothing"]);
+    assert!(second.tool_calls >= 2 && second.overflows >= 1, "{second:?}");
+    assert!(second.failed());
+    session.prompt("또 안녕", Caller::Local).await.unwrap();
+    reports.recv().await.unwrap();
+    session.prompt("그리고?", Caller::Local).await.unwrap();
+    reports.recv().await.unwrap();
+    // Before each turn: the failures among the turns before it.
+    assert_eq!(*spy.failures.lock().unwrap(), [0, 0, 1, 1]);
 }

@@ -15,7 +15,11 @@ pub use router::{DEFAULT_THINK_THRESHOLD, Route, RouteFeatures, RouterSignals, T
 
 use async_trait::async_trait;
 
+use super::event::StopReason;
+use super::harness::tools_used;
+use super::run::LoopOutcome;
 use super::ui::UIAdapter;
+use crate::model::Message;
 
 /// What the thinking stage sees of a turn about to run.
 #[derive(Debug, Clone, Copy)]
@@ -43,12 +47,72 @@ pub struct ThinkingOutcome {
     pub closed_loops: Vec<String>,
 }
 
-/// Thinks before a turn.
+/// A finished turn, as the thinking slot sees it afterwards.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct TurnReport {
+    /// The agent.
+    pub agent_id: String,
+    /// The session.
+    pub session_id: String,
+    /// The (validated) prompt.
+    pub prompt: String,
+    /// The final answer.
+    pub answer: String,
+    /// The tools called, each once, in first-call order.
+    pub tools: Vec<String>,
+    /// Tool calls made in all.
+    pub tool_calls: usize,
+    /// Overflows of the turn (R-LOOP-14).
+    pub overflows: u8,
+    /// How the turn ended.
+    pub stop_reason: StopReason,
+}
+
+impl TurnReport {
+    /// The report of `outcome`, a turn of `agent_id` in `session_id` on `prompt`.
+    pub fn new(agent_id: &str, session_id: &str, prompt: &str, outcome: &LoopOutcome) -> Self {
+        let tool_calls = outcome
+            .new_messages
+            .iter()
+            .map(|m| match m {
+                Message::Assistant(a) => a.tool_calls.len(),
+                _ => 0,
+            })
+            .sum();
+        Self {
+            agent_id: agent_id.to_owned(),
+            session_id: session_id.to_owned(),
+            prompt: prompt.to_owned(),
+            answer: outcome.final_message.content.clone(),
+            tools: tools_used(&outcome.new_messages),
+            tool_calls,
+            overflows: outcome.overflows,
+            stop_reason: outcome.final_message.stop_reason,
+        }
+    }
+
+    /// Whether the turn failed or overflowed (the router's
+    /// `recent_failures` signal counts these).
+    pub fn failed(&self) -> bool {
+        self.overflows > 0 || matches!(self.stop_reason, StopReason::Error | StopReason::Aborted)
+    }
+}
+
+/// Thinks before a turn, and may learn after it.
 #[async_trait]
 pub trait ThinkingHook: Send + Sync {
     /// Runs before the harness; may push events (`thought_route`,
     /// `inner_thought`, `thought_end`) to `ui`.
     async fn before_turn(&self, input: &ThinkingInput<'_>, ui: &dyn UIAdapter) -> ThinkingOutcome;
+
+    /// Runs after a turn ended, detached from it: the person already has
+    /// the answer, so nothing here delays or fails a turn (procedure
+    /// learning, failure reflection, user-model distillation). Default:
+    /// nothing.
+    async fn after_turn(&self, report: &TurnReport) {
+        let _ = report;
+    }
 }
 
 /// No thinking.
