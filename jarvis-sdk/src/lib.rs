@@ -96,7 +96,7 @@ pub use agent::{
 pub use agent::{
     Detected, JUDGE_INSTRUCTION, JsonlOpenLoopStore, JudgeInput, Judgement, LoopError, LoopFilter, LoopJudge,
     LoopKind, MemoryOpenLoopStore, ModelJudge, NewLoop, OPEN_LOOPS_FILE, OpenLoop, OpenLoopStore, OpenLoops,
-    RuleJudge, cancels, detect, due_time,
+    RuleJudge, cancels, detect, due_time, has_cue,
 };
 pub use app::{
     ALWAYS_ATTACHED, AgentProfile, AgentRegistry, AppAssembly, AppConfig, AppError, BUILTIN_TEAM,

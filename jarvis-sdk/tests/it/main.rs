@@ -15,6 +15,7 @@ mod loop_concurrency;
 mod loop_props;
 mod loop_transcripts;
 mod memory;
+mod openloop;
 mod pg;
 mod providers;
 #[cfg(target_os = "linux")]

@@ -14,7 +14,7 @@ mod detect;
 mod judge;
 mod store;
 
-pub use detect::{Detected, cancels, detect, due_time};
+pub use detect::{Detected, cancels, detect, due_time, has_cue};
 pub use judge::{JUDGE_INSTRUCTION, ModelJudge, RuleJudge};
 pub use store::{JsonlOpenLoopStore, MemoryOpenLoopStore, OPEN_LOOPS_FILE};
 
