@@ -12,7 +12,7 @@
 //! | `common` | [`Clock`], [`IdSource`], [`Timestamp`], character-counted text, atomic file writes, the [`HomeLock`], [`Extensions`] |
 //! | `model` | the [`Provider`] trait, [`ChatRequest`], [`ProviderEvent`], the shared [`ResponseAssembler`], the OpenAI-compatible, Anthropic and Ollama providers, [`FauxProvider`], the [`Embedder`] trait and the offline [`HashEmbedder`] |
 //! | `memory` | [`MemoryService`] (working memory; semantic, episodic and procedural long-term memory; agent scopes; recall), the one injection point [`MemoryContext`], the [`MemoryStore`] trait with [`InMemoryMemoryStore`] and `PostgresMemoryStore` |
-//! | `agent` | [`run_agent_loop`] with the overflow resume, [`AgentEvent`], [`UIAdapter`], [`Tool`], the tool-call gate ([`ToolGate`]), sessions ([`SessionStore`]: [`JsonlSessionStore`], [`MemorySessionStore`], `PostgresSessionStore`) and the turn [`Harness`] |
+//! | `agent` | [`run_agent_loop`] with the overflow resume, [`AgentEvent`], [`UIAdapter`], [`Tool`], the tool-call gate ([`ToolGate`]), sessions ([`SessionStore`]: [`JsonlSessionStore`], [`MemorySessionStore`], `PostgresSessionStore`), the turn [`Harness`], the thinking slot ([`ThoughtEngine`]) and open loops ([`OpenLoops`]) |
 //! | `core` | [`AgentSession`] (security → thinking → harness → loop), the [`SecurityPipeline`], the [`ApprovalBroker`] with [`LayeredApprovalRules`], the per-session [`Sandbox`] the [`builtin_tools`] and the [`memory_tools`], KAREN's housing tools ([`housing_tools`]) |
 //! | `app` | [`AgentProfile`], team definitions, the [`AgentRegistry`], [`build_app`] and [`AppAssembly`] |
 //!
@@ -59,7 +59,7 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `postgres` | no | `PostgresSessionStore` and `PostgresMemoryStore` (tokio-postgres with a deadpool pool) |
+//! | `postgres` | no | `PostgresSessionStore`, `PostgresMemoryStore` and `PostgresOpenLoopStore` (tokio-postgres with a deadpool pool) |
 //! | `test-utils` | no | [`testing`]: a recording [`UIAdapter`], closure tools, a fixed approver, a throwaway Postgres cluster |
 //!
 //! The default build has no HTTP server, no terminal UI and no database
@@ -75,8 +75,6 @@ mod model;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod testing;
 
-#[cfg(feature = "postgres")]
-pub use agent::PostgresSessionStore;
 pub use agent::{
     AgentError, AgentEvent, AgentIdentity, AgentLoopConfig, AllowAll, ApprovalDecision, ApprovalRequest,
     Approver, BeforeToolCall, Durability, ENTRY_SCHEMA_VERSION, EntryBody, FINAL_TOOL_NAME, FanoutAdapter,
@@ -98,6 +96,8 @@ pub use agent::{
     LoopKind, MemoryOpenLoopStore, ModelJudge, NewLoop, OPEN_LOOPS_FILE, OpenLoop, OpenLoopStore, OpenLoops,
     RuleJudge, cancels, detect, due_time, has_cue,
 };
+#[cfg(feature = "postgres")]
+pub use agent::{PostgresOpenLoopStore, PostgresSessionStore};
 pub use app::{
     ALWAYS_ATTACHED, AgentProfile, AgentRegistry, AppAssembly, AppConfig, AppError, BUILTIN_TEAM,
     BrandConfig, CountingFeedback, FeedbackLearner, JARVIS_SYSTEM_PROMPT, MAIN_AGENT, Palette, Reaction,

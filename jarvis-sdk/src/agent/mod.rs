@@ -24,6 +24,8 @@ pub use gate::{
     GateVerdict, ToolCallInfo, ToolGate, ToolPolicy,
 };
 pub use harness::{Harness, HarnessConfig};
+#[cfg(feature = "postgres")]
+pub use openloop::PostgresOpenLoopStore;
 pub use openloop::{
     Detected, JUDGE_INSTRUCTION, JsonlOpenLoopStore, JudgeInput, Judgement, LoopError, LoopFilter, LoopJudge,
     LoopKind, MemoryOpenLoopStore, ModelJudge, NewLoop, OPEN_LOOPS_FILE, OpenLoop, OpenLoopStore, OpenLoops,

@@ -178,7 +178,7 @@ async fn a_promise_opens_a_loop_and_only_its_session_closes_it() {
         .after_turn("karen", "s-karen", "그 알림 취소해", "취소했어요.", &[], &screen)
         .await
         .unwrap();
-    assert_eq!(closed.close, [promise.id.clone()]);
+    assert_eq!(closed.close, std::slice::from_ref(&promise.id));
     assert!(loops.agenda().await.unwrap().is_empty());
     assert_eq!(screen.kinds(), ["agenda_changed", "agenda_changed"]);
 }
@@ -359,4 +359,58 @@ async fn due_loops_are_found_when_their_time_comes() {
     clock.advance(Duration::from_secs(31 * 60));
     assert_eq!(loops.due(Some("s1"), now(&clock)).await.unwrap().len(), 1);
     assert!(loops.due(Some("s2"), now(&clock)).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn the_postgres_store_keeps_loops_and_closes_only_from_their_session() {
+    let Some((url, _)) = crate::pg::fresh_schema("open loops in Postgres").await else {
+        return;
+    };
+    let clock = clock();
+    {
+        let store: Arc<dyn OpenLoopStore> =
+            Arc::new(jarvis_sdk::PostgresOpenLoopStore::connect(&url).await.unwrap());
+        let loops = service(store.clone(), clock.clone());
+        let screen = RecordingAdapter::new();
+        loops
+            .after_turn("karen", "s1", "SH 공고 나오면 알려줘", "네.", &[], &screen)
+            .await
+            .unwrap();
+        loops
+            .after_turn("main", "s2", "내일 아침에 알려줘", "네.", &[], &screen)
+            .await
+            .unwrap();
+        let all = loops.agenda().await.unwrap();
+        assert_eq!(all.len(), 2);
+        assert!(!store.close(&all[0].id, "s2", monday_morning()).await.unwrap());
+        loops
+            .after_turn("main", "s2", "그 알림 취소해", "네.", &[], &screen)
+            .await
+            .unwrap();
+    }
+    // A second process: migrations run again, the loops are there.
+    let store = jarvis_sdk::PostgresOpenLoopStore::connect(&url).await.unwrap();
+    store.migrate().await.unwrap();
+    let open = store
+        .list(&LoopFilter {
+            open_only: true,
+            ..LoopFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(open.len(), 1);
+    assert_eq!(
+        (open[0].agent_id.as_str(), open[0].session_id.as_str()),
+        ("karen", "s1")
+    );
+    assert!(open[0].condition.is_some());
+    let jarvis = store
+        .list(&LoopFilter {
+            agent_id: Some("main".into()),
+            ..LoopFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(jarvis.len(), 1);
+    assert!(jarvis[0].closed_at.is_some());
 }

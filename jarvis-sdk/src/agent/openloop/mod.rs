@@ -12,10 +12,14 @@
 
 mod detect;
 mod judge;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod store;
 
 pub use detect::{Detected, cancels, detect, due_time, has_cue};
 pub use judge::{JUDGE_INSTRUCTION, ModelJudge, RuleJudge};
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresOpenLoopStore;
 pub use store::{JsonlOpenLoopStore, MemoryOpenLoopStore, OPEN_LOOPS_FILE};
 
 use async_trait::async_trait;
@@ -137,6 +141,24 @@ pub enum LoopError {
         /// The cause.
         #[source]
         source: std::io::Error,
+    },
+    /// The database cannot be reached.
+    #[error("open loops (postgres): cannot reach the database at {target}")]
+    Unreachable {
+        /// Host, port, database and user, never the password.
+        target: String,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A database operation failed.
+    #[error("open loops (postgres): database error while trying to {op}")]
+    Database {
+        /// What was being done.
+        op: &'static str,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
 }
 
