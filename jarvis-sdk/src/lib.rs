@@ -99,10 +99,11 @@ pub use agent::{
 #[cfg(feature = "postgres")]
 pub use agent::{PostgresOpenLoopStore, PostgresSessionStore};
 pub use app::{
-    ALWAYS_ATTACHED, AgentProfile, AgentRegistry, AppAssembly, AppConfig, AppError, BUILTIN_TEAM,
-    BrandConfig, CountingFeedback, FeedbackLearner, JARVIS_SYSTEM_PROMPT, MAIN_AGENT, Palette, Reaction,
-    SessionObserver, Skipped, StoreBackend, THOUGHT_TEMPLATE_FILE, TeamContext, ThinkingSettings, build_app,
-    load_team, parse_definition, seed_team_dir, valid_agent_id, wordmark,
+    ALWAYS_ATTACHED, AgendaSettings, AgentProfile, AgentRegistry, AppAssembly, AppConfig, AppError,
+    BUILTIN_TEAM, BrandConfig, CountingFeedback, FeedbackLearner, JARVIS_SYSTEM_PROMPT, MAIN_AGENT,
+    MemorySettings, Palette, Reaction, SessionObserver, Skipped, StoreBackend, THOUGHT_TEMPLATE_FILE,
+    TeamContext, ThinkingSettings, build_app, load_team, parse_definition, parse_utc_offset, seed_team_dir,
+    valid_agent_id, wordmark,
 };
 pub use common::{
     CivilTime, Clock, Extensions, HOME_LOCK_FILE, HomeLock, HomeLockError, IdSource, LockHolder, ManualClock,
@@ -119,6 +120,10 @@ pub use core::{
     NoticeSource, NoticeTool, NoticeWatch, PROFILE_FILE, ProfileAction, ProfileStore, REFERENCE_LOAN_YEARS,
     RepaymentMethod, SH_NOT_CONFIGURED, SH_URL_ENV, ShFeed, ShNoticeSource, UnconfiguredSource, WATCHES_FILE,
     WatchAdded, WatchStore, amortize, check_watch, housing_tools, normalize_watch_text, sort_newest_first,
+};
+pub use core::{
+    AgendaItem, AgendaKind, AgendaSource, COMMANDS, CommandContext, ScheduleCommand, SlashCommands,
+    StandardCommands, parse_command,
 };
 pub use core::{
     AgentDirectory, AgentSession, AgentSessionParts, AgentToolPolicy, ApprovalBroker, ApprovalError,

@@ -99,6 +99,48 @@ impl std::fmt::Debug for MemorySettings {
     }
 }
 
+/// The AGENDA's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AgendaSettings {
+    /// Whether promises are detected after turns (default on).
+    pub open_loops: bool,
+    /// Whether the agent's model judges messages that have a cue, with the
+    /// rules as fallback (`JARVIS_AGENDA__MODEL_JUDGE`, default on); off,
+    /// the rules alone judge and no call is made.
+    pub model_judge: bool,
+    /// The person's time zone as minutes east of UTC, for "tomorrow at 9"
+    /// and schedules (`JARVIS_TIME__UTC_OFFSET`, `+09:00` by default: the
+    /// product speaks Korean first).
+    pub utc_offset_minutes: i32,
+}
+
+impl Default for AgendaSettings {
+    fn default() -> Self {
+        Self {
+            open_loops: true,
+            model_judge: true,
+            utc_offset_minutes: 9 * 60,
+        }
+    }
+}
+
+/// Reads `+09:00`, `-05:30`, `Z` or `UTC` as minutes east of UTC.
+pub fn parse_utc_offset(text: &str) -> Option<i32> {
+    let t = text.trim();
+    if t.eq_ignore_ascii_case("z") || t.eq_ignore_ascii_case("utc") {
+        return Some(0);
+    }
+    let (sign, rest) = match t.as_bytes().first()? {
+        b'+' => (1, &t[1..]),
+        b'-' => (-1, &t[1..]),
+        _ => return None,
+    };
+    let (h, m) = rest.split_once(':').unwrap_or((rest, "0"));
+    let (h, m): (i32, i32) = (h.parse().ok()?, m.parse().ok()?);
+    ((0..=14).contains(&h) && (0..60).contains(&m)).then_some(sign * (h * 60 + m))
+}
+
 /// Settings of one app.
 #[derive(Clone)]
 #[non_exhaustive]
@@ -130,6 +172,8 @@ pub struct AppConfig {
     pub store: StoreBackend,
     /// Memory.
     pub memory: MemorySettings,
+    /// The AGENDA: open loops and the person's time zone.
+    pub agenda: AgendaSettings,
 
     /// `JARVIS_WEB__TOKEN`: web clients must present it when set.
     pub web_token: Option<String>,
@@ -185,6 +229,7 @@ impl AppConfig {
             dual: crate::core::DualConfig::default(),
             store: StoreBackend::Jsonl,
             memory: MemorySettings::default(),
+            agenda: AgendaSettings::default(),
             web_token: None,
             loop_config: AgentLoopConfig::default(),
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
@@ -253,6 +298,16 @@ impl AppConfig {
         config.web_token = var("JARVIS_WEB__TOKEN");
         if let Some(on) = var("JARVIS_MEMORY__ENABLED") {
             config.memory.enabled = truthy(&on);
+        }
+        if let Some(on) = var("JARVIS_AGENDA__MODEL_JUDGE") {
+            config.agenda.model_judge = truthy(&on);
+        }
+        if let Some(offset) = var("JARVIS_TIME__UTC_OFFSET") {
+            config.agenda.utc_offset_minutes = parse_utc_offset(&offset).ok_or_else(|| {
+                AppError::Config(format!(
+                    "JARVIS_TIME__UTC_OFFSET={offset} is not an offset like +09:00"
+                ))
+            })?;
         }
 
         if let Some(on) = var("JARVIS_THINKING__ENABLED") {

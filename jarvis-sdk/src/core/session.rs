@@ -26,13 +26,18 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::approval::{ApprovalBroker, Attachment};
+use super::commands::{CommandContext, SlashCommands};
 use super::security::{Caller, SecurityError, SecurityInput, SecurityPipeline};
 use crate::agent::{
-    AgentError, AgentEvent, Approver, Harness, HubAttachment, LoopOutcome, NoThinking, ProactiveKind,
-    ScreenHub, SessionId, SessionKind, ThinkingHook, ThinkingInput, TurnReport, UIAdapter,
+    AgentError, AgentEvent, Approver, FinalMessage, Harness, HubAttachment, LoopOutcome, MessageDelta,
+    NoThinking, OpenLoops, ProactiveKind, ScreenHub, SessionId, SessionKind, StopReason, ThinkingHook,
+    ThinkingInput, TurnReport, UIAdapter,
 };
 use crate::common::Extensions;
+use crate::common::Timestamp;
+use crate::model::{Role, Usage};
 use std::collections::VecDeque;
+use std::time::SystemTime;
 
 /// Why a prompt did not run.
 #[derive(Debug, thiserror::Error)]
@@ -113,6 +118,10 @@ pub struct AgentSessionParts {
     pub screens: ScreenHub,
     /// The session's approval broker (also the approver of the harness's gate).
     pub broker: ApprovalBroker,
+    /// Slash commands, answered without the model.
+    pub commands: Option<Arc<dyn SlashCommands>>,
+    /// The AGENDA's open loops: judged after each turn of a person's session.
+    pub open_loops: Option<Arc<OpenLoops>>,
 }
 
 impl fmt::Debug for AgentSessionParts {
@@ -146,7 +155,22 @@ impl AgentSessionParts {
             harness,
             screens,
             broker,
+            commands: None,
+            open_loops: None,
         }
+    }
+
+    /// Answers slash commands with `commands`.
+    pub fn with_commands(mut self, commands: Arc<dyn SlashCommands>) -> Self {
+        self.commands = Some(commands);
+        self
+    }
+
+    /// Judges open loops after every turn (never in peer sessions, where
+    /// the person is not speaking).
+    pub fn with_open_loops(mut self, open_loops: Arc<OpenLoops>) -> Self {
+        self.open_loops = Some(open_loops);
+        self
     }
 
     /// Puts a thinking hook in the slot.
@@ -203,6 +227,8 @@ struct Inner {
     next_job: AtomicU64,
     /// Whether each of the last [`RECENT_TURNS`] turns failed or overflowed.
     recent: Mutex<VecDeque<bool>>,
+    /// After-turn work still running (open loops, learning), and its signal.
+    after: tokio::sync::watch::Sender<usize>,
 }
 
 /// Turns the router's `recent_failures` signal looks back over.
@@ -274,6 +300,7 @@ impl AgentSession {
                 background: Mutex::default(),
                 next_job: AtomicU64::new(0),
                 recent: Mutex::default(),
+                after: tokio::sync::watch::Sender::new(0),
             }),
         }
     }
@@ -443,15 +470,24 @@ impl AgentSession {
         })
     }
 
+    /// Waits until the work that follows finished turns (the AGENDA's
+    /// judgement, learning) is done. Turns never wait for it; tests and
+    /// apps that shut down may.
+    pub async fn settled(&self) {
+        let mut rx = self.inner.after.subscribe();
+        let _ = rx.wait_for(|n| *n == 0).await;
+    }
+
     /// Failed or overflowed turns among the last [`RECENT_TURNS`].
     fn recent_failures(&self) -> usize {
         let recent = self.inner.recent.lock().unwrap_or_else(|e| e.into_inner());
         recent.iter().filter(|failed| **failed).count()
     }
 
-    /// Notes how the turn went and hands it to the thinking slot's
-    /// `after_turn`, detached: learning never delays an answer.
-    fn after_turn(&self, report: TurnReport) {
+    /// Notes how the turn went; then, detached (nothing here delays an
+    /// answer), judges the AGENDA's open loops and hands the turn to the
+    /// thinking slot's `after_turn`.
+    fn after_turn(&self, report: TurnReport, closed_loops: Vec<String>) {
         {
             let mut recent = self.inner.recent.lock().unwrap_or_else(|e| e.into_inner());
             if recent.len() == RECENT_TURNS {
@@ -459,8 +495,82 @@ impl AgentSession {
             }
             recent.push_back(report.failed());
         }
-        let thinking = self.inner.parts.thinking.clone();
-        tokio::spawn(async move { thinking.after_turn(&report).await });
+        let parts = &self.inner.parts;
+        let judge = match (&parts.open_loops, parts.kind) {
+            (Some(loops), SessionKind::User) if report.stop_reason != StopReason::Aborted => {
+                Some((loops.clone(), parts.screens.clone()))
+            }
+            _ => None,
+        };
+        let thinking = parts.thinking.clone();
+        let after = self.inner.after.clone();
+        after.send_modify(|n| *n += 1);
+        tokio::spawn(async move {
+            // Counted down however the task ends.
+            struct Done(tokio::sync::watch::Sender<usize>);
+            impl Drop for Done {
+                fn drop(&mut self) {
+                    self.0.send_modify(|n| *n = n.saturating_sub(1));
+                }
+            }
+            let _done = Done(after);
+            if let Some((loops, screens)) = judge {
+                let judged = loops
+                    .after_turn(
+                        &report.agent_id,
+                        &report.session_id,
+                        &report.prompt,
+                        &report.answer,
+                        &closed_loops,
+                        &screens,
+                    )
+                    .await;
+                if let Err(error) = judged {
+                    tracing::warn!(session_id = %report.session_id, %error, "open loops were not judged");
+                }
+            }
+            thinking.after_turn(&report).await;
+        });
+    }
+
+    /// Answers a slash command: the reply reaches the screens like an
+    /// answer (`agent_start`, the text, `agent_end`) and is not recorded.
+    fn answer_directly(&self, reply: String) -> Pending {
+        let parts = &self.inner.parts;
+        let identity = &parts.harness.context().identity;
+        let _ = parts.screens.on_event(&AgentEvent::AgentStart {
+            agent_id: parts.agent_id.clone(),
+            agent_name: identity.agent_name.clone(),
+            session_id: parts.id.to_string(),
+        });
+        let _ = parts.screens.on_event(&AgentEvent::MessageUpdate {
+            delta: MessageDelta::TextDelta(reply.clone()),
+        });
+        let final_message = FinalMessage {
+            role: Role::Assistant,
+            content: reply,
+            stop_reason: StopReason::Stop,
+            usage: Usage::default(),
+        };
+        let _ = parts.screens.on_event(&AgentEvent::AgentEnd {
+            final_message: final_message.clone(),
+            turns: 0,
+            overflows: 0,
+        });
+        let (tx, rx) = oneshot::channel();
+        let _ = tx.send(Ok(LoopOutcome {
+            final_message,
+            new_messages: Vec::new(),
+            turns: 0,
+            overflows: 0,
+            summary_calls: 0,
+            provider_calls: 0,
+            error: None,
+        }));
+        Pending {
+            result: Some(rx),
+            cancel: CancellationToken::new(),
+        }
     }
 
     /// Security, thinking, then the harness turn in its own task.
@@ -496,14 +606,33 @@ impl AgentSession {
                 return Err(error.into());
             }
         };
+        if let Some(commands) = &parts.commands {
+            let ctx = CommandContext {
+                agent_id: &parts.agent_id,
+                session_id: parts.id.as_str(),
+            };
+            if let Some(reply) = commands.handle(&ctx, &input.text).await {
+                return Ok((self.answer_directly(reply), false, foreground));
+            }
+        }
+        let open = match (&parts.open_loops, parts.kind) {
+            (Some(loops), SessionKind::User) => loops.open_in(parts.id.as_str()).await,
+            _ => Vec::new(),
+        };
+        let now = parts
+            .open_loops
+            .as_ref()
+            .map_or_else(|| Timestamp::from_system_time(SystemTime::now()), |o| o.now());
         let thinking_input = ThinkingInput {
             agent_id: &parts.agent_id,
             session_id: parts.id.as_str(),
             prompt: &input.text,
-            due_loops: 0,
+            due_loops: open.iter().filter(|l| l.is_due(now)).count(),
             recent_failures: self.recent_failures(),
+            open_loops: &open,
         };
         let thought = parts.thinking.before_turn(&thinking_input, &parts.screens).await;
+        let closed_loops = thought.closed_loops;
         let turn_instruction = match (options.turn_instruction, thought.note) {
             (Some(a), Some(b)) => Some(format!("{a}\n\n{b}")),
             (a, b) => a.or(b),
@@ -531,12 +660,10 @@ impl AgentSession {
                 )
                 .await;
             if let Ok(outcome) = &outcome {
-                session.after_turn(TurnReport::new(
-                    &parts.agent_id,
-                    parts.id.as_str(),
-                    &prompt,
-                    outcome,
-                ));
+                session.after_turn(
+                    TurnReport::new(&parts.agent_id, parts.id.as_str(), &prompt, outcome),
+                    closed_loops,
+                );
             }
             let _ = tx.send(outcome);
         });

@@ -1,5 +1,6 @@
 //! Integration tests of jarvis-sdk: one binary, one module per subject.
 
+mod agenda;
 mod agent_session;
 mod approvals;
 mod assembler_props;

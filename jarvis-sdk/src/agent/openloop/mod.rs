@@ -299,6 +299,28 @@ impl OpenLoops {
         Ok(judgement)
     }
 
+    /// Now, by the service's clock.
+    pub fn now(&self) -> Timestamp {
+        Timestamp::from_system_time(self.clock.now())
+    }
+
+    /// The open loops of `session_id`, oldest first; empty (and logged)
+    /// when the store cannot be read, so a turn never fails on it.
+    pub async fn open_in(&self, session_id: &str) -> Vec<OpenLoop> {
+        let filter = LoopFilter {
+            session_id: Some(session_id.to_owned()),
+            open_only: true,
+            ..LoopFilter::default()
+        };
+        match self.store.list(&filter).await {
+            Ok(loops) => loops,
+            Err(error) => {
+                tracing::warn!(session_id, %error, "open loops could not be read");
+                Vec::new()
+            }
+        }
+    }
+
     /// Every agent's open loops, oldest first (the AGENDA's promises).
     pub async fn agenda(&self) -> Result<Vec<OpenLoop>, LoopError> {
         self.store
