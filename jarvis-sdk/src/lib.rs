@@ -100,10 +100,9 @@ pub use agent::{
 pub use agent::{PostgresOpenLoopStore, PostgresSessionStore};
 pub use app::{
     ALWAYS_ATTACHED, AgendaSettings, AgentProfile, AgentRegistry, AppAssembly, AppConfig, AppError,
-    BUILTIN_TEAM, BrandConfig, CountingFeedback, FeedbackLearner, JARVIS_SYSTEM_PROMPT, MAIN_AGENT,
-    MemorySettings, Palette, Reaction, SessionObserver, Skipped, StoreBackend, THOUGHT_TEMPLATE_FILE,
-    TeamContext, ThinkingSettings, build_app, load_team, parse_definition, parse_utc_offset, seed_team_dir,
-    valid_agent_id, wordmark,
+    BUILTIN_TEAM, BrandConfig, JARVIS_SYSTEM_PROMPT, MAIN_AGENT, MemorySettings, Palette, SessionObserver,
+    Skipped, StoreBackend, THOUGHT_TEMPLATE_FILE, TeamContext, ThinkingSettings, build_app, load_team,
+    parse_definition, parse_utc_offset, seed_team_dir, valid_agent_id, wordmark,
 };
 pub use common::{
     CivilTime, Clock, Extensions, HOME_LOCK_FILE, HomeLock, HomeLockError, IdSource, LockHolder, ManualClock,
@@ -122,8 +121,9 @@ pub use core::{
     WatchAdded, WatchStore, amortize, check_watch, housing_tools, normalize_watch_text, sort_newest_first,
 };
 pub use core::{
-    AgendaItem, AgendaKind, AgendaSource, COMMANDS, CommandContext, ScheduleCommand, SlashCommands,
-    StandardCommands, parse_command,
+    AgendaItem, AgendaKind, AgendaSource, COMMANDS, CommandContext, CountingFeedback, FeedbackLearner,
+    ProactiveConfig, ProactiveDaemon, ProactiveSessions, ProactiveTarget, Reaction, ScheduleCommand,
+    SlashCommands, StandardCommands, TickReport, parse_command, reminder_text,
 };
 pub use core::{
     AgentDirectory, AgentSession, AgentSessionParts, AgentToolPolicy, ApprovalBroker, ApprovalError,

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use super::config::{AppConfig, StoreBackend};
 use super::definition::{TeamContext, load_team, parse_definition, seed_team_dir};
 use super::error::AppError;
-use super::profile::{AgentProfile, CountingFeedback, MAIN_AGENT, Palette};
+use super::profile::{AgentProfile, MAIN_AGENT, Palette};
 use super::registry::AgentRegistry;
 use crate::agent::{
     AgentEvent, AgentIdentity, Approver, DEFAULT_THOUGHT_TEMPLATE, Harness, HarnessConfig, HubAttachment,
@@ -22,8 +22,8 @@ use crate::agent::{
 use crate::common::{Extensions, HomeLock};
 use crate::core::{
     AGENT_ONLY_TOOLS, AgendaItem, AgendaKind, AgendaSource, AgentDirectory, AgentSession, AgentSessionParts,
-    AgentToolPolicy, ApprovalBroker, AskAgentTool, Boundaries, BuiltinConfig, Caller, Delegation,
-    DelegationError, DirectoryLink, LayeredApprovalRules, PEER_REQUEST_RULE, PromptOptions,
+    AgentToolPolicy, ApprovalBroker, AskAgentTool, Boundaries, BuiltinConfig, Caller, CountingFeedback,
+    Delegation, DelegationError, DirectoryLink, LayeredApprovalRules, PEER_REQUEST_RULE, PromptOptions,
     RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, RosterEntry, SecurityPipeline, SessionPolicy,
     StandardCommands, TokenAuth, TurnError, Validation, builtin_tools, housing_tools, memory_tools,
 };

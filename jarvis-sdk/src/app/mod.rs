@@ -22,8 +22,5 @@ pub use definition::{
     valid_agent_id,
 };
 pub use error::AppError;
-pub use profile::{
-    AgentProfile, CountingFeedback, FeedbackLearner, MAIN_AGENT, Palette, Reaction, ThinkingSettings,
-    wordmark,
-};
+pub use profile::{AgentProfile, MAIN_AGENT, Palette, ThinkingSettings, wordmark};
 pub use registry::AgentRegistry;

@@ -15,6 +15,7 @@ mod ask;
 mod commands;
 pub(crate) mod housing;
 mod memory_tools;
+mod proactive;
 mod sandbox;
 pub(crate) mod security;
 mod session;
@@ -50,6 +51,10 @@ pub use housing::{
 };
 pub use memory_tools::{
     RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, memory_tools, register_memory_tools,
+};
+pub use proactive::{
+    CountingFeedback, FeedbackLearner, ProactiveConfig, ProactiveDaemon, ProactiveSessions, ProactiveTarget,
+    Reaction, TickReport, reminder_text,
 };
 pub use sandbox::{
     DirEntryInfo, DirListing, EntryKind, FileContent, MAX_COMPONENT_LEN, MAX_PATH_LEN, Sandbox, SandboxError,

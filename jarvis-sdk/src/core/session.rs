@@ -470,6 +470,29 @@ impl AgentSession {
         })
     }
 
+    /// The screens attached to the session.
+    pub fn screens(&self) -> &ScreenHub {
+        &self.inner.parts.screens
+    }
+
+    /// Sends `text` to every screen of the session as a `proactive_message`
+    /// of kind `proactive` and answers its message id. The message is not
+    /// recorded in the session.
+    // ponytail: unrecorded, so the model does not see what was said unless
+    // the person quotes it; recording would put an assistant message
+    // without a user turn into the history.
+    pub fn notify(&self, text: impl Into<String>) -> String {
+        let inner = &self.inner;
+        let job = inner.next_job.fetch_add(1, Ordering::Relaxed);
+        let message_id = format!("{}-proactive-{job}", inner.parts.id);
+        let _ = inner.parts.screens.on_event(&AgentEvent::ProactiveMessage {
+            text: text.into(),
+            kind: ProactiveKind::Proactive,
+            message_id: message_id.clone(),
+        });
+        message_id
+    }
+
     /// Waits until the work that follows finished turns (the AGENDA's
     /// judgement, learning) is done. Turns never wait for it; tests and
     /// apps that shut down may.

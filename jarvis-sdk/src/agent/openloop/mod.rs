@@ -321,6 +321,21 @@ impl OpenLoops {
         }
     }
 
+    /// Closes `open_loop` after its reminder went to its own session, and
+    /// tells `ui` (R-AGENDA-3, R-AGENDA-4). Answers whether it was open.
+    pub async fn close_reminded(&self, open_loop: &OpenLoop, ui: &dyn UIAdapter) -> Result<bool, LoopError> {
+        let closed = self
+            .store
+            .close(&open_loop.id, &open_loop.session_id, self.now())
+            .await?;
+        if closed {
+            let _ = ui.on_event(&AgentEvent::AgendaChanged {
+                session_id: open_loop.session_id.clone(),
+            });
+        }
+        Ok(closed)
+    }
+
     /// Every agent's open loops, oldest first (the AGENDA's promises).
     pub async fn agenda(&self) -> Result<Vec<OpenLoop>, LoopError> {
         self.store
