@@ -62,7 +62,9 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     };
     let store: Arc<dyn SessionStore> = match &config.store {
         StoreBackend::Jsonl => {
-            let options = JsonlOptions::default().clock(config.clock.clone());
+            let options = JsonlOptions::default()
+                .clock(config.clock.clone())
+                .durability(config.durability);
             Arc::new(JsonlSessionStore::with_lock(lock.clone(), options)?)
         }
         #[cfg(feature = "postgres")]
@@ -141,6 +143,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     );
     let inner = Arc::new(AppInner {
         rules: Arc::new(LayeredApprovalRules::new(&config.home)),
+        demo: config.is_demo(),
         notice: if config.provider.is_some() {
             None
         } else {
@@ -202,6 +205,7 @@ struct AppInner {
     rules: Arc<LayeredApprovalRules>,
     security: SecurityPipeline,
     notice: Option<String>,
+    demo: bool,
     sessions: Mutex<HashMap<String, (Arc<AgentSession>, HubAttachment)>>,
     delegating: Mutex<BTreeSet<(String, String)>>,
     observers: Observers,
@@ -249,6 +253,12 @@ impl AppAssembly {
     /// (for example the offline demo); screens show it.
     pub fn notice(&self) -> Option<&str> {
         self.inner.notice.as_deref()
+    }
+
+    /// Whether the built-in offline demo script is playing (no model is
+    /// configured); screens say so.
+    pub fn is_demo(&self) -> bool {
+        self.inner.demo
     }
 
     /// The model provider.

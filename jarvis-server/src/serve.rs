@@ -1,0 +1,126 @@
+//! [`serve`]: run the server on a listener until a shutdown signal, and the
+//! server file (`$JARVIS_HOME/server.json`) that lets `jarvis chat` find a
+//! running server for its home.
+
+use jarvis_sdk::write_atomic;
+use serde::{Deserialize, Serialize};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use tokio::net::TcpListener;
+
+use crate::state::ServerState;
+
+/// The server file's name inside `JARVIS_HOME`.
+pub const SERVER_FILE: &str = "server.json";
+
+/// Why the server could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// Listening beyond this machine needs a token.
+    #[error(
+        "server: refusing to listen on {addr} without a token; set JARVIS_WEB__TOKEN, or listen on 127.0.0.1"
+    )]
+    InsecureBind {
+        /// The address asked for.
+        addr: SocketAddr,
+    },
+    /// The listener or the connection loop failed.
+    #[error("server: {what}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Refuses a non-loopback address unless a token is required.
+pub fn check_bind(addr: SocketAddr, token_configured: bool) -> Result<(), ServeError> {
+    if addr.ip().is_loopback() || token_configured {
+        Ok(())
+    } else {
+        Err(ServeError::InsecureBind { addr })
+    }
+}
+
+/// What `$JARVIS_HOME/server.json` says about the running server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerFile {
+    /// Schema version, 1.
+    pub v: u32,
+    /// The server's process id (its `/healthz` reports the same).
+    pub pid: u32,
+    /// Where to reach it from this machine, `http://127.0.0.1:8765`.
+    pub url: String,
+}
+
+impl ServerFile {
+    /// The file's path in `home`.
+    pub fn path(home: &Path) -> PathBuf {
+        home.join(SERVER_FILE)
+    }
+
+    /// The file in `home`, if there is a readable one.
+    pub fn read(home: &Path) -> Option<Self> {
+        let text = std::fs::read_to_string(Self::path(home)).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+}
+
+/// The URL this machine reaches `addr` at (a wildcard address becomes loopback).
+pub fn local_url(addr: SocketAddr) -> String {
+    match addr {
+        SocketAddr::V4(a) if a.ip().is_unspecified() => format!("http://127.0.0.1:{}", a.port()),
+        SocketAddr::V6(a) if a.ip().is_unspecified() => format!("http://[::1]:{}", a.port()),
+        SocketAddr::V4(a) => format!("http://{a}"),
+        SocketAddr::V6(a) => format!("http://[{}]:{}", a.ip(), a.port()),
+    }
+}
+
+/// Serves `state` on `listener` until `shutdown` resolves, then shuts down
+/// gracefully: the listener stops accepting and open HTTP requests finish,
+/// then [`ServerState::shutdown`] aborts running turns and closes every
+/// WebSocket (1001). While it runs, `$JARVIS_HOME/server.json` names it.
+///
+/// Refuses a non-loopback listener when no token is configured.
+pub async fn serve(
+    listener: TcpListener,
+    state: ServerState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let addr = listener.local_addr().map_err(|source| ServeError::Io {
+        what: "read the listening address",
+        source,
+    })?;
+    check_bind(addr, state.config().token.is_some())?;
+    let home = state.app().home().to_path_buf();
+    let file = ServerFile {
+        v: 1,
+        pid: std::process::id(),
+        url: local_url(addr),
+    };
+    let written = match serde_json::to_vec(&file) {
+        Ok(bytes) => write_atomic(&ServerFile::path(&home), &bytes),
+        Err(e) => Err(std::io::Error::other(e)),
+    };
+    if let Err(error) = &written {
+        tracing::warn!(%error, "the server file could not be written; `jarvis chat` will not find this server");
+    }
+    tracing::info!(url = %file.url, "listening");
+    let result = axum::serve(listener, crate::router(state.clone()))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(|source| ServeError::Io {
+            what: "serve connections",
+            source,
+        });
+    state.shutdown().await;
+    if written.is_ok() && ServerFile::read(&home).is_some_and(|f| f == file) {
+        let _ = std::fs::remove_file(ServerFile::path(&home));
+    }
+    tracing::info!("stopped");
+    result
+}
