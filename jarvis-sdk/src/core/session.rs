@@ -4,11 +4,17 @@
 //!
 //! Every screen attached to the session receives the same events and the
 //! same approval requests. One turn runs at a time: a prompt while a turn
-//! runs is refused as busy. An input the pipeline refuses reaches the
-//! screens as an `input_rejected` event and never reaches the model.
+//! runs is refused as busy. Once the turn's `agent_end` went out, the turn
+//! counts as over for new prompts: one that arrives while the harness is
+//! still recording the turn waits for that (moments) and then runs, so a
+//! screen may answer `agent_end` with its next prompt. An input the
+//! pipeline refuses reaches the screens as an `input_rejected` event and
+//! never reaches the model.
 
 use std::fmt;
+use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::approval::{ApprovalBroker, Attachment};
@@ -144,7 +150,8 @@ impl AgentSessionParts {
 /// One session of one agent; see the [module docs](self).
 pub struct AgentSession {
     parts: AgentSessionParts,
-    running: Mutex<Option<CancellationToken>>,
+    turn: Arc<TurnSlot>,
+    _end_watch: HubAttachment,
 }
 
 impl fmt::Debug for AgentSession {
@@ -166,21 +173,64 @@ pub struct SessionAttachment {
     _approvals: Attachment,
 }
 
-/// Clears the running turn however the prompt ends (also when dropped).
-struct Running<'a>(&'a Mutex<Option<CancellationToken>>);
+/// The session's one turn slot.
+#[derive(Default)]
+struct TurnSlot {
+    state: Mutex<TurnState>,
+    /// Woken when the slot empties.
+    idle: Notify,
+}
+
+#[derive(Default)]
+struct TurnState {
+    /// The running turn's abort signal.
+    running: Option<CancellationToken>,
+    /// The running turn sent `agent_end` and is being recorded.
+    ending: bool,
+}
+
+impl TurnSlot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, TurnState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Marks the running turn as ending when its `agent_end` goes out; it is
+/// the first screen of the session, so every other screen sees `agent_end`
+/// after the mark.
+struct EndWatch(Arc<TurnSlot>);
+
+impl UIAdapter for EndWatch {
+    fn on_event(&self, event: &AgentEvent) -> ControlFlow<()> {
+        if let AgentEvent::AgentEnd { .. } = event {
+            let mut state = self.0.lock();
+            if state.running.is_some() {
+                state.ending = true;
+            }
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// Empties the turn slot however the prompt ends (also when dropped).
+struct Running<'a>(&'a TurnSlot);
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *self.0.lock() = TurnState::default();
+        self.0.idle.notify_waiters();
     }
 }
 
 impl AgentSession {
     /// A session from its parts.
     pub fn new(parts: AgentSessionParts) -> Self {
+        let turn = Arc::new(TurnSlot::default());
+        let end_watch = parts.screens.attach(Arc::new(EndWatch(turn.clone())));
         Self {
             parts,
-            running: Mutex::new(None),
+            turn,
+            _end_watch: end_watch,
         }
     }
 
@@ -220,12 +270,12 @@ impl AgentSession {
 
     /// Whether a turn is running.
     pub fn is_busy(&self) -> bool {
-        self.running.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+        self.turn.lock().running.is_some()
     }
 
     /// Aborts the running turn; `false` when none runs.
     pub fn abort(&self) -> bool {
-        match &*self.running.lock().unwrap_or_else(|e| e.into_inner()) {
+        match &self.turn.lock().running {
             Some(token) => {
                 token.cancel();
                 true
@@ -246,14 +296,29 @@ impl AgentSession {
         options: PromptOptions,
     ) -> Result<LoopOutcome, TurnError> {
         let cancel = CancellationToken::new();
-        {
-            let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-            if running.is_some() {
-                return Err(TurnError::Busy(self.parts.id.to_string()));
+        loop {
+            let idle = self.turn.idle.notified();
+            tokio::pin!(idle);
+            {
+                let mut state = self.turn.lock();
+                match &state.running {
+                    None => {
+                        *state = TurnState {
+                            running: Some(cancel.clone()),
+                            ending: false,
+                        };
+                        break;
+                    }
+                    // The last turn is over and being recorded: wait for it.
+                    Some(_) if state.ending => {
+                        idle.as_mut().enable();
+                    }
+                    Some(_) => return Err(TurnError::Busy(self.parts.id.to_string())),
+                }
             }
-            *running = Some(cancel.clone());
+            idle.await;
         }
-        let _running = Running(&self.running);
+        let _running = Running(&self.turn);
         let parts = &self.parts;
         let input = SecurityInput {
             text: text.into(),

@@ -72,7 +72,8 @@ pub const FAUX_SCRIPT_ENV: &str = "JARVIS_FAUX__SCRIPT";
 /// `ask_agent`, who looks the notices up with `sh_notice` (the bundled sample
 /// source in the demo) and answers from the result. K.A.R.E.N.'s own
 /// sessions look notices up whatever is said. No answer restates a tool
-/// result it cannot see: the texts point at the results shown above them.
+/// result it cannot see (a script cannot read one): the texts point at the
+/// results, which the screens show, so no notice is ever made up.
 pub const DEMO_SCRIPT: &str = r#"
 rules:
   # K.A.R.E.N.: look the notices up, then answer from the result.
@@ -82,12 +83,12 @@ rules:
       tool_calls: [ { name: sh_notice, arguments: { region: "서울", limit: 3 } } ]
   - when: { agent: karen, last_role: tool }
     reply:
-      text: "K.A.R.E.N. 입니다. SH 공고 출처에서 서울 공고를 찾았습니다. 목록은 위 sh_notice 결과에 있습니다; 데모에서는 샘플 데이터입니다. (K.A.R.E.N. here: the Seoul notices are in the sh_notice result above; in the demo they are sample data.)"
+      text: "K.A.R.E.N. 입니다. SH 공고 출처에서 서울 청약 공고를 찾았습니다. 공고 목록은 제 세션의 sh_notice 결과에 있고, 데모에서는 샘플 데이터입니다. (K.A.R.E.N. here: the Seoul notices are in the sh_notice result of my session; in the demo they are sample data.)"
       chunks: 8
   # J.A.R.V.I.S., after a tool: one answer per path of the tour.
   - when: { agent: main, last_role: tool, last_user: "(?i)청약|공고|주택|집|카렌|karen|notice|housing" }
     reply:
-      text: "K.A.R.E.N. 에게 맡겼고, 그녀가 공고 출처에서 찾은 답을 전해 드립니다: 위 ask_agent 결과를 보세요. (I asked K.A.R.E.N.; her answer, from the notice source, is in the ask_agent result above.) 실제 모델을 쓰려면 JARVIS_LLM__PROVIDER 와 키를 설정하세요."
+      text: "K.A.R.E.N. 에게 맡겼습니다. 그녀의 답은 위 ask_agent 결과에 있고, 그녀가 찾은 공고 목록은 세션 peer-main-karen 에서 볼 수 있습니다. (I asked K.A.R.E.N.: her answer is the ask_agent result above; the notices she found are in the session peer-main-karen.) 실제 모델을 쓰려면 JARVIS_LLM__PROVIDER 와 키를 설정하세요."
       chunks: 8
   - when: { agent: main, last_role: tool, last_user: "(?i)메모|노트|저장|기록|note|memo|save" }
     reply:
