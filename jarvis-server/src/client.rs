@@ -181,7 +181,7 @@ impl Client {
                 .map_err(|_| ClientError::Transport("the token is not a valid header value".into()))?;
             request.headers_mut().insert("authorization", value);
         }
-        let (socket, _) = tokio_tungstenite::connect_async(request)
+        let (socket, _) = tokio_tungstenite::connect_async_with_config(request, None, true)
             .await
             .map_err(|e| ClientError::Transport(format!("WebSocket: {e}")))?;
         let (outgoing_tx, mut outgoing_rx) = mpsc::channel::<ClientMessage>(64);

@@ -13,7 +13,8 @@ use serde::Serialize;
 use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -149,33 +150,71 @@ impl UIAdapter for ConnectionScreen {
     }
 }
 
+/// How many `agent_activity` broadcasts may go out back to back.
+const ACTIVITY_BURST: f64 = 16.0;
+/// Broadcasts per second once the burst is spent.
+const ACTIVITY_RATE: f64 = 10.0;
+
 /// Counts running loops per session (every session, peer sessions
 /// included) and tells every connection when the set of working agents
 /// changes. Also forwards `agenda_changed` to every connection.
+///
+/// Each broadcast costs one frame per connection, so they are rate-limited
+/// by a token bucket: every change goes out at once while changes are few
+/// (up to [`ACTIVITY_BURST`] in a row), and under a storm of short turns
+/// the latest set goes out at most [`ACTIVITY_RATE`] times a second. The
+/// last set sent is always the current one once the storm passes.
 #[derive(Debug)]
 pub(crate) struct Activity {
     connections: Arc<Connections>,
     /// Agent ids in team order, so `active` lists them in that order.
     order: Vec<String>,
     state: Mutex<ActivityState>,
+    me: Weak<Activity>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct ActivityState {
     /// Loops running per session.
     running: HashMap<String, u32>,
     /// Loops running per agent (the sum over its sessions).
     per_agent: HashMap<String, u32>,
+    /// The agents running a loop now.
     active: Vec<String>,
+    /// The set last broadcast.
+    sent: Vec<String>,
+    /// Broadcasts that may go out now.
+    tokens: f64,
+    refilled: Instant,
+    /// A delayed broadcast is scheduled.
+    trailing: bool,
+}
+
+impl ActivityState {
+    fn refill(&mut self) {
+        let now = Instant::now();
+        let earned = now.duration_since(self.refilled).as_secs_f64() * ACTIVITY_RATE;
+        self.tokens = (self.tokens + earned).min(ACTIVITY_BURST);
+        self.refilled = now;
+    }
 }
 
 impl Activity {
-    pub(crate) fn new(connections: Arc<Connections>, order: Vec<String>) -> Self {
-        Self {
+    pub(crate) fn new(connections: Arc<Connections>, order: Vec<String>) -> Arc<Self> {
+        Arc::new_cyclic(|me| Self {
             connections,
             order,
-            state: Mutex::default(),
-        }
+            state: Mutex::new(ActivityState {
+                running: HashMap::new(),
+                per_agent: HashMap::new(),
+                active: Vec::new(),
+                sent: Vec::new(),
+                tokens: ACTIVITY_BURST,
+                refilled: Instant::now(),
+                trailing: false,
+            }),
+            me: me.clone(),
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ActivityState> {
@@ -192,6 +231,44 @@ impl Activity {
         ServerNotice::AgentActivity {
             active: self.active(),
         }
+    }
+
+    /// Broadcasts the current set (under the state's lock, so every
+    /// connection sees the sets in the same order).
+    fn send(&self, state: &mut ActivityState) {
+        state.sent = state.active.clone();
+        self.connections.broadcast(frame(&ServerNotice::AgentActivity {
+            active: state.sent.clone(),
+        }));
+    }
+
+    /// The set changed: broadcast now if the bucket allows, else once it does.
+    fn publish(&self, state: &mut ActivityState) {
+        if state.trailing {
+            return; // the scheduled broadcast will carry the latest set
+        }
+        state.refill();
+        if state.tokens >= 1.0 {
+            state.tokens -= 1.0;
+            return self.send(state);
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return self.send(state);
+        };
+        state.trailing = true;
+        let wait = Duration::from_secs_f64((1.0 - state.tokens) / ACTIVITY_RATE);
+        let me = self.me.clone();
+        runtime.spawn(async move {
+            tokio::time::sleep(wait).await;
+            let Some(me) = me.upgrade() else { return };
+            let mut state = me.lock();
+            state.trailing = false;
+            state.refill();
+            if state.active != state.sent {
+                state.tokens -= 1.0;
+                me.send(&mut state);
+            }
+        });
     }
 }
 
@@ -233,10 +310,8 @@ impl SessionObserver for Activity {
             }
         }
         if active != state.active {
-            state.active = active.clone();
-            // Sent under the lock, so every connection sees the changes in order.
-            self.connections
-                .broadcast(frame(&ServerNotice::AgentActivity { active }));
+            state.active = active;
+            self.publish(state);
         }
     }
 }

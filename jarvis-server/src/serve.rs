@@ -2,6 +2,7 @@
 //! server file (`$JARVIS_HOME/server.json`) that lets `jarvis chat` find a
 //! running server for its home.
 
+use axum::serve::ListenerExt;
 use jarvis_sdk::write_atomic;
 use serde::{Deserialize, Serialize};
 use std::future::Future;
@@ -110,6 +111,12 @@ pub async fn serve(
         tracing::warn!(%error, "the server file could not be written; `jarvis chat` will not find this server");
     }
     tracing::info!(url = %file.url, "listening");
+    // Frames are small and latency matters: no Nagle delay.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!(%error, "TCP_NODELAY could not be set");
+        }
+    });
     let result = axum::serve(listener, crate::router(state.clone()))
         .with_graceful_shutdown(shutdown)
         .await

@@ -41,7 +41,7 @@ impl ServerState {
     pub fn new(app: AppAssembly, config: ServerConfig) -> Self {
         let connections = Arc::new(Connections::default());
         let order = app.registry().ids().map(str::to_owned).collect();
-        let activity = Arc::new(Activity::new(connections.clone(), order));
+        let activity = Activity::new(connections.clone(), order);
         app.observe(activity.clone());
         Self {
             inner: Arc::new(Inner {

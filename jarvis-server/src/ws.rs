@@ -76,8 +76,11 @@ pub(crate) async fn upgrade(
     };
     let limits = &state.config().limits;
     let tracker = state.inner.sockets.clone();
+    // Frames are small: small buffers keep a thousand connections cheap.
     ws.max_message_size(limits.max_frame_bytes)
         .max_frame_size(limits.max_frame_bytes)
+        .read_buffer_size(SOCKET_BUFFER)
+        .write_buffer_size(SOCKET_BUFFER)
         .on_upgrade(move |socket| tracker.track_future(connection(state, socket, request)))
 }
 
@@ -184,7 +187,15 @@ async fn write_loop(
             _ = ended.cancelled() => break None,
             frame = rx.recv() => match frame {
                 Some(frame) => {
-                    if sink.send(Message::Text(frame)).await.is_err() {
+                    // Frames queued together go out in one write.
+                    let mut batch = vec![frame];
+                    while batch.len() < WRITE_BATCH {
+                        match rx.try_recv() {
+                            Ok(frame) => batch.push(frame),
+                            Err(_) => break,
+                        }
+                    }
+                    if write_batch(&mut sink, batch).await.is_err() {
                         break None;
                     }
                 }
@@ -210,6 +221,22 @@ async fn write_loop(
             .await;
     }
     ended.cancel();
+}
+
+/// The read and write buffer of a connection (axum's default is 128 KiB each).
+const SOCKET_BUFFER: usize = 8 << 10;
+
+/// The most frames written to a socket with one flush.
+const WRITE_BATCH: usize = 64;
+
+async fn write_batch(
+    sink: &mut SplitSink<WebSocket, Message>,
+    batch: Vec<Utf8Bytes>,
+) -> Result<(), axum::Error> {
+    for frame in batch {
+        sink.feed(Message::Text(frame)).await?;
+    }
+    sink.flush().await
 }
 
 /// An open connection's view of its session.
