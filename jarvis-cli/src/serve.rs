@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use jarvis_sdk::{AppAssembly, AppConfig, SessionId, SessionMeta};
 use jarvis_server::client::Client;
-use jarvis_server::{DEMO_HELP, ServerConfig, ServerState, check_bind, local_url, serve};
+use jarvis_server::{DEMO_HELP, Server, ServerConfig, ServerState, check_bind};
 use std::process::ExitCode;
 
 use crate::Target;
@@ -54,28 +54,33 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let listener = tokio::net::TcpListener::bind(&address)
         .await
         .with_context(|| format!("cannot listen on {address} (is something else using it? try --port)"))?;
-    let local = listener.local_addr()?;
-    check_bind(local, server_config.token.is_some())?;
+    check_bind(listener.local_addr()?, server_config.token.is_some())?;
     let app = home::assemble(app_config).await?;
     let session = open_session(&app, &args.target).await?;
+    let demo = app.is_demo();
+    let notice = app.notice().map(str::to_owned);
+    let token = server_config.token.clone();
+    // Announced (server file written) before the URL is printed, so a
+    // client started on seeing the URL finds it.
+    let server = Server::new(listener, ServerState::new(app, server_config))?;
 
-    let url = format!("{}/?session={}", local_url(local), session.id);
+    let url = format!("{}/?session={}", server.url(), session.id);
     println!(
         "J.A.R.V.I.S. HUD: {url}  (session {} of agent {})",
         session.id, session.agent_id
     );
-    if server_config.token.is_some() {
+    if token.is_some() {
         println!("This server requires JARVIS_WEB__TOKEN: open the URL with &token=<the token> once.");
     }
-    if app.is_demo() {
+    if demo {
         tracing::warn!("{DEMO_HELP}");
         println!("{DEMO_HELP}");
-    } else if let Some(notice) = app.notice() {
+    } else if let Some(notice) = notice {
         tracing::info!("model: {notice}");
     }
-    open(&args, &url, server_config.token.as_deref());
+    open(&args, &url, token.as_deref());
     println!("Press Ctrl-C to stop.");
-    serve(listener, ServerState::new(app, server_config), shutdown_signal()).await?;
+    server.run(shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
 }
 

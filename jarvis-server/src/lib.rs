@@ -54,7 +54,7 @@ mod ws;
 pub use agenda::{AgendaItem, AgendaSource, NoAgenda};
 pub use config::{DEFAULT_HOST, DEFAULT_PORT, Limits, ServerConfig};
 pub use hud::DEMO_HELP;
-pub use serve::{SERVER_FILE, ServeError, ServerFile, check_bind, local_url, serve};
+pub use serve::{SERVER_FILE, ServeError, Server, ServerFile, check_bind, local_url, serve};
 pub use state::ServerState;
 
 use axum::Router;

@@ -35,7 +35,6 @@ use futures::{SinkExt, StreamExt};
 use jarvis_sdk::{AgentSession, Caller, SecurityError, SessionId, TurnError};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::task::Poll;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -315,7 +314,7 @@ impl Connection<'_> {
             }
         });
         let mut turn = Box::pin(turn);
-        if let Poll::Pending = futures::poll!(turn.as_mut()) {
+        if futures::poll!(turn.as_mut()).is_pending() {
             tokio::spawn(turn);
         }
     }

@@ -62,9 +62,10 @@ impl Renderer {
         }
     }
 
-    /// Whether the spinner turns (a tool runs, on a terminal).
+    /// Whether the spinner turns (a tool runs, on a terminal, and no
+    /// question waits on the line).
     pub(crate) fn spinning(&self) -> bool {
-        self.tty && !self.running.is_empty()
+        self.tty && !self.running.is_empty() && self.line != Line::Question
     }
 
     /// Ends the current line, whatever it holds.

@@ -108,7 +108,7 @@ pub(crate) struct Ws {
 /// How a connection attempt ended.
 #[derive(Debug)]
 pub(crate) enum Opened {
-    Open(Ws),
+    Open(Box<Ws>),
     /// The server closed the connection right away with this code.
     Closed(u16, #[allow(dead_code)] String),
     /// The handshake failed with this HTTP status.
@@ -141,7 +141,7 @@ impl Ws {
             Frame::Json(first) => {
                 assert_eq!(first["type"], "agent_activity", "{first}");
                 ws.seen.push(first);
-                Opened::Open(ws)
+                Opened::Open(Box::new(ws))
             }
             Frame::Closed(code, reason) => Opened::Closed(code, reason),
         }
@@ -150,7 +150,7 @@ impl Ws {
     /// Connects; panics unless the connection opens.
     pub(crate) async fn connect(url: &str) -> Ws {
         match Ws::open(url, &[]).await {
-            Opened::Open(ws) => ws,
+            Opened::Open(ws) => *ws,
             other => panic!("the connection did not open: {other:?}"),
         }
     }
