@@ -1,6 +1,8 @@
 //! The page served at `/`, embedded in the binary so the server runs from
-//! anywhere. For now it is a placeholder HUD (one session's conversation
-//! over the WebSocket); the full HUD replaces `assets/index.html`.
+//! anywhere. For now it is a placeholder HUD: one session's history (from
+//! `GET /api/sessions/{id}`) and live conversation over the WebSocket, with
+//! approvals and abort, in the session agent's colour; the full HUD
+//! replaces `assets/index.html`.
 
 use jarvis_sdk::html_escape;
 
