@@ -46,7 +46,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(client) = home::running_server(&app_config).await {
         let url = running_url(&client, &args.target).await?;
         println!("A Jarvis server already runs for this home. HUD: {url}");
-        open(&args, &url, server_config.token.as_deref());
+        open(&args, &url, server_config.token.is_some());
         return Ok(ExitCode::SUCCESS);
     }
 
@@ -70,7 +70,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         session.id, session.agent_id
     );
     if token.is_some() {
-        println!("This server requires JARVIS_WEB__TOKEN: open the URL with &token=<the token> once.");
+        println!("This server requires JARVIS_WEB__TOKEN: open the URL with &token=<the token> added, once.");
     }
     if demo {
         tracing::warn!("{DEMO_HELP}");
@@ -78,7 +78,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     } else if let Some(notice) = notice {
         tracing::info!("model: {notice}");
     }
-    open(&args, &url, token.as_deref());
+    open(&args, &url, token.is_some());
     println!("Press Ctrl-C to stop.");
     server.run(shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
@@ -118,10 +118,11 @@ async fn running_url(client: &Client, target: &Target) -> anyhow::Result<String>
     Ok(format!("{base}/?session=default-{agent}&agent={agent}"))
 }
 
-/// Opens `url` in a browser where one can be started; never fails. With a
-/// token the opened URL carries it (the printed one does not).
-fn open(args: &ServeArgs, url: &str, token: Option<&str>) {
-    if args.no_open {
+/// Opens `url` in a browser where one can be started; never fails. The
+/// token never goes on a command line (other users could read it there):
+/// with one configured, nothing is opened and the printed URL says how.
+fn open(args: &ServeArgs, url: &str, token_required: bool) {
+    if args.no_open || token_required {
         return;
     }
     if cfg!(target_os = "linux")
@@ -130,10 +131,6 @@ fn open(args: &ServeArgs, url: &str, token: Option<&str>) {
     {
         return; // no desktop: xdg-open would start a text browser in this terminal
     }
-    let url = match token {
-        Some(token) => format!("{url}&token={token}"),
-        None => url.to_owned(),
-    };
     let opener = if cfg!(target_os = "macos") {
         "open"
     } else {
