@@ -92,9 +92,11 @@ fn signal(pid: u32, name: &str) {
     assert!(status.success(), "kill -{name} {pid}");
 }
 
-/// A running child whose stdout is collected as it comes.
+/// A running child whose stdout is collected as it comes; killed if the
+/// test ends without finishing it (a failed assertion must not leave a
+/// server running).
 struct Running {
-    child: Child,
+    child: Option<Child>,
     stdin: Option<ChildStdin>,
     chunks: mpsc::Receiver<Vec<u8>>,
     out: String,
@@ -120,11 +122,15 @@ impl Running {
             }
         });
         Running {
-            child,
+            child: Some(child),
             stdin,
             chunks,
             out: String::new(),
         }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().map(Child::id).unwrap_or_default()
     }
 
     fn say(&mut self, line: &str) {
@@ -151,14 +157,28 @@ impl Running {
     /// Closes stdin and waits for the exit; returns stderr.
     fn finish(mut self) -> (std::process::ExitStatus, String, String) {
         drop(self.stdin.take());
-        let mut stderr = self.child.stderr.take().unwrap();
-        let output = wait_output(self.child);
+        let mut child = self.child.take().unwrap();
+        let mut stderr = child.stderr.take().unwrap();
+        let output = wait_output(child);
         while let Ok(chunk) = self.chunks.recv_timeout(Duration::from_secs(5)) {
             self.out.push_str(&text(&chunk));
         }
         let mut err = String::new();
         let _ = stderr.read_to_string(&mut err);
-        (output.status, self.out, err + &text(&output.stderr))
+        (
+            output.status,
+            std::mem::take(&mut self.out),
+            err + &text(&output.stderr),
+        )
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -316,12 +336,12 @@ fn ctrl_c_aborts_the_turn_and_not_the_program() {
     let mut chat = Running::start(scripted(&home, SLOW).args(["chat", "--agent", "karen"]));
     chat.say("slow please");
     let at = chat.expect(0, "K.A.R.E.N. › ");
-    signal(chat.child.id(), "INT");
+    signal(chat.pid(), "INT");
     let at = chat.expect(at, "(aborted)");
     chat.say("and now?");
     chat.expect(at, "quick answer");
     // Ctrl-C with no turn running leaves the chat running too.
-    signal(chat.child.id(), "INT");
+    signal(chat.pid(), "INT");
     chat.expect(at, "Ctrl-D or /quit leaves");
     let (status, out, err) = chat.finish();
     assert!(status.success(), "{out}\n{err}");
@@ -377,7 +397,7 @@ fn the_server_runs_in_its_own_process_and_chat_goes_through_it() {
 
     // SIGTERM stops it cleanly.
     assert!(home.0.join("server.json").exists());
-    signal(server.child.id(), "TERM");
+    signal(server.pid(), "TERM");
     let (status, out, err) = server.finish();
     assert!(status.success(), "{out}\n{err}");
     assert!(!home.0.join("server.json").exists(), "the server file is removed");
