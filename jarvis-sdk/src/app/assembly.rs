@@ -66,7 +66,9 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     };
     let store: Arc<dyn SessionStore> = match &config.store {
         StoreBackend::Jsonl => {
-            let options = JsonlOptions::default().clock(config.clock.clone());
+            let options = JsonlOptions::default()
+                .clock(config.clock.clone())
+                .durability(config.durability);
             Arc::new(JsonlSessionStore::with_lock(lock.clone(), options)?)
         }
         #[cfg(feature = "postgres")]
@@ -171,6 +173,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     );
     let inner = Arc::new(AppInner {
         rules: Arc::new(LayeredApprovalRules::new(&config.home)),
+        demo: config.is_demo(),
         notice: if config.provider.is_some() {
             None
         } else {
@@ -307,6 +310,7 @@ struct AppInner {
     /// AGENDA of `/agenda`) without keeping it alive.
     me: OnceLock<Weak<AppInner>>,
     notice: Option<String>,
+    demo: bool,
     sessions: Mutex<HashMap<String, (Arc<AgentSession>, HubAttachment)>>,
     delegating: Mutex<BTreeSet<(String, String)>>,
     observers: Observers,
@@ -354,6 +358,12 @@ impl AppAssembly {
     /// (for example the offline demo); screens show it.
     pub fn notice(&self) -> Option<&str> {
         self.inner.notice.as_deref()
+    }
+
+    /// Whether the built-in offline demo script is playing (no model is
+    /// configured); screens say so.
+    pub fn is_demo(&self) -> bool {
+        self.inner.demo
     }
 
     /// The model provider.

@@ -6,11 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::error::AppError;
-use crate::agent::{AgentLoopConfig, BeforeToolCall};
+use crate::agent::{AgentLoopConfig, BeforeToolCall, Durability};
 use crate::common::{Clock, IdSource, SystemClock, UniqueIds};
-use crate::core::{DEFAULT_APPROVAL_TIMEOUT, DEFAULT_ASK_TIMEOUT, HousingConfig, SecurityStage};
+use crate::core::{
+    DEFAULT_APPROVAL_TIMEOUT, DEFAULT_ASK_TIMEOUT, HOUSING_MODE_ENV, HousingConfig, SH_URL_ENV, SecurityStage,
+};
 use crate::memory::{DEFAULT_USER, MemoryConfig, MemoryStore};
-use crate::model::{Embedder, LlmConfig, Provider};
+use crate::model::{Embedder, LlmConfig, Provider, ProviderKind};
 
 /// JARVIS's brand (`JARVIS_BRAND__*`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,6 +177,9 @@ pub struct AppConfig {
     /// The AGENDA: open loops and the person's time zone.
     pub agenda: AgendaSettings,
 
+    /// When the JSONL store `fsync`s (`JARVIS_STORE__FSYNC`: `end_of_turn`,
+    /// the default, or `never`).
+    pub durability: Durability,
     /// `JARVIS_WEB__TOKEN`: web clients must present it when set.
     pub web_token: Option<String>,
     /// The loop's settings.
@@ -206,6 +211,7 @@ impl std::fmt::Debug for AppConfig {
             .field("brand", &self.brand)
             .field("store", &self.store)
             .field("memory", &self.memory)
+            .field("durability", &self.durability)
             .field("web_token", &self.web_token.as_ref().map(|_| "<redacted>"))
             .finish_non_exhaustive()
     }
@@ -230,6 +236,7 @@ impl AppConfig {
             store: StoreBackend::Jsonl,
             memory: MemorySettings::default(),
             agenda: AgendaSettings::default(),
+            durability: Durability::EndOfTurn,
             web_token: None,
             loop_config: AgentLoopConfig::default(),
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
@@ -295,6 +302,18 @@ impl AppConfig {
                 )));
             }
         };
+        config.durability = match var("JARVIS_STORE__FSYNC")
+            .map(|v| v.to_ascii_lowercase())
+            .as_deref()
+        {
+            None | Some("end_of_turn") => Durability::EndOfTurn,
+            Some("never") => Durability::Never,
+            Some(other) => {
+                return Err(AppError::Config(format!(
+                    "JARVIS_STORE__FSYNC={other} is not a durability; use end_of_turn or never"
+                )));
+            }
+        };
         config.web_token = var("JARVIS_WEB__TOKEN");
         if let Some(on) = var("JARVIS_MEMORY__ENABLED") {
             config.memory.enabled = truthy(&on);
@@ -324,9 +343,32 @@ impl AppConfig {
                     ))
                 })?;
         }
-        config.housing =
-            HousingConfig::from_vars(&config.home, &get).map_err(|e| AppError::Config(e.to_string()))?;
+        // The offline demo finds notices on a fresh machine: with the demo
+        // model playing and no housing source configured, the bundled sample
+        // notices (each marked as a sample) stand in for LH and SH.
+        let demo = config.is_demo();
+        let housing_configured = [HOUSING_MODE_ENV, SH_URL_ENV, "JARVIS_HOUSING__LH_SERVICE_KEY"]
+            .iter()
+            .any(|name| var(name).is_some());
+        config.housing = if demo && !housing_configured {
+            HousingConfig::from_vars(&config.home, |name| {
+                if name == HOUSING_MODE_ENV {
+                    Some("fixture".to_owned())
+                } else {
+                    get(name)
+                }
+            })
+        } else {
+            HousingConfig::from_vars(&config.home, &get)
+        }
+        .map_err(|e| AppError::Config(e.to_string()))?;
         Ok(config)
+    }
+
+    /// Whether the built-in offline demo will play: no provider given in
+    /// code, `faux` chosen (or nothing configured) and no script named.
+    pub fn is_demo(&self) -> bool {
+        self.provider.is_none() && self.llm.provider == ProviderKind::Faux && self.llm.faux_script.is_none()
     }
 
     /// Uses `provider` instead of the configured model.

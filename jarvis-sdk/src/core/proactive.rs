@@ -26,7 +26,6 @@
 //! Time comes from the injected clock; [`ProactiveDaemon::spawn`] drives
 //! `tick` at an interval, and tests call `tick` themselves.
 
-
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;

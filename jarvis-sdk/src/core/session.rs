@@ -4,7 +4,11 @@
 //!
 //! Every screen attached to the session receives the same events and the
 //! same approval requests. One turn runs at a time in the foreground: a
-//! prompt while a turn runs is refused as busy. An input the pipeline
+//! prompt while a turn runs is refused as busy. Once the turn's
+//! `agent_end` went out, the turn counts as over for new prompts: one that
+//! arrives while the harness is still recording the turn waits for that
+//! (moments) and then runs, so a screen may answer `agent_end` with its
+//! next prompt. An input the pipeline
 //! refuses reaches the screens as an `input_rejected` event and never
 //! reaches the model.
 //!
@@ -22,7 +26,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::approval::{ApprovalBroker, Attachment};
@@ -222,7 +226,7 @@ type TurnResult = Result<LoopOutcome, AgentError>;
 struct Inner {
     parts: AgentSessionParts,
     dual: DualConfig,
-    running: Mutex<Option<CancellationToken>>,
+    turn: Arc<TurnSlot>,
     background: Mutex<Vec<(u64, CancellationToken)>>,
     next_job: AtomicU64,
     /// Whether each of the last [`RECENT_TURNS`] turns failed or overflowed.
@@ -260,12 +264,62 @@ pub struct SessionAttachment {
     _approvals: Attachment,
 }
 
+/// The session's one foreground slot.
+#[derive(Default)]
+struct TurnSlot {
+    state: Mutex<TurnState>,
+    /// Woken when the slot empties.
+    idle: Notify,
+}
+
+#[derive(Default)]
+struct TurnState {
+    /// The foreground turn's number and abort signal.
+    running: Option<(u64, CancellationToken)>,
+    /// The foreground turn sent `agent_end` and is being recorded.
+    ending: bool,
+}
+
+impl TurnSlot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, TurnState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Wraps a turn's screens: when that turn's `agent_end` goes out while it
+/// is still the foreground turn, marks it as ending (before any screen sees
+/// the event), so a prompt sent in answer to `agent_end` waits for the
+/// recording instead of being refused as busy. A background job's
+/// `agent_end` leaves the foreground turn alone.
+struct EndWatch {
+    slot: Arc<TurnSlot>,
+    turn: u64,
+    screens: Arc<dyn UIAdapter>,
+}
+
+impl UIAdapter for EndWatch {
+    fn on_event(&self, event: &AgentEvent) -> std::ops::ControlFlow<()> {
+        if let AgentEvent::AgentEnd { .. } = event {
+            let mut state = self.slot.lock();
+            if state.running.as_ref().is_some_and(|(turn, _)| *turn == self.turn) {
+                state.ending = true;
+            }
+        }
+        self.screens.on_event(event)
+    }
+
+    fn on_approval_request(&self, request: &crate::agent::ApprovalRequest) {
+        self.screens.on_approval_request(request);
+    }
+}
+
 /// Frees the foreground slot however the prompt ends (also when dropped).
-struct Foreground<'a>(&'a Mutex<Option<CancellationToken>>);
+struct Foreground<'a>(&'a TurnSlot);
 
 impl Drop for Foreground<'_> {
     fn drop(&mut self) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *self.0.lock() = TurnState::default();
+        self.0.idle.notify_waiters();
     }
 }
 
@@ -296,7 +350,7 @@ impl AgentSession {
             inner: Arc::new(Inner {
                 parts,
                 dual,
-                running: Mutex::new(None),
+                turn: Arc::default(),
                 background: Mutex::default(),
                 next_job: AtomicU64::new(0),
                 recent: Mutex::default(),
@@ -341,11 +395,7 @@ impl AgentSession {
 
     /// Whether a turn is running in the foreground.
     pub fn is_busy(&self) -> bool {
-        self.inner
-            .running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
+        self.inner.turn.lock().running.is_some()
     }
 
     /// Background jobs still running.
@@ -361,7 +411,7 @@ impl AgentSession {
     /// nothing runs.
     pub fn abort(&self) -> bool {
         let mut any = false;
-        if let Some(token) = &*self.inner.running.lock().unwrap_or_else(|e| e.into_inner()) {
+        if let Some((_, token)) = &self.inner.turn.lock().running {
             token.cancel();
             any = true;
         }
@@ -604,14 +654,30 @@ impl AgentSession {
     ) -> Result<(Pending, bool, Foreground<'_>), TurnError> {
         let inner = &self.inner;
         let cancel = CancellationToken::new();
-        {
-            let mut running = inner.running.lock().unwrap_or_else(|e| e.into_inner());
-            if running.is_some() {
-                return Err(TurnError::Busy(inner.parts.id.to_string()));
+        let turn = inner.next_job.fetch_add(1, Ordering::Relaxed);
+        loop {
+            let idle = inner.turn.idle.notified();
+            tokio::pin!(idle);
+            {
+                let mut state = inner.turn.lock();
+                match &state.running {
+                    None => {
+                        *state = TurnState {
+                            running: Some((turn, cancel.clone())),
+                            ending: false,
+                        };
+                        break;
+                    }
+                    // The last turn is over and being recorded: wait for it.
+                    Some(_) if state.ending => {
+                        idle.as_mut().enable();
+                    }
+                    Some(_) => return Err(TurnError::Busy(inner.parts.id.to_string())),
+                }
             }
-            *running = Some(cancel.clone());
+            idle.await;
         }
-        let foreground = Foreground(&inner.running);
+        let foreground = Foreground(&inner.turn);
         let parts = &inner.parts;
         let input = SecurityInput {
             text,
@@ -664,6 +730,7 @@ impl AgentSession {
         let (tx, rx) = oneshot::channel();
         let session = self.clone();
         let token = cancel.clone();
+        let slot = inner.turn.clone();
         tokio::spawn(async move {
             let parts = &session.inner.parts;
             let prompt = input.text;
@@ -673,6 +740,11 @@ impl AgentSession {
                     &parts.id,
                     prompt.clone(),
                     move |ctx| {
+                        ctx.ui = Arc::new(EndWatch {
+                            slot,
+                            turn,
+                            screens: ctx.ui.clone(),
+                        });
                         ctx.turn_instruction = turn_instruction;
                         ctx.extensions = extensions;
                         if let Some(approver) = approver {
