@@ -1,13 +1,14 @@
 //! The AGENDA behind `GET /api/agenda`: every agent's schedules and open
 //! loops (promises) in one list (SPEC.md §11.6, R-AGENDA-1).
 //!
-//! The SDK has neither the scheduler nor open loops yet, so the server asks
-//! an [`AgendaSource`] and, until one is given, uses [`NoAgenda`], which
-//! lists nothing: the route answers `{"items": []}`. The issue that builds
-//! schedules and open loops fills this in from the assembly; the route and
-//! its shape stay.
+//! The server asks an [`AgendaSource`]. By default it is [`AppAgenda`], the
+//! app's own AGENDA ([`AppAssembly::agenda`]), so the HUD's AGENDA card
+//! lists what the SDK's open loops (and schedules) hold, each with its
+//! agent's name and colour. [`ServerState::with_agenda`](crate::ServerState::with_agenda)
+//! replaces it (for example with [`NoAgenda`]).
 
 use futures::future::BoxFuture;
+use jarvis_sdk::{AgendaKind, AppAssembly};
 use serde::{Deserialize, Serialize};
 
 /// One line of the AGENDA card.
@@ -25,6 +26,38 @@ pub struct AgendaItem {
     /// The session it came from, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// The job's or the loop's id, if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The agent's display name (`K.A.R.E.N.`), for the label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_name: Option<String>,
+    /// The agent's `primary` colour (`#rrggbb`), for the label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub color: Option<String>,
+    /// How a schedule repeats, or the condition a promise waits for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+impl From<jarvis_sdk::AgendaItem> for AgendaItem {
+    fn from(item: jarvis_sdk::AgendaItem) -> Self {
+        let kind = match item.kind {
+            AgendaKind::Schedule => "schedule",
+            AgendaKind::Promise => "promise",
+        };
+        Self {
+            agent_id: item.agent_id,
+            kind: kind.to_owned(),
+            text: item.text,
+            due: item.when.map(|t| t.to_string()),
+            session_id: item.session_id,
+            id: Some(item.id),
+            agent_name: Some(item.agent_name),
+            color: Some(item.color),
+            detail: item.detail,
+        }
+    }
 }
 
 /// Where the AGENDA's items come from.
@@ -33,12 +66,22 @@ pub trait AgendaSource: Send + Sync + std::fmt::Debug {
     fn items(&self) -> BoxFuture<'_, Vec<AgendaItem>>;
 }
 
-/// The AGENDA of an app without a scheduler or open loops: empty.
+/// An AGENDA that lists nothing.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NoAgenda;
 
 impl AgendaSource for NoAgenda {
     fn items(&self) -> BoxFuture<'_, Vec<AgendaItem>> {
         Box::pin(async { Vec::new() })
+    }
+}
+
+/// The app's own AGENDA: its agents' schedules and open promises.
+#[derive(Debug, Clone)]
+pub struct AppAgenda(pub AppAssembly);
+
+impl AgendaSource for AppAgenda {
+    fn items(&self) -> BoxFuture<'_, Vec<AgendaItem>> {
+        Box::pin(async { self.0.agenda().await.into_iter().map(AgendaItem::from).collect() })
     }
 }

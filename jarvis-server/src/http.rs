@@ -1,11 +1,13 @@
 //! The HTTP API (DESIGN.md §5): agents, sessions, the AGENDA, health and
-//! the HUD page. Every handler only reads from or asks the assembly.
+//! the HUD (its page and embedded files). Every handler only reads from or asks the assembly.
 
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
-use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, SET_COOKIE};
+use axum::http::header::{
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, SET_COOKIE, X_CONTENT_TYPE_OPTIONS,
+};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use jarvis_sdk::{SessionId, SessionMeta};
@@ -80,8 +82,8 @@ pub(crate) async fn fork_session(
     Ok((StatusCode::CREATED, Json(state.app().fork(&id).await?)))
 }
 
-/// `GET /api/agenda`: `{"items": […]}` (empty until the SDK has schedules
-/// and open loops; see [`crate::AgendaSource`]).
+/// `GET /api/agenda`: `{"items": […]}`, from the state's
+/// [`AgendaSource`](crate::AgendaSource) (the app's AGENDA by default).
 pub(crate) async fn agenda(State(state): State<ServerState>) -> Json<serde_json::Value> {
     Json(json!({ "items": state.inner.agenda.items().await }))
 }
@@ -94,6 +96,10 @@ pub(crate) async fn index(State(state): State<ServerState>, uri: Uri) -> Respons
     let mut headers = HeaderMap::new();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(hud::CONTENT_SECURITY_POLICY),
+    );
     if state.config().token.is_some()
         && let Some(token) = query_param(&uri, "token")
         && token_ok(&state, Some(&token))
@@ -104,6 +110,18 @@ pub(crate) async fn index(State(state): State<ServerState>, uri: Uri) -> Respons
         headers.insert(SET_COOKIE, cookie);
     }
     (headers, page).into_response()
+}
+
+/// `GET /assets/{*path}`: a file of the HUD, embedded in the binary.
+pub(crate) async fn asset(Path(path): Path<String>) -> Response {
+    let Some((content_type, body)) = hud::asset(&path) else {
+        return AppError::not_found("no such file").into_response();
+    };
+    let mut headers = HeaderMap::new();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    (headers, body).into_response()
 }
 
 /// Unknown routes.

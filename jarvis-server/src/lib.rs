@@ -14,13 +14,14 @@
 //! | route | answer |
 //! |---|---|
 //! | `GET /` | the HUD page (embedded in the binary) |
+//! | `GET /assets/{path}` | the HUD's style sheet and JavaScript modules (embedded) |
 //! | `GET /healthz` | `{"status": "ok", "pid": …}` |
 //! | `GET /api/agents` | the team, `main` first: `[{id, name, description, quote, palette, tools}]` |
 //! | `GET /api/sessions` | every session, newest first |
 //! | `POST /api/sessions {"agent"}` | 201 and the new session; no agent = `main`; unknown → 400 |
 //! | `GET /api/sessions/{id}` | `{"session", "entries"}` |
 //! | `POST /api/sessions/{id}/fork` | 201 and the fork (same agent) |
-//! | `GET /api/agenda` | `{"items": […]}` (empty until the SDK has schedules and open loops) |
+//! | `GET /api/agenda` | `{"items": […]}`: every agent's schedules and open promises |
 //! | `GET /ws?session_id=…&agent=…` | the WebSocket (see the `ws` module docs in the source) |
 //!
 //! Errors are `{"error": {"code", "message"}}` and never carry internals.
@@ -51,7 +52,7 @@ mod serve;
 mod state;
 mod ws;
 
-pub use agenda::{AgendaItem, AgendaSource, NoAgenda};
+pub use agenda::{AgendaItem, AgendaSource, AppAgenda, NoAgenda};
 pub use config::{DEFAULT_HOST, DEFAULT_PORT, Limits, ServerConfig};
 pub use hud::DEMO_HELP;
 pub use serve::{SERVER_FILE, ServeError, Server, ServerFile, check_bind, local_url, serve};
@@ -66,6 +67,7 @@ pub fn router(state: ServerState) -> Router {
     let limit = state.config().limits.max_body_bytes;
     Router::new()
         .route("/", get(http::index))
+        .route("/assets/{*path}", get(http::asset))
         .route("/healthz", get(http::healthz))
         .route("/api/agents", get(http::agents))
         .route(

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::agenda::{AgendaSource, NoAgenda};
+use crate::agenda::{AgendaSource, AppAgenda};
 use crate::config::ServerConfig;
 use crate::fanout::{Activity, Connections};
 
@@ -45,9 +45,9 @@ impl ServerState {
         app.observe(activity.clone());
         Self {
             inner: Arc::new(Inner {
-                app,
+                app: app.clone(),
                 config,
-                agenda: Arc::new(NoAgenda),
+                agenda: Arc::new(AppAgenda(app.clone())),
                 connections,
                 activity,
                 shutdown: CancellationToken::new(),
@@ -58,7 +58,8 @@ impl ServerState {
         }
     }
 
-    /// Lists the AGENDA from `agenda` instead of the empty [`NoAgenda`].
+    /// Lists the AGENDA from `agenda` instead of the app's own
+    /// ([`AppAgenda`](crate::AppAgenda)).
     /// Call before the state is cloned; later calls change nothing.
     pub fn with_agenda(mut self, agenda: Arc<dyn AgendaSource>) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {

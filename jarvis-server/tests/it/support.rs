@@ -3,7 +3,7 @@
 //! waits on frames with timeouts, never on sleeps.
 
 use futures::{SinkExt, StreamExt};
-use jarvis_sdk::{AppAssembly, AppConfig, FauxProvider, HousingConfig, build_app};
+use jarvis_sdk::{AppAssembly, AppConfig, FauxProvider, HousingConfig, Provider, build_app};
 use jarvis_server::{ServerConfig, ServerState, serve};
 use serde_json::Value;
 use std::net::SocketAddr;
@@ -45,7 +45,12 @@ pub(crate) async fn app(home: &TempHome, script: &str) -> AppAssembly {
 /// The same, requiring `token` from web callers.
 pub(crate) async fn app_with(home: &TempHome, script: &str, token: Option<&str>) -> AppAssembly {
     let faux = Arc::new(FauxProvider::from_yaml(script).unwrap());
-    let mut config = AppConfig::for_home(&home.0).with_provider(faux);
+    app_on(home, faux, token).await
+}
+
+/// An app in `home` on `provider`, requiring `token` from web callers.
+pub(crate) async fn app_on(home: &TempHome, provider: Arc<dyn Provider>, token: Option<&str>) -> AppAssembly {
+    let mut config = AppConfig::for_home(&home.0).with_provider(provider);
     config.housing = HousingConfig::in_memory();
     config.web_token = token.map(str::to_owned);
     build_app(config).await.unwrap()

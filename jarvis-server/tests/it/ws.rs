@@ -16,7 +16,8 @@ rules:
     reply: { text: "karen here" }
 "#;
 
-const APPROVAL: &str = r#"
+/// J.A.R.V.I.S. writes a file, which needs a person's approval.
+pub(crate) const APPROVAL: &str = r#"
 rules:
   - when: { agent: main, last_role: user }
     reply: { tool_calls: [ { name: write_file, arguments: { path: "a.txt", content: "x" } } ] }
@@ -31,7 +32,8 @@ rules:
 fallback: { text: "quick" }
 "#;
 
-const DELEGATION: &str = r#"
+/// J.A.R.V.I.S. asks K.A.R.E.N., who looks notices up and answers.
+pub(crate) const DELEGATION: &str = r#"
 rules:
   - when: { agent: main, last_role: user }
     reply: { tool_calls: [ { name: ask_agent, arguments: { agent: karen, request: "서울 공고 찾아 줘" } } ] }

@@ -17,6 +17,7 @@
 //!   - { empty: true }                                     # an empty answer
 //!   - { error: "upstream overloaded" }                    # or error: { message: "...", status: 529 }
 //!   - { delay_ms: 200, text: "slow", usage: { input_tokens: 12, output_tokens: 3 } }
+//!   - { text: "piece by piece", chunks: 3, chunk_delay_ms: 500 }   # 500 ms between text deltas
 //! fallback: { text: "done" }    # when nothing else applies; default: a provider error saying the script is exhausted
 //! ```
 //!
@@ -226,35 +227,67 @@ impl Provider for FauxProvider {
     fn stream(&self, request: ChatRequest) -> ProviderStream {
         let mut state = self.lock();
         state.seen += 1;
-        let (events, delay) = match self.pick(&mut state, &request) {
+        let (events, delay, chunk_delay) = match self.pick(&mut state, &request) {
             None => (
                 vec![Err(ProviderError::Script(format!(
                     "the script is exhausted (session {:?}, purpose {})",
                     request.metadata.session_id, request.purpose
                 )))],
                 None,
+                None,
             ),
-            Some(reply) => (play(&reply, &mut state.next_call), reply.delay_ms),
+            Some(reply) => (
+                play(&reply, &mut state.next_call),
+                reply.delay_ms,
+                reply.chunk_delay_ms,
+            ),
         };
         if self.record {
             state.requests.push(request);
         }
         drop(state);
+        let events: ProviderStream = match chunk_delay {
+            Some(ms) if ms > 0 => Box::pin(spaced_text(events, Duration::from_millis(ms))),
+            _ => Box::pin(stream::iter(events)),
+        };
         match delay {
             Some(ms) if ms > 0 => Box::pin(
                 stream::once(async move {
                     tokio::time::sleep(Duration::from_millis(ms)).await;
-                    stream::iter(events)
+                    events
                 })
                 .flatten(),
             ),
-            _ => Box::pin(stream::iter(events)),
+            _ => events,
         }
     }
 
     fn name(&self) -> &str {
         "faux"
     }
+}
+
+/// `events` with a pause of `gap` before every text delta but the first.
+fn spaced_text(
+    events: Vec<Result<ProviderEvent, ProviderError>>,
+    gap: Duration,
+) -> impl futures::Stream<Item = Result<ProviderEvent, ProviderError>> + Send + 'static {
+    let mut seen_text = false;
+    let paced: Vec<(bool, Result<ProviderEvent, ProviderError>)> = events
+        .into_iter()
+        .map(|event| {
+            let is_text = matches!(event, Ok(ProviderEvent::TextDelta(_)));
+            let wait = is_text && seen_text;
+            seen_text |= is_text;
+            (wait, event)
+        })
+        .collect();
+    stream::iter(paced).then(move |(wait, event)| async move {
+        if wait {
+            tokio::time::sleep(gap).await;
+        }
+        event
+    })
 }
 
 /// The events of one scripted reply.
@@ -441,7 +474,7 @@ replies:
     }
 
     #[tokio::test(start_paused = true)]
-    async fn delay_follows_tokio_time() {
+    async fn delays_follow_tokio_time() {
         let faux = FauxProvider::from_yaml(
             "replies: [ { delay_ms: 200, text: slow, usage: { input_tokens: 12, output_tokens: 3 } } ]",
         )
@@ -453,6 +486,21 @@ replies:
             (r.text.as_str(), r.usage.input_tokens, r.usage.output_tokens),
             ("slow", 12, 3)
         );
+        // `chunk_delay_ms` spaces the text deltas after the first.
+        let faux = FauxProvider::from_yaml(
+            "replies: [ { delay_ms: 100, text: abc, chunks: 3, chunk_delay_ms: 500 } ]",
+        )
+        .unwrap();
+        let start = tokio::time::Instant::now();
+        let mut stream = faux.stream(req("s", "x"));
+        let mut arrivals = Vec::new();
+        while let Some(event) = stream.next().await {
+            if let Ok(ProviderEvent::TextDelta(text)) = event {
+                arrivals.push((text, start.elapsed().as_millis()));
+            }
+        }
+        let want: Vec<(String, u128)> = vec![("a".into(), 100), ("b".into(), 600), ("c".into(), 1100)];
+        assert_eq!(arrivals, want);
     }
 
     #[test]

@@ -232,6 +232,10 @@ pub struct FauxReply {
     /// Wait this long before answering (honours `tokio::time::pause`).
     #[serde(default)]
     pub delay_ms: Option<u64>,
+    /// Wait this long between two text deltas, so screens see the answer
+    /// arrive piece by piece (honours `tokio::time::pause`).
+    #[serde(default)]
+    pub chunk_delay_ms: Option<u64>,
     /// Token usage to report.
     #[serde(default)]
     pub usage: Option<Usage>,
@@ -291,6 +295,12 @@ impl FauxReply {
     /// Delays the answer.
     pub fn delay_ms(mut self, ms: u64) -> Self {
         self.delay_ms = Some(ms);
+        self
+    }
+
+    /// Spaces the text deltas `ms` apart.
+    pub fn chunk_delay_ms(mut self, ms: u64) -> Self {
+        self.chunk_delay_ms = Some(ms);
         self
     }
 

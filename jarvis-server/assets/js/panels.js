@@ -1,0 +1,120 @@
+// The panels of the Jarvis HUD: the session list (each marker in its
+// agent's colour, peer sessions listed and opened read-only, R-HUD-10,
+// R-ASK-5), the AGENDA card (every agent's schedules and promises, each
+// label in its agent's colour, R-AGENDA-1) and the SET screen, whose SYSTEM
+// card lists only the current agent's tools (R-HUD-9). All text is set with
+// textContent.
+
+import { el } from "./dom.js";
+
+/** A short local date and time for an RFC 3339 timestamp. */
+function when(stamp) {
+  const date = new Date(stamp);
+  if (Number.isNaN(date.getTime())) return "";
+  return date.toLocaleString([], { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+}
+
+/** The agent `id` of `agents`, or a stand-in with a neutral colour. */
+export function agentOf(agents, id) {
+  return (
+    agents.get(id) || { id, name: id, quote: "", description: "", tools: [], palette: { primary: "#8493a4", accent: "#8493a4" } }
+  );
+}
+
+/** Whether a session is a delegation between agents (read-only for people). */
+export function isPeer(session) {
+  return session.kind === "peer" || String(session.id).startsWith("peer-");
+}
+
+/**
+ * Fills the session list.
+ * @param {HTMLElement} list
+ * @param {object[]} sessions newest first
+ * @param {{agents: Map<string, object>, current: string | null, open: (session: object) => void}} options
+ */
+export function renderSessions(list, sessions, { agents, current, open }) {
+  const items = sessions.map((s) => {
+    const agent = agentOf(agents, s.agent_id);
+    const li = el("li");
+    const button = li.appendChild(el("button"));
+    button.type = "button";
+    button.dataset.session = s.id;
+    button.dataset.agent = s.agent_id;
+    button.style.setProperty("--agent", agent.palette.primary);
+    if (s.id === current) button.setAttribute("aria-current", "true");
+    button.appendChild(el("span", "marker")).setAttribute("aria-hidden", "true");
+    const title = button.appendChild(el("span", "session-title", s.title || s.id));
+    if (isPeer(s)) {
+      title.appendChild(el("span", "peer-tag", "PEER"));
+      button.title = "A delegation between agents: read-only";
+    }
+    const meta = button.appendChild(el("span", "session-meta"));
+    if (isPeer(s) && s.caller) {
+      const caller = agentOf(agents, s.caller);
+      meta.appendChild(el("span", "agent-name", `${agent.name} ← ${caller.name}`));
+    } else {
+      meta.appendChild(el("span", "agent-name", agent.name));
+    }
+    const stamp = when(s.updated_at);
+    if (stamp) meta.appendChild(document.createTextNode(` · ${stamp}`));
+    button.addEventListener("click", () => open(s));
+    return li;
+  });
+  if (items.length === 0) items.push(el("li", "empty", "No sessions yet."));
+  list.replaceChildren(...items);
+}
+
+/**
+ * Fills the AGENDA card.
+ * @param {HTMLElement} list
+ * @param {object[]} items `GET /api/agenda` items
+ * @param {Map<string, object>} agents
+ */
+export function renderAgenda(list, items, agents) {
+  const rows = items.map((item) => {
+    const agent = agentOf(agents, item.agent_id);
+    const li = el("li");
+    li.dataset.agent = item.agent_id;
+    const label = li.appendChild(el("span", "agenda-label", item.agent_name || agent.name));
+    label.style.setProperty("--agent", item.color || agent.palette.primary);
+    li.appendChild(el("span", "agenda-kind", item.kind === "schedule" ? "SCHEDULE" : "PROMISE"));
+    li.appendChild(el("span", "agenda-text", item.text));
+    const due = item.due || item.when;
+    const parts = [due ? when(due) : "", item.detail || ""].filter(Boolean);
+    if (parts.length) li.appendChild(el("span", "agenda-when", parts.join(" · ")));
+    return li;
+  });
+  if (rows.length === 0) rows.push(el("li", "empty", "Nothing on the AGENDA."));
+  list.replaceChildren(...rows);
+}
+
+/**
+ * Fills the SET screen's SYSTEM card for the current agent.
+ * @param {{system: HTMLElement, tools: HTMLElement}} nodes
+ * @param {object} agent an `/api/agents` entry
+ * @param {object} session the attached session
+ */
+export function renderSystem({ system, tools }, agent, session) {
+  const rows = [
+    ["Agent", agent.name],
+    ["Id", agent.id],
+    ["About", agent.description],
+    ["Session", session ? session.id : ""],
+  ];
+  const nodes = [];
+  for (const [name, value] of rows) {
+    if (!value) continue;
+    nodes.push(el("dt", null, name), el("dd", null, value));
+  }
+  const colour = el("dd");
+  for (const [name, hex] of [["primary", agent.palette.primary], ["accent", agent.palette.accent]]) {
+    const swatch = colour.appendChild(el("span", "swatch"));
+    swatch.style.setProperty("--agent", hex);
+    colour.appendChild(document.createTextNode(`${name} ${hex}  `));
+  }
+  nodes.push(el("dt", null, "Colours"), colour);
+  system.replaceChildren(...nodes);
+  const list = (agent.tools || []).map((t) => el("li", null, t));
+  if (list.length === 0) list.push(el("li", "empty", "No tools."));
+  tools.replaceChildren(...list);
+}
