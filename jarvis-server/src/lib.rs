@@ -20,7 +20,7 @@
 //! | `POST /api/sessions {"agent"}` | 201 and the new session; no agent = `main`; unknown → 400 |
 //! | `GET /api/sessions/{id}` | `{"session", "entries"}` |
 //! | `POST /api/sessions/{id}/fork` | 201 and the fork (same agent) |
-//! | `GET /api/agenda` | `{"items": […]}` (empty until the SDK has schedules and open loops) |
+//! | `GET /api/agenda` | `{"items": […]}`: every agent's schedules and open promises, each `{kind, id, agent_id, agent_name, color, text, when?, detail?, session_id?}` |
 //! | `GET /ws?session_id=…&agent=…` | the WebSocket (see the `ws` module docs in the source) |
 //!
 //! Errors are `{"error": {"code", "message"}}` and never carry internals.
@@ -38,7 +38,6 @@
 //! # Ok(()) }
 //! ```
 
-mod agenda;
 mod auth;
 pub mod client;
 mod config;
@@ -51,7 +50,6 @@ mod serve;
 mod state;
 mod ws;
 
-pub use agenda::{AgendaItem, AgendaSource, NoAgenda};
 pub use config::{DEFAULT_HOST, DEFAULT_PORT, Limits, ServerConfig};
 pub use hud::DEMO_HELP;
 pub use serve::{SERVER_FILE, ServeError, Server, ServerFile, check_bind, local_url, serve};

@@ -18,6 +18,7 @@ mod loop_transcripts;
 mod memory;
 mod openloop;
 mod pg;
+mod proactive;
 mod providers;
 #[cfg(target_os = "linux")]
 mod sandbox;
