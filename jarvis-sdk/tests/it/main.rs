@@ -19,6 +19,7 @@ mod pg;
 mod providers;
 #[cfg(target_os = "linux")]
 mod sandbox;
+mod schedule;
 mod security;
 mod sessions_contract;
 mod sessions_crash;
