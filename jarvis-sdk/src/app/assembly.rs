@@ -5,26 +5,27 @@
 use async_trait::async_trait;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use super::config::{AppConfig, StoreBackend};
 use super::definition::{TeamContext, load_team, parse_definition, seed_team_dir};
 use super::error::AppError;
-use super::profile::{AgentProfile, CountingFeedback, MAIN_AGENT, Palette};
+use super::profile::{AgentProfile, MAIN_AGENT, Palette};
 use super::registry::AgentRegistry;
 use crate::agent::{
     AgentEvent, AgentIdentity, Approver, DEFAULT_THOUGHT_TEMPLATE, Harness, HarnessConfig, HubAttachment,
-    JsonlOptions, JsonlSessionStore, LoopContext, ModelSettings, NewSession, ScreenHub, SessionEntry,
-    SessionId, SessionMeta, SessionStore, ThoughtConfig, ThoughtEngine, Tool, ToolGate, ToolRegistry, Typed,
-    UIAdapter,
+    JsonlOpenLoopStore, JsonlOptions, JsonlSessionStore, LoopContext, LoopError, LoopFilter, LoopJudge,
+    MemoryOpenLoopStore, ModelJudge, ModelSettings, NewSession, OpenLoopStore, OpenLoops, RuleJudge,
+    ScreenHub, SessionEntry, SessionId, SessionMeta, SessionStore, ThoughtConfig, ThoughtEngine, Tool,
+    ToolGate, ToolRegistry, Typed, UIAdapter,
 };
 use crate::common::{Extensions, HomeLock};
 use crate::core::{
-    AGENT_ONLY_TOOLS, AgentDirectory, AgentSession, AgentSessionParts, AgentToolPolicy, ApprovalBroker,
-    AskAgentTool, Boundaries, BuiltinConfig, Caller, Delegation, DelegationError, DirectoryLink,
-    LayeredApprovalRules, PEER_REQUEST_RULE, PromptOptions, RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL,
-    RosterEntry, SecurityPipeline, SessionPolicy, TokenAuth, TurnError, Validation, builtin_tools,
-    housing_tools, memory_tools,
+    AGENT_ONLY_TOOLS, AgendaItem, AgendaKind, AgendaSource, AgentDirectory, AgentSession, AgentSessionParts,
+    AgentToolPolicy, ApprovalBroker, AskAgentTool, Boundaries, BuiltinConfig, Caller, CountingFeedback,
+    Delegation, DelegationError, DirectoryLink, LayeredApprovalRules, PEER_REQUEST_RULE, PromptOptions,
+    RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, RosterEntry, SecurityPipeline, SessionPolicy,
+    StandardCommands, TokenAuth, TurnError, Validation, builtin_tools, housing_tools, memory_tools,
 };
 use crate::memory::{InMemoryMemoryStore, MemoryRead, MemoryService, MemoryStore, StaticScopes};
 use crate::model::{HashEmbedder, Provider};
@@ -65,7 +66,9 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     };
     let store: Arc<dyn SessionStore> = match &config.store {
         StoreBackend::Jsonl => {
-            let options = JsonlOptions::default().clock(config.clock.clone());
+            let options = JsonlOptions::default()
+                .clock(config.clock.clone())
+                .durability(config.durability);
             Arc::new(JsonlSessionStore::with_lock(lock.clone(), options)?)
         }
         #[cfg(feature = "postgres")]
@@ -98,6 +101,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     } else {
         None
     };
+    let loops = open_loop_store(&config).await?;
 
     // Tools: the built-in ones, KAREN's, and ask_agent once the team is known.
     let mut tools = ToolRegistry::new();
@@ -169,6 +173,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     );
     let inner = Arc::new(AppInner {
         rules: Arc::new(LayeredApprovalRules::new(&config.home)),
+        demo: config.is_demo(),
         notice: if config.provider.is_some() {
             None
         } else {
@@ -181,11 +186,14 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         tools,
         security,
         memory,
+        loops,
+        me: OnceLock::new(),
         sessions: Mutex::default(),
         delegating: Mutex::default(),
         observers: Observers::default(),
         _lock: lock,
     });
+    let _ = inner.me.set(Arc::downgrade(&inner));
     let directory: Arc<dyn AgentDirectory> = inner.clone();
     link.connect(Arc::downgrade(&directory));
     Ok(AppAssembly { inner })
@@ -223,6 +231,24 @@ async fn memory_service(config: &AppConfig) -> Result<Arc<MemoryService>, AppErr
         );
     }
     Ok(Arc::new(service))
+}
+
+/// Where open loops are kept: Postgres with the Postgres backend,
+/// `$JARVIS_HOME/openloops.jsonl` with JSONL, the process otherwise.
+async fn open_loop_store(config: &AppConfig) -> Result<Arc<dyn OpenLoopStore>, AppError> {
+    let loop_error = |e: LoopError| AppError::Config(e.to_string());
+    Ok(match &config.store {
+        StoreBackend::Jsonl => Arc::new(JsonlOpenLoopStore::open(&config.home).map_err(loop_error)?),
+        #[cfg(feature = "postgres")]
+        StoreBackend::Postgres { url } => Arc::new(
+            crate::agent::PostgresOpenLoopStore::connect(url)
+                .await
+                .map_err(loop_error)?,
+        ),
+        #[cfg(not(feature = "postgres"))]
+        StoreBackend::Postgres { .. } => Arc::new(MemoryOpenLoopStore::new()),
+        StoreBackend::Memory => Arc::new(MemoryOpenLoopStore::new()),
+    })
 }
 
 /// The inner thought template, in `$JARVIS_HOME` (people may edit it).
@@ -279,7 +305,12 @@ struct AppInner {
     rules: Arc<LayeredApprovalRules>,
     security: SecurityPipeline,
     memory: Option<Arc<MemoryService>>,
+    loops: Arc<dyn OpenLoopStore>,
+    /// The app itself, for the parts of its sessions that reach back (the
+    /// AGENDA of `/agenda`) without keeping it alive.
+    me: OnceLock<Weak<AppInner>>,
     notice: Option<String>,
+    demo: bool,
     sessions: Mutex<HashMap<String, (Arc<AgentSession>, HubAttachment)>>,
     delegating: Mutex<BTreeSet<(String, String)>>,
     observers: Observers,
@@ -329,9 +360,26 @@ impl AppAssembly {
         self.inner.notice.as_deref()
     }
 
+    /// Whether the built-in offline demo script is playing (no model is
+    /// configured); screens say so.
+    pub fn is_demo(&self) -> bool {
+        self.inner.demo
+    }
+
     /// The model provider.
     pub fn provider(&self) -> &Arc<dyn Provider> {
         &self.inner.provider
+    }
+
+    /// The AGENDA: every agent's schedules and promises, each with its
+    /// agent's name and colour (R-AGENDA-1).
+    pub async fn agenda(&self) -> Vec<AgendaItem> {
+        self.inner.agenda().await
+    }
+
+    /// The open-loop store.
+    pub fn open_loops(&self) -> &Arc<dyn OpenLoopStore> {
+        &self.inner.loops
     }
 
     /// The memory service, unless memory is off.
@@ -527,6 +575,29 @@ impl AppInner {
             screens.clone(),
             broker,
         );
+        if self.config.agenda.open_loops {
+            let judge: Arc<dyn LoopJudge> = if self.config.agenda.model_judge {
+                Arc::new(ModelJudge::new(self.provider.clone(), profile.model.clone()))
+            } else {
+                Arc::new(RuleJudge)
+            };
+            let loops = OpenLoops::new(
+                self.loops.clone(),
+                judge,
+                self.config.clock.clone(),
+                self.config.ids.clone(),
+            )
+            .with_utc_offset(self.config.agenda.utc_offset_minutes);
+            parts = parts.with_open_loops(Arc::new(loops));
+        }
+        let mut commands = StandardCommands::new().with_agenda(
+            Arc::new(AgendaLink(self.me.get().cloned().unwrap_or_default())),
+            self.config.agenda.utc_offset_minutes,
+        );
+        if let Some(memory) = &self.memory {
+            commands = commands.with_memory(memory.clone(), self.config.memory.user.clone());
+        }
+        parts = parts.with_commands(Arc::new(commands));
         if profile.thinking.enabled {
             let engine = ThoughtEngine::new(
                 self.provider.clone(),
@@ -541,6 +612,70 @@ impl AppInner {
             parts = parts.with_thinking(Arc::new(engine));
         }
         Ok((AgentSession::with_dual(parts, self.config.dual.clone()), screens))
+    }
+}
+
+/// The AGENDA as its sessions' `/agenda` reaches it: a weak link, so a
+/// session never keeps the app alive.
+struct AgendaLink(Weak<AppInner>);
+
+#[async_trait]
+impl AgendaSource for AgendaLink {
+    async fn agenda(&self) -> Vec<AgendaItem> {
+        match self.0.upgrade() {
+            Some(app) => app.agenda().await,
+            None => Vec::new(),
+        }
+    }
+}
+
+impl AppInner {
+    /// Every agent's promises (schedules join them once the scheduler
+    /// runs): due ones by due time, then the others oldest first.
+    async fn agenda(&self) -> Vec<AgendaItem> {
+        let loops = match self
+            .loops
+            .list(&LoopFilter {
+                open_only: true,
+                ..LoopFilter::default()
+            })
+            .await
+        {
+            Ok(loops) => loops,
+            Err(error) => {
+                tracing::warn!(%error, "the AGENDA's promises could not be read");
+                Vec::new()
+            }
+        };
+        let mut promises: Vec<AgendaItem> = loops
+            .into_iter()
+            .map(|l| {
+                let (agent_name, color) = self.label(&l.agent_id);
+                AgendaItem {
+                    kind: AgendaKind::Promise,
+                    id: l.id,
+                    agent_id: l.agent_id,
+                    agent_name,
+                    color,
+                    text: l.text,
+                    when: l.due,
+                    detail: l.condition,
+                    session_id: Some(l.session_id),
+                }
+            })
+            .collect();
+        // Stable: loops come oldest first; those with a due time go first, soonest first.
+        promises.sort_by_key(|p| p.when.map_or((1, 0), |w| (0, w.as_millis())));
+        promises
+    }
+
+    /// An agent's name and colour for its AGENDA label; an agent no longer
+    /// in the team keeps its id and JARVIS's colour.
+    fn label(&self, agent_id: &str) -> (String, String) {
+        match self.registry.get(agent_id) {
+            Some(p) => (p.name.clone(), p.palette.primary.clone()),
+            None => (agent_id.to_owned(), self.registry.main().palette.primary.clone()),
+        }
     }
 }
 

@@ -6,11 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::error::AppError;
-use crate::agent::{AgentLoopConfig, BeforeToolCall};
+use crate::agent::{AgentLoopConfig, BeforeToolCall, Durability};
 use crate::common::{Clock, IdSource, SystemClock, UniqueIds};
-use crate::core::{DEFAULT_APPROVAL_TIMEOUT, DEFAULT_ASK_TIMEOUT, HousingConfig, SecurityStage};
+use crate::core::{
+    DEFAULT_APPROVAL_TIMEOUT, DEFAULT_ASK_TIMEOUT, HOUSING_MODE_ENV, HousingConfig, SH_URL_ENV,
+    SecurityStage, UtcOffset,
+};
 use crate::memory::{DEFAULT_USER, MemoryConfig, MemoryStore};
-use crate::model::{Embedder, LlmConfig, Provider};
+use crate::model::{Embedder, LlmConfig, Provider, ProviderKind};
 
 /// JARVIS's brand (`JARVIS_BRAND__*`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,6 +102,38 @@ impl std::fmt::Debug for MemorySettings {
     }
 }
 
+/// The AGENDA's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AgendaSettings {
+    /// Whether promises are detected after turns (default on).
+    pub open_loops: bool,
+    /// Whether the agent's model judges messages that have a cue, with the
+    /// rules as fallback (`JARVIS_AGENDA__MODEL_JUDGE`, default on); off,
+    /// the rules alone judge and no call is made.
+    pub model_judge: bool,
+    /// The person's time zone as minutes east of UTC, for "tomorrow at 9"
+    /// and schedules (`JARVIS_TIME__UTC_OFFSET`, `+09:00` by default: the
+    /// product speaks Korean first).
+    pub utc_offset_minutes: i32,
+}
+
+impl Default for AgendaSettings {
+    fn default() -> Self {
+        Self {
+            open_loops: true,
+            model_judge: true,
+            utc_offset_minutes: 9 * 60,
+        }
+    }
+}
+
+/// Reads `+09:00`, `-05:30`, `+9`, `Z` or `UTC` as minutes east of UTC
+/// (the scheduler's [`UtcOffset::parse`]).
+pub fn parse_utc_offset(text: &str) -> Option<i32> {
+    UtcOffset::parse(text).ok().map(UtcOffset::minutes)
+}
+
 /// Settings of one app.
 #[derive(Clone)]
 #[non_exhaustive]
@@ -130,7 +165,12 @@ pub struct AppConfig {
     pub store: StoreBackend,
     /// Memory.
     pub memory: MemorySettings,
+    /// The AGENDA: open loops and the person's time zone.
+    pub agenda: AgendaSettings,
 
+    /// When the JSONL store `fsync`s (`JARVIS_STORE__FSYNC`: `end_of_turn`,
+    /// the default, or `never`).
+    pub durability: Durability,
     /// `JARVIS_WEB__TOKEN`: web clients must present it when set.
     pub web_token: Option<String>,
     /// The loop's settings.
@@ -162,6 +202,7 @@ impl std::fmt::Debug for AppConfig {
             .field("brand", &self.brand)
             .field("store", &self.store)
             .field("memory", &self.memory)
+            .field("durability", &self.durability)
             .field("web_token", &self.web_token.as_ref().map(|_| "<redacted>"))
             .finish_non_exhaustive()
     }
@@ -185,6 +226,8 @@ impl AppConfig {
             dual: crate::core::DualConfig::default(),
             store: StoreBackend::Jsonl,
             memory: MemorySettings::default(),
+            agenda: AgendaSettings::default(),
+            durability: Durability::EndOfTurn,
             web_token: None,
             loop_config: AgentLoopConfig::default(),
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
@@ -250,9 +293,31 @@ impl AppConfig {
                 )));
             }
         };
+        config.durability = match var("JARVIS_STORE__FSYNC")
+            .map(|v| v.to_ascii_lowercase())
+            .as_deref()
+        {
+            None | Some("end_of_turn") => Durability::EndOfTurn,
+            Some("never") => Durability::Never,
+            Some(other) => {
+                return Err(AppError::Config(format!(
+                    "JARVIS_STORE__FSYNC={other} is not a durability; use end_of_turn or never"
+                )));
+            }
+        };
         config.web_token = var("JARVIS_WEB__TOKEN");
         if let Some(on) = var("JARVIS_MEMORY__ENABLED") {
             config.memory.enabled = truthy(&on);
+        }
+        if let Some(on) = var("JARVIS_AGENDA__MODEL_JUDGE") {
+            config.agenda.model_judge = truthy(&on);
+        }
+        if let Some(offset) = var("JARVIS_TIME__UTC_OFFSET") {
+            config.agenda.utc_offset_minutes = parse_utc_offset(&offset).ok_or_else(|| {
+                AppError::Config(format!(
+                    "JARVIS_TIME__UTC_OFFSET={offset} is not an offset like +09:00"
+                ))
+            })?;
         }
 
         if let Some(on) = var("JARVIS_THINKING__ENABLED") {
@@ -269,9 +334,32 @@ impl AppConfig {
                     ))
                 })?;
         }
-        config.housing =
-            HousingConfig::from_vars(&config.home, &get).map_err(|e| AppError::Config(e.to_string()))?;
+        // The offline demo finds notices on a fresh machine: with the demo
+        // model playing and no housing source configured, the bundled sample
+        // notices (each marked as a sample) stand in for LH and SH.
+        let demo = config.is_demo();
+        let housing_configured = [HOUSING_MODE_ENV, SH_URL_ENV, "JARVIS_HOUSING__LH_SERVICE_KEY"]
+            .iter()
+            .any(|name| var(name).is_some());
+        config.housing = if demo && !housing_configured {
+            HousingConfig::from_vars(&config.home, |name| {
+                if name == HOUSING_MODE_ENV {
+                    Some("fixture".to_owned())
+                } else {
+                    get(name)
+                }
+            })
+        } else {
+            HousingConfig::from_vars(&config.home, &get)
+        }
+        .map_err(|e| AppError::Config(e.to_string()))?;
         Ok(config)
+    }
+
+    /// Whether the built-in offline demo will play: no provider given in
+    /// code, `faux` chosen (or nothing configured) and no script named.
+    pub fn is_demo(&self) -> bool {
+        self.provider.is_none() && self.llm.provider == ProviderKind::Faux && self.llm.faux_script.is_none()
     }
 
     /// Uses `provider` instead of the configured model.

@@ -11,10 +11,13 @@
 //! scheduler: job files, the run ledger, the catch-up rule and the housing
 //! watch job.
 
+mod agenda;
 pub(crate) mod approval;
 mod ask;
+mod commands;
 pub(crate) mod housing;
 mod memory_tools;
+mod proactive;
 mod sandbox;
 pub(crate) mod schedule;
 pub(crate) mod security;
@@ -22,6 +25,7 @@ mod session;
 mod tool_policy;
 mod tools;
 
+pub use agenda::{AgendaItem, AgendaKind, AgendaSource};
 pub use approval::{
     ApprovalBroker, ApprovalError, ApprovalRule, Attachment, DEFAULT_APPROVAL_TIMEOUT, LayeredApprovalRules,
     RuleDecision, RuleSource,
@@ -29,6 +33,9 @@ pub use approval::{
 pub use ask::{
     AgentDirectory, AskAgentArgs, AskAgentTool, DEFAULT_ASK_TIMEOUT, Delegation, DelegationChain,
     DelegationError, DirectoryLink, MAX_CHAIN, PEER_REQUEST_RULE, RosterEntry, bigram_jaccard, is_bounce,
+};
+pub use commands::{
+    COMMANDS, CommandContext, ScheduleCommand, SlashCommands, StandardCommands, parse_command,
 };
 pub use housing::{
     AGENT_ONLY_TOOLS, DEFAULT_NOTICE_LIMIT, DEFAULT_REFERENCE_RATE, FileProfileStore, FileWatchStore,
@@ -49,6 +56,10 @@ pub use housing::{
 pub use memory_tools::{
     RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, memory_tools, register_memory_tools,
 };
+pub use proactive::{
+    CountingFeedback, FeedbackLearner, ProactiveConfig, ProactiveDaemon, ProactiveSessions, ProactiveTarget,
+    Reaction, TickReport, reminder_text,
+};
 pub use sandbox::{
     DirEntryInfo, DirListing, EntryKind, FileContent, MAX_COMPONENT_LEN, MAX_PATH_LEN, Sandbox, SandboxError,
     validate_session_id,
@@ -57,9 +68,9 @@ pub use schedule::{
     BrokenFile, BuiltinJob, CatchUp, CronExpr, DEFAULT_GRACE, DEFAULT_JOB_AGENT, DEFAULT_POLL_INTERVAL,
     DEFAULT_WATCH_INTERVAL, HOUSING_WATCH_JOB, Job, JobInfo, JobOrigin, JobOutput, JobRunner, JobSpec,
     LastRun, LedgerLoad, MAX_INTERVAL, MAX_JOB_FILE_BYTES, MAX_JOB_ID_LEN, MAX_SKIPPED_RECORDS, MIN_INTERVAL,
-    RunOutcome, RunRecord, RunReport, RunState, SCHEDULE_RUNS_FILE, SCHEDULES_DIR, ScheduleError, Scheduler,
-    SchedulerConfig, SlotRef, TickReport, Trigger, UtcOffset, WATCH_AGENT, WHEN_FORMS, WatchJob, WatchPass,
-    WatchReporter, When, parse_when, validate_job_id,
+    RunOutcome, RunRecord, RunReport, RunState, SCHEDULE_RUNS_FILE, SCHEDULES_DIR, ScheduleError,
+    ScheduleTick, Scheduler, SchedulerConfig, SlotRef, Trigger, UtcOffset, WATCH_AGENT, WHEN_FORMS, WatchJob,
+    WatchPass, WatchReporter, When, parse_when, validate_job_id,
 };
 pub use security::{
     Caller, SecurityError, SecurityInput, SecurityPipeline, SecurityStage, SessionPolicy, Slot, TokenAuth,

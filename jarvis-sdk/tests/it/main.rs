@@ -1,5 +1,6 @@
 //! Integration tests of jarvis-sdk: one binary, one module per subject.
 
+mod agenda;
 mod agent_session;
 mod approvals;
 mod assembler_props;
@@ -15,6 +16,7 @@ mod loop_concurrency;
 mod loop_props;
 mod loop_transcripts;
 mod memory;
+mod openloop;
 mod pg;
 mod providers;
 #[cfg(target_os = "linux")]

@@ -5,10 +5,10 @@
 
 use async_trait::async_trait;
 use jarvis_sdk::{
-    CatchUp, CronExpr, EXTERNAL_SEEN_FILE, FileWatchStore, FixtureNoticeSource, HOUSING_WATCH_JOB, Job,
-    JobOutput, JobRunner, JobSpec, ManualClock, Notice, NoticeSource, NoticeWatch, RunOutcome, RunState,
-    SCHEDULE_RUNS_FILE, ScheduleError, Scheduler, SchedulerConfig, Timestamp, Trigger, UtcOffset, WatchJob,
-    WatchReporter, WatchStore, parse_when,
+    CatchUp, CommandContext, CronExpr, EXTERNAL_SEEN_FILE, FileWatchStore, FixtureNoticeSource,
+    HOUSING_WATCH_JOB, Job, JobOutput, JobRunner, JobSpec, ManualClock, Notice, NoticeSource, NoticeWatch,
+    RunOutcome, RunState, SCHEDULE_RUNS_FILE, ScheduleError, Scheduler, SchedulerConfig, SlashCommands,
+    StandardCommands, Timestamp, Trigger, UtcOffset, WatchJob, WatchReporter, WatchStore, parse_when,
 };
 use proptest::prelude::*;
 use serde_json::Value;
@@ -922,6 +922,40 @@ async fn add_job_writes_a_file_that_a_fresh_scheduler_loads_with_the_agent_given
         fresh.remove_job("water"),
         Err(ScheduleError::NotFound { .. })
     ));
+}
+
+#[tokio::test]
+async fn the_schedule_command_makes_a_job_for_the_sessions_agent() {
+    let h = Home::new("2026-11-30T08:00", &[]);
+    let commands = StandardCommands::new().with_schedule(Arc::new(h.scheduler()));
+    let karen = CommandContext {
+        agent_id: "karen",
+        session_id: "default-karen",
+    };
+    let reply = commands
+        .handle(&karen, "/schedule 매주 월요일 오전 9시 청약 공고 정리해 줘")
+        .await
+        .unwrap();
+    assert!(reply.contains("scheduled"), "{reply}");
+    assert!(
+        reply.contains("job-20261130-0800 [karen]: 청약 공고 정리해 줘"),
+        "{reply}"
+    );
+    assert!(
+        reply.contains("2026-11-30 09:00 (+09:00)"),
+        "the next run: {reply}"
+    );
+    let job = h.scheduler().job("job-20261130-0800").unwrap();
+    assert_eq!(job.agent, "karen");
+
+    let reply = commands.handle(&karen, "/schedule 언젠가 청소").await.unwrap();
+    assert!(reply.contains("accepted forms"), "{reply}");
+    let reply = commands
+        .handle(&karen, "/schedule tomorrow 8am 우산 챙기기")
+        .await
+        .unwrap();
+    assert!(reply.contains("2026-12-01 08:00 (+09:00)"), "{reply}");
+    assert_eq!(h.scheduler().jobs().len(), 2);
 }
 
 #[tokio::test]

@@ -33,7 +33,7 @@ pub use job::{
 pub use ledger::{LastRun, LedgerLoad, RunRecord, RunState, SCHEDULE_RUNS_FILE};
 pub use scheduler::{
     BrokenFile, BuiltinJob, DEFAULT_GRACE, DEFAULT_POLL_INTERVAL, JobInfo, JobOutput, JobRunner,
-    MAX_SKIPPED_RECORDS, RunOutcome, RunReport, Scheduler, SchedulerConfig, SlotRef, TickReport,
+    MAX_SKIPPED_RECORDS, RunOutcome, RunReport, ScheduleTick, Scheduler, SchedulerConfig, SlotRef,
 };
 pub use trigger::{MAX_INTERVAL, MIN_INTERVAL, Trigger, UtcOffset};
 pub use watch::{DEFAULT_WATCH_INTERVAL, HOUSING_WATCH_JOB, WATCH_AGENT, WatchJob, WatchPass, WatchReporter};

@@ -36,10 +36,11 @@ use super::job::{
     CatchUp, Job, JobOrigin, JobSpec, MAX_JOB_FILE_BYTES, SCHEDULES_DIR, parse_job_file, validate_job_id,
 };
 use super::ledger::{LastRun, LedgerLoad, RunLedger, RunRecord, RunState};
-use super::trigger::{Trigger, UtcOffset, check_interval};
+use super::trigger::{Trigger, UtcOffset, check_interval, format_local};
 use super::when::{When, parse_when};
 use crate::agent::validate_agent_id;
 use crate::common::{Clock, Timestamp, write_atomic};
+use crate::core::commands::ScheduleCommand;
 
 /// How often the driver ticks by default.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(15);
@@ -168,7 +169,7 @@ pub struct RunReport {
 
 /// What one [`Scheduler::tick`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TickReport {
+pub struct ScheduleTick {
     /// The clock's time the tick used.
     pub at: Timestamp,
     /// The runs it started, each finished.
@@ -253,6 +254,27 @@ pub struct Scheduler {
     running: Arc<Mutex<HashSet<String>>>,
 }
 
+/// `/schedule <when> <prompt>` for [`StandardCommands`](crate::core::StandardCommands):
+/// [`Scheduler::schedule_text`], answered with the job's id, agent, prompt,
+/// trigger and next run, or with what was wrong and the accepted forms.
+#[async_trait]
+impl ScheduleCommand for Scheduler {
+    async fn schedule(&self, agent_id: &str, spec: &str) -> Result<String, String> {
+        let job = self.schedule_text(agent_id, spec).map_err(|e| e.to_string())?;
+        let next = self
+            .next_run_of(&job, self.now())
+            .map(|t| format!("{} ({})", format_local(t, job.utc_offset, ' '), job.utc_offset))
+            .unwrap_or_else(|| "-".to_owned());
+        Ok(format!(
+            "예약했어요 (scheduled) {id} [{agent}]: {prompt}\n{trigger}; 다음 실행 (next run) {next}",
+            id = job.id,
+            agent = job.agent,
+            prompt = job.prompt,
+            trigger = job.describe_trigger(),
+        ))
+    }
+}
+
 impl fmt::Debug for Scheduler {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Scheduler")
@@ -312,7 +334,7 @@ impl Scheduler {
 
     /// Runs everything due at the clock's time and waits for those runs.
     /// Runs of different jobs go concurrently.
-    pub async fn tick(&self) -> TickReport {
+    pub async fn tick(&self) -> ScheduleTick {
         let (mut report, runs) = self.begin();
         report.runs.extend(join_all(runs).await);
         report
@@ -509,11 +531,11 @@ impl Scheduler {
 
     /// Decides what is due now, records it, and hands back the runs to
     /// drive (already marked running and `started` in the ledger).
-    fn begin(&self) -> (TickReport, Vec<BoxFuture<'static, RunReport>>) {
+    fn begin(&self) -> (ScheduleTick, Vec<BoxFuture<'static, RunReport>>) {
         let now = self.now();
         let mut state = self.lock_state();
         let (registered, broken_files) = self.refresh(&mut state, now);
-        let mut report = TickReport {
+        let mut report = ScheduleTick {
             at: now,
             runs: Vec::new(),
             skipped: Vec::new(),

@@ -55,7 +55,8 @@ impl UtcOffset {
         self.0
     }
 
-    /// Parses `+09:00`, `-05:30` or `Z`.
+    /// Parses `+09:00`, `-05:30`, `+9`, `Z` or `UTC`: a sign, hours (one or
+    /// two digits) and optionally `:` and two digits of minutes.
     pub fn parse(text: &str) -> Result<Self, ScheduleError> {
         let bad = || {
             ScheduleError::invalid(format!(
@@ -63,24 +64,24 @@ impl UtcOffset {
             ))
         };
         let t = text.trim();
-        if t.eq_ignore_ascii_case("z") {
+        if t.eq_ignore_ascii_case("z") || t.eq_ignore_ascii_case("utc") {
             return Ok(Self::UTC);
         }
-        let b = t.as_bytes();
-        let sign = match b.first() {
-            Some(b'+') => 1,
-            Some(b'-') => -1,
+        let (sign, rest) = match t.as_bytes().first() {
+            Some(b'+') => (1, &t[1..]),
+            Some(b'-') => (-1, &t[1..]),
             _ => return Err(bad()),
         };
-        if b.len() != 6 || b[3] != b':' || ![b[1], b[2], b[4], b[5]].iter().all(u8::is_ascii_digit) {
-            return Err(bad());
+        let (h, m) = rest.split_once(':').unwrap_or((rest, "00"));
+        let number = |s: &str, lengths: std::ops::RangeInclusive<usize>| {
+            (lengths.contains(&s.len()) && s.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| s.parse::<i32>().ok())
+                .flatten()
+        };
+        match (number(h, 1..=2), number(m, 2..=2)) {
+            (Some(h), Some(m)) if m < 60 => Self::from_minutes(sign * (h * 60 + m)).map_err(|_| bad()),
+            _ => Err(bad()),
         }
-        let digit = |i: usize| i32::from(b[i] - b'0');
-        let (h, m) = (digit(1) * 10 + digit(2), digit(4) * 10 + digit(5));
-        if m > 59 {
-            return Err(bad());
-        }
-        Self::from_minutes(sign * (h * 60 + m))
     }
 }
 
@@ -318,10 +319,16 @@ mod tests {
         assert_eq!(UtcOffset::parse("+09:00").unwrap(), UtcOffset::KST);
         assert_eq!(UtcOffset::parse("-05:30").unwrap().minutes(), -330);
         assert_eq!(UtcOffset::parse("Z").unwrap(), UtcOffset::UTC);
+        assert_eq!(UtcOffset::parse(" utc ").unwrap(), UtcOffset::UTC);
+        assert_eq!(UtcOffset::parse("+9").unwrap(), UtcOffset::KST);
+        assert_eq!(UtcOffset::parse("-5:30").unwrap().minutes(), -330);
         assert_eq!(UtcOffset::from_minutes(-330).unwrap().to_string(), "-05:30");
         assert_eq!(UtcOffset::KST.to_string(), "+09:00");
         assert_eq!(UtcOffset::default(), UtcOffset::KST);
-        for bad in ["09:00", "+9:00", "+09", "+0900", "+15:00", "+09:60", "+0a:00", ""] {
+        for bad in [
+            "09:00", "+", "+:00", "+09:0", "+09:000", "+0900", "+15:00", "+14:30", "+09:60", "+0a:00", "+-9",
+            "+９", "",
+        ] {
             assert!(UtcOffset::parse(bad).is_err(), "{bad}");
         }
     }
