@@ -22,6 +22,7 @@ mod proactive;
 mod providers;
 #[cfg(target_os = "linux")]
 mod sandbox;
+mod schedule;
 mod security;
 mod sessions_contract;
 mod sessions_crash;
