@@ -82,10 +82,10 @@ pub(crate) async fn fork_session(
     Ok((StatusCode::CREATED, Json(state.app().fork(&id).await?)))
 }
 
-/// `GET /api/agenda`: `{"items": […]}`, from the state's
-/// [`AgendaSource`](crate::AgendaSource) (the app's AGENDA by default).
+/// `GET /api/agenda`: `{"items": […]}`, the app's AGENDA: every agent's
+/// schedules and open promises with the agent's name and colour.
 pub(crate) async fn agenda(State(state): State<ServerState>) -> Json<serde_json::Value> {
-    Json(json!({ "items": state.inner.agenda.items().await }))
+    Json(json!({ "items": state.app().agenda().await }))
 }
 
 /// `GET /`: the HUD page. With `?token=` equal to the server's token, it

@@ -21,7 +21,7 @@
 //! | `POST /api/sessions {"agent"}` | 201 and the new session; no agent = `main`; unknown → 400 |
 //! | `GET /api/sessions/{id}` | `{"session", "entries"}` |
 //! | `POST /api/sessions/{id}/fork` | 201 and the fork (same agent) |
-//! | `GET /api/agenda` | `{"items": […]}`: every agent's schedules and open promises |
+//! | `GET /api/agenda` | `{"items": […]}`: every agent's schedules and open promises, each `{kind, id, agent_id, agent_name, color, text, when?, detail?, session_id?}` |
 //! | `GET /ws?session_id=…&agent=…` | the WebSocket (see the `ws` module docs in the source) |
 //!
 //! Errors are `{"error": {"code", "message"}}` and never carry internals.
@@ -39,7 +39,6 @@
 //! # Ok(()) }
 //! ```
 
-mod agenda;
 mod auth;
 pub mod client;
 mod config;
@@ -52,7 +51,6 @@ mod serve;
 mod state;
 mod ws;
 
-pub use agenda::{AgendaItem, AgendaSource, AppAgenda, NoAgenda};
 pub use config::{DEFAULT_HOST, DEFAULT_PORT, Limits, ServerConfig};
 pub use hud::DEMO_HELP;
 pub use serve::{SERVER_FILE, ServeError, Server, ServerFile, check_bind, local_url, serve};

@@ -9,6 +9,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 use crate::state::ServerState;
 
@@ -164,6 +165,10 @@ impl Server {
             }
         });
         tracing::info!(%url, "listening");
+        // The app's background work (the reflection daemon) runs as long as
+        // the server does.
+        let background = CancellationToken::new();
+        let tasks = self.state.app().spawn_background(background.clone());
         let result = axum::serve(listener, crate::router(self.state.clone()))
             .with_graceful_shutdown(shutdown)
             .await
@@ -171,6 +176,10 @@ impl Server {
                 what: "serve connections",
                 source,
             });
+        background.cancel();
+        for task in tasks {
+            let _ = task.await;
+        }
         self.state.shutdown().await;
         self.remove_file();
         tracing::info!("stopped");

@@ -1,6 +1,6 @@
 //! [`ServerState`]: the app's one [`AppAssembly`] plus what the server keeps
-//! per connection: the open connections, the agent activity, the AGENDA
-//! source, the running turns and the shutdown signal.
+//! per connection: the open connections, the agent activity, the running
+//! turns and the shutdown signal.
 
 use jarvis_sdk::AppAssembly;
 use std::sync::Arc;
@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::agenda::{AgendaSource, AppAgenda};
 use crate::config::ServerConfig;
 use crate::fanout::{Activity, Connections};
 
@@ -22,7 +21,7 @@ pub struct ServerState {
 pub(crate) struct Inner {
     pub(crate) app: AppAssembly,
     pub(crate) config: ServerConfig,
-    pub(crate) agenda: Arc<dyn AgendaSource>,
+
     pub(crate) connections: Arc<Connections>,
     pub(crate) activity: Arc<Activity>,
     /// Cancelled when the server shuts down: connections close.
@@ -45,9 +44,9 @@ impl ServerState {
         app.observe(activity.clone());
         Self {
             inner: Arc::new(Inner {
-                app: app.clone(),
+                app,
                 config,
-                agenda: Arc::new(AppAgenda(app.clone())),
+
                 connections,
                 activity,
                 shutdown: CancellationToken::new(),
@@ -56,16 +55,6 @@ impl ServerState {
                 sockets: TaskTracker::new(),
             }),
         }
-    }
-
-    /// Lists the AGENDA from `agenda` instead of the app's own
-    /// ([`AppAgenda`](crate::AppAgenda)).
-    /// Call before the state is cloned; later calls change nothing.
-    pub fn with_agenda(mut self, agenda: Arc<dyn AgendaSource>) -> Self {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.agenda = agenda;
-        }
-        self
     }
 
     /// The app.

@@ -18,7 +18,9 @@
 //!   connection sees `approval_resolved`; a late answer gets
 //!   `error {code: "approval_not_pending"}`.
 //! - `abort` aborts the running turn (nothing happens when none runs).
-//! - `proactive_feedback` goes to the session agent's feedback learner.
+//! - `proactive_feedback` goes to the reflection daemon, which hands it to
+//!   the feedback learner of the agent that sent the message (once per
+//!   message; feedback on other messages changes nothing).
 //! - anything else gets `error {code: "bad_request"}`; the connection stays.
 //!
 //! A client that stops reading is closed with 1008 once its queue is full
@@ -32,7 +34,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures::stream::SplitSink;
 use futures::{SinkExt, StreamExt};
-use jarvis_sdk::{AgentSession, Caller, SecurityError, SessionId, TurnError};
+use jarvis_sdk::{AgentSession, Caller, PromptOptions, SecurityError, SessionId, TurnError};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tokio::sync::mpsc;
@@ -275,8 +277,11 @@ impl Connection<'_> {
                 if message_id.trim().is_empty() {
                     return self.outbox.error(codes::BAD_REQUEST, "message_id is empty");
                 }
-                if let Some(agent) = self.state.app().registry().get(self.session.agent_id()) {
-                    agent.feedback.record(reaction);
+                // Only messages the reflection daemon sent teach its
+                // learner; a reaction to an answer or a filler, or a second
+                // reaction, changes nothing.
+                if !self.state.app().proactive_feedback(&message_id, reaction) {
+                    tracing::debug!(%message_id, "feedback on a message the daemon is not waiting on");
                 }
             }
         }
@@ -297,7 +302,9 @@ impl Connection<'_> {
             token: self.token.clone(),
         };
         let turn = inner.turns.track_future(async move {
-            match session.prompt(text, caller).await {
+            // A long job is acknowledged and goes on in the background; its
+            // answer reaches every screen as `proactive_message`.
+            match session.prompt_dual(text, PromptOptions::from(caller)).await {
                 Ok(_) => {}
                 Err(TurnError::Busy(_)) => outbox.error(
                     codes::BUSY,

@@ -4,14 +4,15 @@
 
 use anyhow::{Context, bail};
 use jarvis_sdk::{
-    AgentEvent, AgentSession, AppAssembly, ApprovalDecision, ApprovalRequest, Caller, SecurityError,
-    SessionAttachment, SessionId, TurnError, UIAdapter,
+    AgentEvent, AgentSession, AppAssembly, ApprovalDecision, ApprovalRequest, Caller, PromptOptions,
+    SecurityError, SessionAttachment, SessionId, TurnError, UIAdapter,
 };
 use jarvis_server::client::{Connection, Incoming};
 use jarvis_server::protocol::{ClientMessage, ServerMessage, ServerNotice, codes};
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use crate::Target;
 use crate::home::Home;
@@ -25,8 +26,10 @@ pub(crate) enum Backend {
 }
 
 impl Backend {
-    /// Opens the session `target` names in `home`.
-    pub(crate) async fn open(home: Home, target: &Target) -> anyhow::Result<Self> {
+    /// Opens the session `target` names in `home`; with `background`, an app
+    /// assembled in this process also runs its background work (reminders)
+    /// while the session is open.
+    pub(crate) async fn open(home: Home, target: &Target, background: bool) -> anyhow::Result<Self> {
         match home {
             Home::Remote(client) => {
                 let (id, agent) = match (&target.session, &target.agent) {
@@ -54,7 +57,7 @@ impl Backend {
                     None => bail!("the server closed the connection"),
                 }
             }
-            Home::Local(app) => Ok(Backend::Local(Local::open(app, target).await?)),
+            Home::Local(app) => Ok(Backend::Local(Local::open(app, target, background).await?)),
         }
     }
 
@@ -85,6 +88,8 @@ pub(crate) struct Local {
     tx: mpsc::UnboundedSender<ServerMessage>,
     rx: mpsc::UnboundedReceiver<ServerMessage>,
     _attachment: SessionAttachment,
+    /// Stops the app's background work when the chat ends.
+    _background: tokio_util::sync::DropGuard,
 }
 
 /// Hands the session's events to the chat loop. The loop drains it
@@ -112,7 +117,7 @@ impl UIAdapter for Screen {
 }
 
 impl Local {
-    async fn open(app: AppAssembly, target: &Target) -> anyhow::Result<Self> {
+    async fn open(app: AppAssembly, target: &Target, background: bool) -> anyhow::Result<Self> {
         let session = match (&target.session, &target.agent) {
             (Some(id), _) => {
                 let id = SessionId::new(id.as_str())?;
@@ -136,12 +141,19 @@ impl Local {
         };
         let (tx, rx) = mpsc::unbounded_channel();
         let attachment = session.attach(Arc::new(Screen(tx.clone())));
+        // Reminders and other unprompted messages reach this terminal while
+        // the chat runs.
+        let stop = CancellationToken::new();
+        if background {
+            app.spawn_background(stop.clone());
+        }
         Ok(Self {
             app,
             session,
             tx,
             rx,
             _attachment: attachment,
+            _background: stop.drop_guard(),
         })
     }
 
@@ -157,7 +169,10 @@ impl Local {
                 let session = self.session.clone();
                 let tx = self.tx.clone();
                 tokio::spawn(async move {
-                    let error = match session.prompt(text, Caller::Local).await {
+                    let error = match session
+                        .prompt_dual(text, PromptOptions::from(Caller::Local))
+                        .await
+                    {
                         Ok(_) => return,
                         Err(TurnError::Busy(_)) => {
                             ServerNotice::error(codes::BUSY, "a turn is running in this session")
@@ -185,10 +200,8 @@ impl Local {
             ClientMessage::Abort => {
                 self.session.abort();
             }
-            ClientMessage::ProactiveFeedback { reaction, .. } => {
-                if let Some(agent) = self.app.registry().get(self.session.agent_id()) {
-                    agent.feedback.record(reaction);
-                }
+            ClientMessage::ProactiveFeedback { message_id, reaction } => {
+                self.app.proactive_feedback(&message_id, reaction);
             }
             _ => self.error(codes::BAD_REQUEST, "this message is not supported"),
         }

@@ -39,8 +39,10 @@ enum Turn {
 /// Runs the chat; with `once`, sends that prompt and leaves after its turn.
 pub(crate) async fn run(target: Target, once: Option<String>) -> anyhow::Result<ExitCode> {
     let home = crate::home::open().await?;
-    let mut backend = Backend::open(home, &target).await?;
     let ask = once.is_some();
+    // A one-shot question starts no background work: reminders belong to a
+    // conversation someone is there to see.
+    let mut backend = Backend::open(home, &target, !ask).await?;
     let mut out = if ask { Renderer::ask() } else { Renderer::chat() };
     let read_stdin = !ask || std::io::stdin().is_terminal();
     let mut lines = if read_stdin { stdin_lines() } else { closed_lines() };

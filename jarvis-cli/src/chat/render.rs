@@ -2,7 +2,7 @@
 //! dimmed, tool activity with a spinner, approval questions. On a pipe the
 //! same appears as plain lines (no colours, no spinner, thinking labelled).
 
-use jarvis_sdk::{AgentEvent, ApprovalRequest, MessageDelta, StopReason};
+use jarvis_sdk::{AgentEvent, ApprovalRequest, MessageDelta, ProactiveKind, StopReason};
 use jarvis_server::protocol::{ServerMessage, ServerNotice, codes};
 use std::io::{IsTerminal, Write};
 
@@ -222,6 +222,17 @@ impl Renderer {
             }
             AgentEvent::AgentError { message } => self.note(&format!("! {message}")),
             AgentEvent::InputRejected { message } => self.note(&format!("! {message}")),
+            AgentEvent::ProactiveMessage { text, kind, .. } => match kind {
+                // A filler or acknowledgement: said in passing.
+                ProactiveKind::Filler => self.note(&format!("… {text}")),
+                // A reminder or a watch result the agent brings up itself.
+                ProactiveKind::Proactive => self.note(&format!("» {text}")),
+                // The answer of a job that went on in the background.
+                _ => {
+                    self.fresh();
+                    let _ = writeln!(self.answer, "{text}");
+                }
+            },
             AgentEvent::AgentEnd { final_message, .. } => {
                 self.running.clear();
                 self.fresh();

@@ -402,3 +402,22 @@ fn the_server_runs_in_its_own_process_and_chat_goes_through_it() {
     assert!(status.success(), "{out}\n{err}");
     assert!(!home.0.join("server.json").exists(), "the server file is removed");
 }
+
+#[test]
+fn chat_shows_a_reminder_of_a_due_promise_without_being_asked() {
+    let home = TempHome::new();
+    let due = r#"{"op":"open","v":1,"loop":{"id":"l-1","session_id":"default-main","agent_id":"main","text":"SH 공고 확인하기","kind":"request","due":"2020-01-01T00:00:00Z","condition":null,"created_at":"2020-01-01T00:00:00Z","closed_at":null}}"#;
+    std::fs::write(home.0.join("openloops.jsonl"), format!("{due}\n")).unwrap();
+    let mut chat = Running::start(scripted(&home, "fallback: { text: \"네.\" }").arg("chat"));
+    chat.expect(0, "» 잊지 않으셨죠? (A reminder:) SH 공고 확인하기");
+    let (status, _, err) = chat.finish();
+    assert!(status.success(), "{err}");
+    // The reminder was the request: it is closed in its own session.
+    let loops = std::fs::read_to_string(home.0.join("openloops.jsonl")).unwrap();
+    assert!(
+        loops
+            .lines()
+            .any(|l| l.contains("\"op\":\"close\"") && l.contains("\"l-1\"")),
+        "{loops}"
+    );
+}

@@ -5,7 +5,8 @@
 use async_trait::async_trait;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
+use tokio_util::sync::CancellationToken;
 
 use super::config::{AppConfig, StoreBackend};
 use super::definition::{TeamContext, load_team, parse_definition, seed_team_dir};
@@ -16,16 +17,17 @@ use crate::agent::{
     AgentEvent, AgentIdentity, Approver, DEFAULT_THOUGHT_TEMPLATE, Harness, HarnessConfig, HubAttachment,
     JsonlOpenLoopStore, JsonlOptions, JsonlSessionStore, LoopContext, LoopError, LoopFilter, LoopJudge,
     MemoryOpenLoopStore, ModelJudge, ModelSettings, NewSession, OpenLoopStore, OpenLoops, RuleJudge,
-    ScreenHub, SessionEntry, SessionId, SessionMeta, SessionStore, ThoughtConfig, ThoughtEngine, Tool,
-    ToolGate, ToolRegistry, Typed, UIAdapter,
+    ScreenHub, SessionEntry, SessionId, SessionKind, SessionMeta, SessionStore, ThoughtConfig, ThoughtEngine,
+    Tool, ToolGate, ToolRegistry, Typed, UIAdapter,
 };
 use crate::common::{Extensions, HomeLock};
 use crate::core::{
     AGENT_ONLY_TOOLS, AgendaItem, AgendaKind, AgendaSource, AgentDirectory, AgentSession, AgentSessionParts,
     AgentToolPolicy, ApprovalBroker, AskAgentTool, Boundaries, BuiltinConfig, Caller, CountingFeedback,
-    Delegation, DelegationError, DirectoryLink, LayeredApprovalRules, PEER_REQUEST_RULE, PromptOptions,
-    RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, RosterEntry, SecurityPipeline, SessionPolicy,
-    StandardCommands, TokenAuth, TurnError, Validation, builtin_tools, housing_tools, memory_tools,
+    Delegation, DelegationError, DirectoryLink, LayeredApprovalRules, PEER_REQUEST_RULE, ProactiveDaemon,
+    ProactiveSessions, ProactiveTarget, PromptOptions, RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL,
+    Reaction, RosterEntry, SecurityPipeline, SessionPolicy, StandardCommands, TokenAuth, TurnError,
+    Validation, builtin_tools, housing_tools, memory_tools,
 };
 use crate::memory::{InMemoryMemoryStore, MemoryRead, MemoryService, MemoryStore, StaticScopes};
 use crate::model::{HashEmbedder, Provider};
@@ -171,7 +173,18 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         Arc::new(auth),
         config.policy.clone().unwrap_or_else(|| Arc::new(SessionPolicy)),
     );
-    let inner = Arc::new(AppInner {
+    let reminders = config
+        .agenda
+        .open_loops
+        .then(|| Arc::new(open_loops(&config, loops.clone(), Arc::new(RuleJudge))));
+    let inner = Arc::new_cyclic(|me: &Weak<AppInner>| AppInner {
+        proactive: Arc::new(ProactiveDaemon::new(
+            Arc::new(OpenSessions(me.clone())),
+            reminders,
+            config.clock.clone(),
+            config.reflection.daemon.clone(),
+        )),
+        me: me.clone(),
         rules: Arc::new(LayeredApprovalRules::new(&config.home)),
         demo: config.is_demo(),
         notice: if config.provider.is_some() {
@@ -187,13 +200,12 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         security,
         memory,
         loops,
-        me: OnceLock::new(),
         sessions: Mutex::default(),
         delegating: Mutex::default(),
         observers: Observers::default(),
         _lock: lock,
     });
-    let _ = inner.me.set(Arc::downgrade(&inner));
+
     let directory: Arc<dyn AgentDirectory> = inner.clone();
     link.connect(Arc::downgrade(&directory));
     Ok(AppAssembly { inner })
@@ -308,7 +320,9 @@ struct AppInner {
     loops: Arc<dyn OpenLoopStore>,
     /// The app itself, for the parts of its sessions that reach back (the
     /// AGENDA of `/agenda`) without keeping it alive.
-    me: OnceLock<Weak<AppInner>>,
+    me: Weak<AppInner>,
+    /// The reflection daemon; it sees the open sessions through a weak link.
+    proactive: Arc<ProactiveDaemon>,
     notice: Option<String>,
     demo: bool,
     sessions: Mutex<HashMap<String, (Arc<AgentSession>, HubAttachment)>>,
@@ -399,6 +413,33 @@ impl AppAssembly {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(observer);
+    }
+
+    /// The reflection daemon: it reminds of due promises and delivers queued
+    /// messages in the open sessions of proactive agents. It runs once
+    /// [`AppAssembly::spawn_background`] starts it; tests call its `tick`.
+    pub fn proactive(&self) -> &Arc<ProactiveDaemon> {
+        &self.inner.proactive
+    }
+
+    /// A person's reaction to the proactive message `message_id` (the
+    /// `proactive_feedback` client message); it reaches the feedback learner
+    /// of the agent that sent it. Answers whether the message was one the
+    /// daemon sent and had not had a reaction yet.
+    pub fn proactive_feedback(&self, message_id: &str, reaction: Reaction) -> bool {
+        self.proactive().feedback(message_id, reaction)
+    }
+
+    /// Starts the app's background work until `cancel` fires: the
+    /// reflection daemon (unless `JARVIS_REFLECTION__ENABLED` is off).
+    /// Servers and terminals call it once; an embedding app that wants no
+    /// unprompted messages does not.
+    pub fn spawn_background(&self, cancel: CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut tasks = Vec::new();
+        if self.inner.config.reflection.enabled {
+            tasks.push(self.proactive().clone().spawn(cancel));
+        }
+        tasks
     }
 
     /// Sessions built so far (open in this process), with their agents.
@@ -581,17 +622,10 @@ impl AppInner {
             } else {
                 Arc::new(RuleJudge)
             };
-            let loops = OpenLoops::new(
-                self.loops.clone(),
-                judge,
-                self.config.clock.clone(),
-                self.config.ids.clone(),
-            )
-            .with_utc_offset(self.config.agenda.utc_offset_minutes);
-            parts = parts.with_open_loops(Arc::new(loops));
+            parts = parts.with_open_loops(Arc::new(open_loops(&self.config, self.loops.clone(), judge)));
         }
         let mut commands = StandardCommands::new().with_agenda(
-            Arc::new(AgendaLink(self.me.get().cloned().unwrap_or_default())),
+            Arc::new(AgendaLink(self.me.clone())),
             self.config.agenda.utc_offset_minutes,
         );
         if let Some(memory) = &self.memory {
@@ -612,6 +646,41 @@ impl AppInner {
             parts = parts.with_thinking(Arc::new(engine));
         }
         Ok((AgentSession::with_dual(parts, self.config.dual.clone()), screens))
+    }
+}
+
+/// Open loops over the app's `store`, judged by `judge`.
+fn open_loops(config: &AppConfig, store: Arc<dyn OpenLoopStore>, judge: Arc<dyn LoopJudge>) -> OpenLoops {
+    OpenLoops::new(store, judge, config.clock.clone(), config.ids.clone())
+        .with_utc_offset(config.agenda.utc_offset_minutes)
+}
+
+/// The open sessions of people, as the reflection daemon sees them: each
+/// with its agent's `proactive` flag and feedback learner. Peer sessions
+/// are never spoken in.
+struct OpenSessions(Weak<AppInner>);
+
+impl ProactiveSessions for OpenSessions {
+    fn targets(&self) -> Vec<ProactiveTarget> {
+        let Some(app) = self.0.upgrade() else {
+            return Vec::new();
+        };
+        let sessions = app.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let mut targets: Vec<ProactiveTarget> = sessions
+            .values()
+            .filter(|(s, _)| s.kind() == SessionKind::User)
+            .filter_map(|(s, _)| {
+                let profile = app.registry.get(s.agent_id())?;
+                Some(ProactiveTarget {
+                    session: s.clone(),
+                    proactive: profile.proactive,
+                    feedback: profile.feedback.clone(),
+                })
+            })
+            .collect();
+        // A stable order, so a queued message goes to the same session each run.
+        targets.sort_by(|a, b| a.session.id().as_str().cmp(b.session.id().as_str()));
+        targets
     }
 }
 

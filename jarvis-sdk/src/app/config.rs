@@ -9,7 +9,8 @@ use super::error::AppError;
 use crate::agent::{AgentLoopConfig, BeforeToolCall, Durability};
 use crate::common::{Clock, IdSource, SystemClock, UniqueIds};
 use crate::core::{
-    DEFAULT_APPROVAL_TIMEOUT, DEFAULT_ASK_TIMEOUT, HOUSING_MODE_ENV, HousingConfig, SH_URL_ENV, SecurityStage,
+    DEFAULT_APPROVAL_TIMEOUT, DEFAULT_ASK_TIMEOUT, HOUSING_MODE_ENV, HousingConfig, SH_URL_ENV,
+    SecurityStage, UtcOffset,
 };
 use crate::memory::{DEFAULT_USER, MemoryConfig, MemoryStore};
 use crate::model::{Embedder, LlmConfig, Provider, ProviderKind};
@@ -127,20 +128,34 @@ impl Default for AgendaSettings {
     }
 }
 
-/// Reads `+09:00`, `-05:30`, `Z` or `UTC` as minutes east of UTC.
-pub fn parse_utc_offset(text: &str) -> Option<i32> {
-    let t = text.trim();
-    if t.eq_ignore_ascii_case("z") || t.eq_ignore_ascii_case("utc") {
-        return Some(0);
+/// The reflection daemon's settings: whether agents speak first at all,
+/// and how often (SPEC.md §11.5, R-REFL-1).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ReflectionSettings {
+    /// Whether the daemon runs when the app's background work is started
+    /// (`JARVIS_REFLECTION__ENABLED`, default on). Agents whose definition
+    /// says `proactive: false` stay quiet either way.
+    pub enabled: bool,
+    /// Tick interval (`JARVIS_REFLECTION__INTERVAL_SECS`), gap between two
+    /// messages to one session (`JARVIS_REFLECTION__MIN_GAP_SECS`) and when
+    /// an unanswered message counts as ignored.
+    pub daemon: crate::core::ProactiveConfig,
+}
+
+impl Default for ReflectionSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            daemon: crate::core::ProactiveConfig::default(),
+        }
     }
-    let (sign, rest) = match t.as_bytes().first()? {
-        b'+' => (1, &t[1..]),
-        b'-' => (-1, &t[1..]),
-        _ => return None,
-    };
-    let (h, m) = rest.split_once(':').unwrap_or((rest, "0"));
-    let (h, m): (i32, i32) = (h.parse().ok()?, m.parse().ok()?);
-    ((0..=14).contains(&h) && (0..60).contains(&m)).then_some(sign * (h * 60 + m))
+}
+
+/// Reads `+09:00`, `-05:30`, `+9`, `Z` or `UTC` as minutes east of UTC
+/// (the scheduler's [`UtcOffset::parse`]).
+pub fn parse_utc_offset(text: &str) -> Option<i32> {
+    UtcOffset::parse(text).ok().map(UtcOffset::minutes)
 }
 
 /// Settings of one app.
@@ -176,6 +191,8 @@ pub struct AppConfig {
     pub memory: MemorySettings,
     /// The AGENDA: open loops and the person's time zone.
     pub agenda: AgendaSettings,
+    /// The reflection daemon (proactive messages).
+    pub reflection: ReflectionSettings,
 
     /// When the JSONL store `fsync`s (`JARVIS_STORE__FSYNC`: `end_of_turn`,
     /// the default, or `never`).
@@ -236,6 +253,8 @@ impl AppConfig {
             store: StoreBackend::Jsonl,
             memory: MemorySettings::default(),
             agenda: AgendaSettings::default(),
+            reflection: ReflectionSettings::default(),
+
             durability: Durability::EndOfTurn,
             web_token: None,
             loop_config: AgentLoopConfig::default(),
@@ -327,6 +346,30 @@ impl AppConfig {
                     "JARVIS_TIME__UTC_OFFSET={offset} is not an offset like +09:00"
                 ))
             })?;
+        }
+
+        if let Some(on) = var("JARVIS_REFLECTION__ENABLED") {
+            config.reflection.enabled = truthy(&on);
+        }
+        let seconds = |name: &str| -> Result<Option<Duration>, AppError> {
+            var(name)
+                .map(|text| {
+                    text.trim().parse::<u64>().map(Duration::from_secs).map_err(|_| {
+                        AppError::Config(format!("{name}={text} is not a whole number of seconds"))
+                    })
+                })
+                .transpose()
+        };
+        if let Some(interval) = seconds("JARVIS_REFLECTION__INTERVAL_SECS")? {
+            config.reflection.daemon.interval = interval.max(Duration::from_secs(1));
+        }
+        if let Some(gap) = seconds("JARVIS_REFLECTION__MIN_GAP_SECS")? {
+            config.reflection.daemon.min_gap = gap;
+        }
+        // 0 turns the time threshold off: only a thought frame sends a turn
+        // to the background.
+        if let Some(after) = seconds("JARVIS_DUAL__AFTER_SECS")? {
+            config.dual.after = (!after.is_zero()).then_some(after);
         }
 
         if let Some(on) = var("JARVIS_THINKING__ENABLED") {

@@ -274,15 +274,26 @@ impl ProactiveDaemon {
             } else {
                 None
             };
-            let text = match (text, &due) {
-                (Some(text), _) => text,
-                (None, Some(l)) => {
-                    self.state().reminded.insert(l.id.clone());
-                    reminder_text(l)
-                }
+            let (text, reminder) = match (text, &due) {
+                (Some(text), _) => (text, false),
+                (None, Some(l)) => (reminder_text(l), true),
                 (None, None) => continue,
             };
-            let message_id = session.notify(text);
+            let Some(message_id) = session.notify_when_idle(text.clone()) else {
+                // A turn started since the check above: try again next tick.
+                if !reminder {
+                    self.state()
+                        .queued
+                        .entry(agent.clone())
+                        .or_default()
+                        .push_front(text);
+                }
+                report.busy += 1;
+                continue;
+            };
+            if reminder && let Some(l) = &due {
+                self.state().reminded.insert(l.id.clone());
+            }
             {
                 let mut state = self.state();
                 state.last_sent.insert(id.clone(), now);

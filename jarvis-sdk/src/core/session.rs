@@ -543,6 +543,19 @@ impl AgentSession {
         message_id
     }
 
+    /// [`AgentSession::notify`], unless a turn runs in the foreground: then
+    /// nothing is sent and `None` comes back. No turn can start between the
+    /// check and the message.
+    pub fn notify_when_idle(&self, text: impl Into<String>) -> Option<String> {
+        let state = self.inner.turn.lock();
+        if state.running.is_some() {
+            return None;
+        }
+        let message_id = self.notify(text);
+        drop(state);
+        Some(message_id)
+    }
+
     /// Waits until the work that follows finished turns (the AGENDA's
     /// judgement, learning) is done. Turns never wait for it; tests and
     /// apps that shut down may.

@@ -18,9 +18,11 @@ mod loop_transcripts;
 mod memory;
 mod openloop;
 mod pg;
+mod proactive;
 mod providers;
 #[cfg(target_os = "linux")]
 mod sandbox;
+mod schedule;
 mod security;
 mod sessions_contract;
 mod sessions_crash;

@@ -289,38 +289,3 @@ async fn the_page_is_embedded_and_says_when_the_demo_plays() {
         assert_error(s, &b, StatusCode::NOT_FOUND, "not_found");
     }
 }
-
-#[tokio::test]
-async fn the_agenda_lists_every_agents_promises_with_their_names_and_colours() {
-    let home = TempHome::new();
-    let app = app(&home, HELLO).await;
-    for (id, agent, words) in [
-        ("l-1", "karen", "SH 공고 나오면 알려 줘"),
-        ("l-2", "main", "금요일에 보고서"),
-    ] {
-        let open_loop: jarvis_sdk::OpenLoop = serde_json::from_value(json!({
-            "id": id, "session_id": "s-1", "agent_id": agent, "text": words, "kind": "promise",
-            "created_at": "2026-11-29T09:00:00Z", "due": "2026-12-04T09:00:00Z"
-        }))
-        .unwrap();
-        app.open_loops().open(open_loop).await.unwrap();
-    }
-    let state = ServerState::new(app.clone(), ServerConfig::loopback(0));
-    let (status, _, agenda) = call(&state, get("/api/agenda")).await;
-    assert_eq!(status, StatusCode::OK);
-    let mut items = agenda["items"].as_array().unwrap().clone();
-    items.sort_by_key(|i| i["id"].as_str().unwrap().to_owned());
-    assert_eq!(
-        items[0],
-        json!({"agent_id": "karen", "agent_name": "K.A.R.E.N.", "color": "#97BC62", "kind": "promise",
-               "text": "SH 공고 나오면 알려 줘", "due": "2026-12-04T09:00:00.000Z", "session_id": "s-1", "id": "l-1"})
-    );
-    assert_eq!(
-        (&items[1]["agent_name"], &items[1]["color"]),
-        (&json!("J.A.R.V.I.S."), &json!("#5fc8e2"))
-    );
-    // Another source replaces the app's.
-    let state = ServerState::new(app, ServerConfig::loopback(0))
-        .with_agenda(std::sync::Arc::new(jarvis_server::NoAgenda));
-    assert_eq!(call(&state, get("/api/agenda")).await.2, json!({"items": []}));
-}

@@ -680,11 +680,14 @@ async fn thoughts_tools_proactive_messages_and_errors_each_show_as_what_they_are
                "confidence": 0.8, "frame": {}}),
     )
     .await;
-    for (kind, words) in [
-        ("filler", "One moment."),
-        ("proactive", "The notice is out."),
-        ("answer", "KAREN found it."),
-    ] {
+    // A promise falls due: the reflection daemon sends a real proactive message.
+    let app = hud.app().clone();
+    let now = jarvis_sdk::Timestamp::from_system_time(std::time::SystemTime::now());
+    let mut due = open_loop("l-due", "s-talk", "main", "The notice is out.");
+    due.due = Some(jarvis_sdk::Timestamp::from_millis(now.as_millis() - 1000));
+    app.open_loops().open(due).await.unwrap();
+    assert_eq!(app.proactive().tick().await.sent.len(), 1);
+    for (kind, words) in [("filler", "One moment."), ("answer", "KAREN found it.")] {
         hud.emit(
             "s-talk",
             json!({"type": "proactive_message", "text": words, "kind": kind, "message_id": format!("m-{kind}")}),
@@ -717,7 +720,7 @@ async fn thoughts_tools_proactive_messages_and_errors_each_show_as_what_they_are
     browser.screenshot("conversation").await;
 
     // Dismissing a message tells the agent's feedback learner.
-    let before = hud.app().registry().main().feedback.propensity();
+    let before = app.registry().main().feedback.propensity();
     click(&browser, "#log .proactive.proactive-kind .dismiss").await;
     browser
         .wait_js(
@@ -726,7 +729,6 @@ async fn thoughts_tools_proactive_messages_and_errors_each_show_as_what_they_are
             |v| v == true,
         )
         .await;
-    let app = hud.app().clone();
     eventually(async || app.registry().main().feedback.propensity() < before).await;
     browser.finish().await;
 }

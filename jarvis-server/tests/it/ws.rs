@@ -257,18 +257,72 @@ async fn malformed_frames_get_an_error_and_the_connection_survives() {
     ws.send(prompt("<script>alert(1)</script>")).await;
     let frames = ws.until_match(|f| f["type"] == "error").await;
     assert_eq!(frames[1]["code"], "invalid_input");
-    // Feedback on a proactive message is taken quietly.
+    // Feedback on a message the daemon did not send is taken quietly and
+    // teaches nothing.
     ws.send(json!({"type": "proactive_feedback", "message_id": "m-1", "reaction": "dismissed"}))
         .await;
     ws.send(prompt("hello")).await;
     let frames = ws.until("agent_end").await;
     assert_eq!(frames.last().unwrap()["final_message"]["content"], "quick");
     assert!(!kinds(&frames).contains(&"error".to_owned()), "{frames:?}");
-    // Frames are handled in order, so the feedback was recorded by now.
     let propensity = server.state.app().registry().main().feedback.propensity();
+    assert_eq!(propensity, 0.5, "an unknown message id reaches no learner");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_due_promise_reaches_the_screen_and_its_dismissal_teaches_that_agent() {
+    let home = TempHome::new();
+    let server = Server::start(app(&home, SLOW).await, ServerConfig::loopback(0)).await;
+    let app = server.state.app().clone();
+    let mut ws = Ws::connect(&server.ws_url("session_id=s-karen&agent=karen")).await;
+    let now = jarvis_sdk::Timestamp::from_system_time(std::time::SystemTime::now());
+    app.open_loops()
+        .open(jarvis_sdk::OpenLoop {
+            id: "loop-1".into(),
+            session_id: "s-karen".into(),
+            agent_id: "karen".into(),
+            text: "청약 서류 챙기기".into(),
+            kind: jarvis_sdk::LoopKind::Promise,
+            due: Some(jarvis_sdk::Timestamp::from_millis(now.as_millis() - 1000)),
+            condition: None,
+            created_at: now,
+            closed_at: None,
+        })
+        .await
+        .unwrap();
+    // The AGENDA lists it with KAREN's label.
+    let agenda: Value = reqwest::get(format!("http://{}/api/agenda", server.addr))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(agenda["items"][0]["agent_id"], "karen", "{agenda}");
+    assert_eq!(
+        agenda["items"][0]["color"],
+        app.registry().get("karen").unwrap().palette.primary
+    );
+    assert_eq!(agenda["items"][0]["kind"], "promise");
+
+    let report = app.proactive().tick().await;
+    assert_eq!(report.sent.len(), 1, "{report:?}");
+    let frames = ws.until("proactive_message").await;
+    let message = frames.last().unwrap();
+    assert_eq!(message["kind"], "proactive");
     assert!(
-        propensity < 0.5,
-        "the session agent's learner heard of it: {propensity}"
+        message["text"].as_str().unwrap().contains("청약 서류 챙기기"),
+        "{message}"
+    );
+    ws.send(
+        json!({"type": "proactive_feedback", "message_id": message["message_id"], "reaction": "dismissed"}),
+    )
+    .await;
+    let karen = app.registry().get("karen").unwrap().feedback.clone();
+    eventually(async || karen.propensity() < 0.5).await;
+    assert_eq!(
+        app.registry().main().feedback.propensity(),
+        0.5,
+        "JARVIS's learner is untouched"
     );
 }
 
