@@ -35,7 +35,7 @@ fn rgb(c: [u8; 3]) -> String {
 /// A server for one browser test, on `provider`.
 struct Hud {
     server: Server,
-    _home: TempHome,
+    home: TempHome,
 }
 
 impl Hud {
@@ -43,7 +43,7 @@ impl Hud {
         let home = TempHome::new();
         let app = app_on(&home, provider, None).await;
         let server = Server::start(app, ServerConfig::loopback(0)).await;
-        Hud { server, _home: home }
+        Hud { server, home }
     }
 
     async fn faux(script: &str) -> Hud {
@@ -557,7 +557,7 @@ async fn an_approval_shows_on_two_screens_and_one_answer_closes_both() {
             |v| text(v).contains("written"),
         )
         .await;
-    let file = hud._home.0.join("sandboxes/s-shared/a.txt");
+    let file = hud.home.0.join("sandboxes/s-shared/a.txt");
     assert_eq!(std::fs::read_to_string(file).unwrap(), "x");
     browser.finish().await;
 }
