@@ -40,10 +40,22 @@ struct Hud {
 
 impl Hud {
     async fn start(provider: Arc<dyn Provider>) -> Hud {
-        let home = TempHome::new();
+        Hud::start_in(TempHome::new(), provider).await
+    }
+
+    async fn start_in(home: TempHome, provider: Arc<dyn Provider>) -> Hud {
         let app = app_on(&home, provider, None).await;
         let server = Server::start(app, ServerConfig::loopback(0)).await;
         Hud { server, home }
+    }
+
+    /// A server whose team is J.A.R.V.I.S. alone: its team directory
+    /// exists and is empty, so K.A.R.E.N. is not seeded.
+    async fn alone() -> Hud {
+        let home = TempHome::new();
+        std::fs::create_dir_all(home.0.join("team")).unwrap();
+        let faux = Arc::new(FauxProvider::from_yaml("fallback: { text: ok }").unwrap());
+        Hud::start_in(home, faux).await
     }
 
     async fn faux(script: &str) -> Hud {
@@ -408,6 +420,21 @@ async fn agents_switch_by_arrow_drag_and_keys_to_their_top_session_and_the_scree
         wait_attached(&browser, "karen", "K.A.R.E.N.", "default-main").await,
         newer.id.as_str()
     );
+
+    // With one agent there is nothing to switch to: no arrows, and a drag
+    // or an arrow key changes nothing.
+    let alone = Hud::alone().await;
+    assert_eq!(alone.app().registry().agents().len(), 1);
+    browser
+        .open_hud(&alone.url("session=default-main&agent=main"))
+        .await;
+    let arrows = "return [document.getElementById('prev-agent').hidden,
+                          document.getElementById('next-agent').hidden, document.documentElement.dataset.agent]";
+    assert_eq!(browser.js(arrows, vec![]).await, json!([true, true, "main"]));
+    drag_orb(&browser, -120.0).await;
+    browser.js("document.getElementById('orb').focus()", vec![]).await;
+    press(&browser, Key::Right).await;
+    assert_eq!(browser.js(arrows, vec![]).await, json!([true, true, "main"]));
     browser.finish().await;
 }
 
@@ -686,7 +713,15 @@ async fn thoughts_tools_proactive_messages_and_errors_each_show_as_what_they_are
     let mut due = open_loop("l-due", "s-talk", "main", "The notice is out.");
     due.due = Some(jarvis_sdk::Timestamp::from_millis(now.as_millis() - 1000));
     app.open_loops().open(due).await.unwrap();
-    assert_eq!(app.proactive().tick().await.sent.len(), 1);
+    // The server's own daemon may get there first; either way it shows once
+    // a tick finds the session idle.
+    let deadline = std::time::Instant::now() + crate::browser::PAGE_WAIT;
+    let reminder = "return document.querySelector('#log .proactive.proactive-kind') !== null";
+    while browser.js(reminder, vec![]).await != true {
+        assert!(std::time::Instant::now() < deadline, "the reminder never showed");
+        app.proactive().tick().await;
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
     for (kind, words) in [("filler", "One moment."), ("answer", "KAREN found it.")] {
         hud.emit(
             "s-talk",
