@@ -13,10 +13,10 @@ use super::error::AppError;
 use super::profile::{AgentProfile, CountingFeedback, MAIN_AGENT, Palette};
 use super::registry::AgentRegistry;
 use crate::agent::{
-    AgentEvent, AgentIdentity, Approver, DEFAULT_THOUGHT_TEMPLATE, Harness, HarnessConfig, HubAttachment,
-    JsonlOptions, JsonlSessionStore, LoopContext, ModelSettings, NewSession, ScreenHub, SessionEntry,
-    SessionId, SessionMeta, SessionStore, ThoughtConfig, ThoughtEngine, Tool, ToolGate, ToolRegistry, Typed,
-    UIAdapter,
+    AgentEvent, AgentIdentity, Approver, DEFAULT_REFLECTION_TEMPLATE, DEFAULT_THOUGHT_TEMPLATE,
+    DistillConfig, Distiller, Harness, HarnessConfig, HubAttachment, JsonlOptions, JsonlSessionStore,
+    LoopContext, ModelSettings, NewSession, ReflectionConfig, Reflector, ScreenHub, SessionEntry, SessionId,
+    SessionMeta, SessionStore, ThoughtConfig, ThoughtEngine, Tool, ToolGate, ToolRegistry, Typed, UIAdapter,
 };
 use crate::common::{Extensions, HomeLock};
 use crate::core::{
@@ -26,7 +26,9 @@ use crate::core::{
     RosterEntry, SecurityPipeline, SessionPolicy, TokenAuth, TurnError, Validation, builtin_tools,
     housing_tools, memory_tools,
 };
-use crate::memory::{InMemoryMemoryStore, MemoryRead, MemoryService, MemoryStore, StaticScopes};
+use crate::memory::{
+    InMemoryMemoryStore, MemoryRead, MemoryScope, MemoryService, MemoryStore, ScopeResolver, StaticScopes,
+};
 use crate::model::{HashEmbedder, Provider};
 
 /// Sees the events of every session of the app, peer sessions included
@@ -93,6 +95,10 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     }
 
     write_if_missing(&config.home.join(THOUGHT_TEMPLATE_FILE), DEFAULT_THOUGHT_TEMPLATE)?;
+    write_if_missing(
+        &config.home.join(REFLECTION_TEMPLATE_FILE),
+        DEFAULT_REFLECTION_TEMPLATE,
+    )?;
     let memory = if config.memory.enabled {
         Some(memory_service(&config).await?)
     } else {
@@ -140,16 +146,20 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     others.sort_by(|a, b| a.id.cmp(&b.id));
     let registry = AgentRegistry::new(main, others, skipped);
 
+    let mut learners = None;
     if let Some(service) = &memory {
-        let scopes = registry
-            .agents()
-            .iter()
-            .fold(StaticScopes::new(&config.memory.user), |s, p| {
-                s.with_read(&p.id, p.memory_read.clone())
-            });
-        for tool in memory_tools(service.clone(), Arc::new(scopes)) {
+        let scopes: Arc<dyn ScopeResolver> = Arc::new(
+            registry
+                .agents()
+                .iter()
+                .fold(StaticScopes::new(&config.memory.user), |s, p| {
+                    s.with_read(&p.id, p.memory_read.clone())
+                }),
+        );
+        for tool in memory_tools(service.clone(), scopes.clone()) {
             register(&mut tools, tool)?;
         }
+        learners = Some(learners_for(&config, &provider, service, scopes));
     }
 
     let link = DirectoryLink::new();
@@ -181,6 +191,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         tools,
         security,
         memory,
+        learners,
         sessions: Mutex::default(),
         delegating: Mutex::default(),
         observers: Observers::default(),
@@ -225,8 +236,50 @@ async fn memory_service(config: &AppConfig) -> Result<Arc<MemoryService>, AppErr
     Ok(Arc::new(service))
 }
 
+/// The reflector and the distiller every agent's thought engine shares
+/// (per agent state lives inside them), with the app's model and JARVIS's
+/// thinking settings (SPEC.md §17.3 #2).
+fn learners_for(
+    config: &AppConfig,
+    provider: &Arc<dyn Provider>,
+    memory: &Arc<MemoryService>,
+    scopes: Arc<dyn ScopeResolver>,
+) -> Learners {
+    let settings = &config.thinking;
+    let reflection = ReflectionConfig {
+        overflow_threshold: settings.reflect_after,
+        learn_from_success: settings.learn_procedures,
+        template: Some(config.home.join(REFLECTION_TEMPLATE_FILE)),
+        model: config.llm.model.clone(),
+        ..ReflectionConfig::default()
+    };
+    let distill = DistillConfig {
+        every_turns: settings.distil_every,
+        model: config.llm.model.clone(),
+        ..DistillConfig::default()
+    };
+    Learners {
+        reflector: Arc::new(Reflector::new(
+            provider.clone(),
+            memory.clone(),
+            scopes.clone(),
+            reflection,
+        )),
+        distiller: Arc::new(Distiller::new(provider.clone(), memory.clone(), scopes, distill)),
+    }
+}
+
+/// The learners of an app with memory.
+struct Learners {
+    reflector: Arc<Reflector>,
+    distiller: Arc<Distiller>,
+}
+
 /// The inner thought template, in `$JARVIS_HOME` (people may edit it).
 pub const THOUGHT_TEMPLATE_FILE: &str = "inner_thought.md";
+
+/// The reflection template, in `$JARVIS_HOME` (people may edit it).
+pub const REFLECTION_TEMPLATE_FILE: &str = "inner_thought_reflection.md";
 
 /// Writes `text` to `path` unless the file exists (people's edits stay).
 fn write_if_missing(path: &Path, text: &str) -> Result<(), AppError> {
@@ -279,6 +332,7 @@ struct AppInner {
     rules: Arc<LayeredApprovalRules>,
     security: SecurityPipeline,
     memory: Option<Arc<MemoryService>>,
+    learners: Option<Learners>,
     notice: Option<String>,
     sessions: Mutex<HashMap<String, (Arc<AgentSession>, HubAttachment)>>,
     delegating: Mutex<BTreeSet<(String, String)>>,
@@ -337,6 +391,32 @@ impl AppAssembly {
     /// The memory service, unless memory is off.
     pub fn memory(&self) -> Option<&Arc<MemoryService>> {
         self.inner.memory.as_ref()
+    }
+
+    /// The reflector every agent's thought engine runs after turns
+    /// (procedure learning, failure reflection), unless memory is off.
+    pub fn reflector(&self) -> Option<&Arc<Reflector>> {
+        self.inner.learners.as_ref().map(|l| &l.reflector)
+    }
+
+    /// The user-model distiller, unless memory is off: it runs every N
+    /// turns of an agent whose thinking is on, and on demand
+    /// ([`Distiller::distil_now`] with the scope from
+    /// [`AppAssembly::memory_scope`]).
+    pub fn distiller(&self) -> Option<&Arc<Distiller>> {
+        self.inner.learners.as_ref().map(|l| &l.distiller)
+    }
+
+    /// The memory scope of `agent`'s session `session_id` (the app's
+    /// memory user and the agent's `memory.read`), unless memory is off or
+    /// the agent is unknown.
+    pub fn memory_scope(&self, agent: &str, session_id: &str) -> Option<MemoryScope> {
+        self.inner.memory.as_ref()?;
+        let profile = self.inner.registry.get(agent)?;
+        Some(
+            MemoryScope::new(self.inner.config.memory.user.clone(), agent, session_id)
+                .with_read(profile.memory_read.clone()),
+        )
     }
 
     /// Every tool of the app (each agent sees its own subset).
@@ -528,7 +608,7 @@ impl AppInner {
             broker,
         );
         if profile.thinking.enabled {
-            let engine = ThoughtEngine::new(
+            let mut engine = ThoughtEngine::new(
                 self.provider.clone(),
                 self.store.clone(),
                 ThoughtConfig {
@@ -538,6 +618,11 @@ impl AppInner {
                     ..ThoughtConfig::default()
                 },
             );
+            if let Some(learners) = &self.learners {
+                engine = engine
+                    .with_reflector(learners.reflector.clone())
+                    .with_distiller(learners.distiller.clone());
+            }
             parts = parts.with_thinking(Arc::new(engine));
         }
         Ok((AgentSession::with_dual(parts, self.config.dual.clone()), screens))

@@ -269,6 +269,22 @@ impl AppConfig {
                     ))
                 })?;
         }
+        for (name, field) in [
+            (
+                "JARVIS_THINKING__REFLECT_AFTER",
+                &mut config.thinking.reflect_after,
+            ),
+            ("JARVIS_THINKING__DISTIL_EVERY", &mut config.thinking.distil_every),
+        ] {
+            if let Some(value) = var(name) {
+                *field = value.parse::<usize>().map_err(|_| {
+                    AppError::Config(format!("{name}={value} is not a whole number of turns"))
+                })?;
+            }
+        }
+        if let Some(on) = var("JARVIS_THINKING__LEARN_PROCEDURES") {
+            config.thinking.learn_procedures = truthy(&on);
+        }
         config.housing =
             HousingConfig::from_vars(&config.home, &get).map_err(|e| AppError::Config(e.to_string()))?;
         Ok(config)

@@ -12,7 +12,9 @@ mod error;
 mod profile;
 mod registry;
 
-pub use assembly::{AppAssembly, SessionObserver, THOUGHT_TEMPLATE_FILE, build_app};
+pub use assembly::{
+    AppAssembly, REFLECTION_TEMPLATE_FILE, SessionObserver, THOUGHT_TEMPLATE_FILE, build_app,
+};
 pub use config::{AppConfig, BrandConfig, JARVIS_SYSTEM_PROMPT, StoreBackend};
 pub use definition::{
     ALWAYS_ATTACHED, BUILTIN_TEAM, Skipped, TeamContext, load_team, parse_definition, seed_team_dir,

@@ -203,6 +203,8 @@ struct Inner {
     next_job: AtomicU64,
     /// Whether each of the last [`RECENT_TURNS`] turns failed or overflowed.
     recent: Mutex<VecDeque<bool>>,
+    /// The after-turn work (learning) still running, detached from turns.
+    after: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 /// Turns the router's `recent_failures` signal looks back over.
@@ -274,7 +276,26 @@ impl AgentSession {
                 background: Mutex::default(),
                 next_job: AtomicU64::new(0),
                 recent: Mutex::default(),
+                after: Mutex::default(),
             }),
+        }
+    }
+
+    /// Waits until the after-turn work of every turn that finished so far
+    /// (the thinking slot's `after_turn`: procedure learning, failure
+    /// reflection, distillation) has ended. Turns never wait for it; this
+    /// is for tests and an orderly shutdown. A prompt that returned has
+    /// already handed its turn's work over, so awaiting this right after
+    /// it covers that turn.
+    pub async fn settled(&self) {
+        loop {
+            let pending = std::mem::take(&mut *self.inner.after.lock().unwrap_or_else(|e| e.into_inner()));
+            if pending.is_empty() {
+                return;
+            }
+            for handle in pending {
+                let _ = handle.await;
+            }
         }
     }
 
@@ -460,7 +481,10 @@ impl AgentSession {
             recent.push_back(report.failed());
         }
         let thinking = self.inner.parts.thinking.clone();
-        tokio::spawn(async move { thinking.after_turn(&report).await });
+        let handle = tokio::spawn(async move { thinking.after_turn(&report).await });
+        let mut after = self.inner.after.lock().unwrap_or_else(|e| e.into_inner());
+        after.retain(|h| !h.is_finished());
+        after.push(handle);
     }
 
     /// Security, thinking, then the harness turn in its own task.

@@ -11,6 +11,7 @@ mod gate;
 mod harness;
 mod housing;
 mod layers;
+mod learning;
 mod loop_concurrency;
 mod loop_props;
 mod loop_transcripts;
