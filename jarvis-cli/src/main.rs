@@ -1,39 +1,71 @@
 //! The `jarvis` command: parses arguments, sets up logging, and hands over
-//! to the library. Everything it shows comes from `AgentEvent`s.
+//! to a module. `jarvis` alone starts the server and opens the HUD; the
+//! subcommands talk in the terminal or list what the home holds.
 
-mod terminal;
+mod chat;
+mod home;
+mod lists;
+mod serve;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use std::process::ExitCode;
 
-/// Talk to your team of agents.
+/// Talk to your team of agents: `jarvis` starts the server and opens the HUD.
 #[derive(Debug, Parser)]
-#[command(name = "jarvis", version, about)]
+#[command(name = "jarvis", version, about, args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    #[command(flatten)]
+    serve: serve::ServeArgs,
+}
+
+/// Which session to open: `--agent ID` opens `default-<ID>`, `--session ID`
+/// that session with its own agent; neither opens `default-main`.
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct Target {
+    /// Open the agent's default session, `default-<agent>`.
+    #[arg(long, conflicts_with = "session")]
+    pub(crate) agent: Option<String>,
+    /// Open this session, with the agent that created it.
+    #[arg(long)]
+    pub(crate) session: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run one turn in the terminal and stream the answer.
+    /// Talk in the terminal (through the running server when there is one).
+    Chat(#[command(flatten)] Target),
+    /// Run one turn and print the answer on stdout (activity goes to stderr).
     Ask {
         /// What to ask.
         prompt: String,
-        /// Steps before the overflow resume starts.
-        #[arg(long, default_value_t = 20)]
-        max_turns: u32,
+        #[command(flatten)]
+        target: Target,
     },
+    /// List the agents of the team.
+    Agents,
+    /// List the sessions, newest first.
+    Sessions,
 }
 
-fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_env("JARVIS_LOG"))
-        .with_writer(std::io::stderr)
-        .init();
+#[tokio::main]
+async fn main() -> ExitCode {
     let cli = Cli::parse();
+    let default_level = if cli.command.is_none() { "info" } else { "warn" };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("JARVIS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     let result = match cli.command {
-        Command::Ask { prompt, max_turns } => terminal::ask(&prompt, max_turns),
+        None => serve::run(cli.serve).await,
+        Some(Command::Chat(target)) => chat::run(target, None).await,
+        Some(Command::Ask { prompt, target }) => chat::run(target, Some(prompt)).await,
+        Some(Command::Agents) => lists::agents().await,
+        Some(Command::Sessions) => lists::sessions().await,
     };
     match result {
         Ok(code) => code,

@@ -12,7 +12,7 @@
 //! | `common` | [`Clock`], [`IdSource`], [`Timestamp`], character-counted text, atomic file writes, the [`HomeLock`], [`Extensions`] |
 //! | `model` | the [`Provider`] trait, [`ChatRequest`], [`ProviderEvent`], the shared [`ResponseAssembler`], the OpenAI-compatible, Anthropic and Ollama providers, [`FauxProvider`], the [`Embedder`] trait and the offline [`HashEmbedder`] |
 //! | `memory` | [`MemoryService`] (working memory; semantic, episodic and procedural long-term memory; agent scopes; recall), the one injection point [`MemoryContext`], the [`MemoryStore`] trait with [`InMemoryMemoryStore`] and `PostgresMemoryStore` |
-//! | `agent` | [`run_agent_loop`] with the overflow resume, [`AgentEvent`], [`UIAdapter`], [`Tool`], the tool-call gate ([`ToolGate`]), sessions ([`SessionStore`]: [`JsonlSessionStore`], [`MemorySessionStore`], `PostgresSessionStore`) and the turn [`Harness`] |
+//! | `agent` | [`run_agent_loop`] with the overflow resume, [`AgentEvent`], [`UIAdapter`], [`Tool`], the tool-call gate ([`ToolGate`]), sessions ([`SessionStore`]: [`JsonlSessionStore`], [`MemorySessionStore`], `PostgresSessionStore`), the turn [`Harness`], the thinking slot ([`ThoughtEngine`]) and open loops ([`OpenLoops`]) |
 //! | `core` | [`AgentSession`] (security → thinking → harness → loop), the [`SecurityPipeline`], the [`ApprovalBroker`] with [`LayeredApprovalRules`], the per-session [`Sandbox`] the [`builtin_tools`] and the [`memory_tools`], KAREN's housing tools ([`housing_tools`]) |
 //! | `app` | [`AgentProfile`], team definitions, the [`AgentRegistry`], [`build_app`] and [`AppAssembly`] |
 //!
@@ -59,7 +59,7 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `postgres` | no | `PostgresSessionStore` and `PostgresMemoryStore` (tokio-postgres with a deadpool pool) |
+//! | `postgres` | no | `PostgresSessionStore`, `PostgresMemoryStore` and `PostgresOpenLoopStore` (tokio-postgres with a deadpool pool) |
 //! | `test-utils` | no | [`testing`]: a recording [`UIAdapter`], closure tools, a fixed approver, a throwaway Postgres cluster |
 //!
 //! The default build has no HTTP server, no terminal UI and no database
@@ -75,8 +75,6 @@ mod model;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod testing;
 
-#[cfg(feature = "postgres")]
-pub use agent::PostgresSessionStore;
 pub use agent::{
     APPLIES_TO, DEFAULT_REFLECTION_TEMPLATE, DISTILL_INSTRUCTION, DISTILL_PROMPT, DistillConfig, Distiller,
     LearnError, ProcedureDraft, REFLECTION_INSTRUCTION, Reflection, ReflectionConfig, Reflector, parse_facts,
@@ -100,14 +98,16 @@ pub use agent::{
 pub use agent::{
     Detected, JUDGE_INSTRUCTION, JsonlOpenLoopStore, JudgeInput, Judgement, LoopError, LoopFilter, LoopJudge,
     LoopKind, MemoryOpenLoopStore, ModelJudge, NewLoop, OPEN_LOOPS_FILE, OpenLoop, OpenLoopStore, OpenLoops,
-    RuleJudge, cancels, detect, due_time,
+    RuleJudge, cancels, detect, due_time, has_cue,
 };
+#[cfg(feature = "postgres")]
+pub use agent::{PostgresOpenLoopStore, PostgresSessionStore};
 pub use app::{
-    ALWAYS_ATTACHED, AgentProfile, AgentRegistry, AppAssembly, AppConfig, AppError, BUILTIN_TEAM,
-    BrandConfig, CountingFeedback, FeedbackLearner, JARVIS_SYSTEM_PROMPT, MAIN_AGENT, Palette,
-    REFLECTION_TEMPLATE_FILE, Reaction, SessionObserver, Skipped, StoreBackend, THOUGHT_TEMPLATE_FILE,
-    TeamContext, ThinkingSettings, build_app, load_team, parse_definition, seed_team_dir, valid_agent_id,
-    wordmark,
+    ALWAYS_ATTACHED, AgendaSettings, AgentProfile, AgentRegistry, AppAssembly, AppConfig, AppError,
+    BUILTIN_TEAM, BrandConfig, JARVIS_SYSTEM_PROMPT, MAIN_AGENT, MemorySettings, Palette,
+    REFLECTION_TEMPLATE_FILE, ReflectionSettings, SessionObserver, Skipped, StoreBackend,
+    THOUGHT_TEMPLATE_FILE, TeamContext, ThinkingSettings, build_app, load_team, parse_definition,
+    parse_utc_offset, seed_team_dir, valid_agent_id, wordmark,
 };
 pub use common::{
     CivilTime, Clock, Extensions, HOME_LOCK_FILE, HomeLock, HomeLockError, IdSource, LockHolder, ManualClock,
@@ -124,6 +124,11 @@ pub use core::{
     NoticeSource, NoticeTool, NoticeWatch, PROFILE_FILE, ProfileAction, ProfileStore, REFERENCE_LOAN_YEARS,
     RepaymentMethod, SH_NOT_CONFIGURED, SH_URL_ENV, ShFeed, ShNoticeSource, UnconfiguredSource, WATCHES_FILE,
     WatchAdded, WatchStore, amortize, check_watch, housing_tools, normalize_watch_text, sort_newest_first,
+};
+pub use core::{
+    AgendaItem, AgendaKind, AgendaSource, COMMANDS, CommandContext, CountingFeedback, FeedbackLearner,
+    ProactiveConfig, ProactiveDaemon, ProactiveSessions, ProactiveTarget, Reaction, ScheduleCommand,
+    SlashCommands, StandardCommands, TickReport, parse_command, reminder_text,
 };
 pub use core::{
     AgentDirectory, AgentSession, AgentSessionParts, AgentToolPolicy, ApprovalBroker, ApprovalError,

@@ -1,5 +1,6 @@
 //! Test doubles for code built on the SDK (feature `test-utils`): a
-//! recording [`UIAdapter`], tools made from closures, a fixed approver, and
+//! recording [`UIAdapter`], a [`ChannelAdapter`] to wait on events, tools
+//! made from closures, a fixed approver, and
 //! [`TempPostgres`], a throwaway Postgres cluster for tests of the
 //! Postgres stores.
 
@@ -110,6 +111,62 @@ impl UIAdapter for RecordingAdapter {
 }
 
 type ToolFn = Arc<dyn Fn(Value) -> Result<ToolResult, ToolError> + Send + Sync>;
+
+/// A screen that hands every event to a channel: tests of detached work
+/// (background jobs, the AGENDA judgement, proactive messages) wait on it
+/// instead of sleeping.
+#[derive(Debug)]
+pub struct ChannelAdapter(tokio::sync::mpsc::UnboundedSender<AgentEvent>);
+
+/// The receiving end of a [`ChannelAdapter`].
+#[derive(Debug)]
+pub struct EventStream(tokio::sync::mpsc::UnboundedReceiver<AgentEvent>);
+
+impl ChannelAdapter {
+    /// A screen and the stream of what it is shown.
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new() -> (Arc<Self>, EventStream) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        (Arc::new(Self(tx)), EventStream(rx))
+    }
+}
+
+impl UIAdapter for ChannelAdapter {
+    fn on_event(&self, event: &AgentEvent) -> ControlFlow<()> {
+        let _ = self.0.send(event.clone());
+        ControlFlow::Continue(())
+    }
+}
+
+impl EventStream {
+    /// The next event, or `None` once every sender is gone.
+    pub async fn next(&mut self) -> Option<AgentEvent> {
+        self.0.recv().await
+    }
+
+    /// Waits for the next event `pred` accepts, skipping others.
+    ///
+    /// # Panics
+    ///
+    /// When the screen is dropped before such an event arrives.
+    pub async fn next_matching(&mut self, pred: impl Fn(&AgentEvent) -> bool) -> AgentEvent {
+        loop {
+            let event = self.0.recv().await.expect("the screen is still attached");
+            if pred(&event) {
+                return event;
+            }
+        }
+    }
+
+    /// The events already delivered, without waiting.
+    pub fn drain(&mut self) -> Vec<AgentEvent> {
+        let mut out = Vec::new();
+        while let Ok(event) = self.0.try_recv() {
+            out.push(event);
+        }
+        out
+    }
+}
 
 /// A tool made from a synchronous closure.
 #[derive(Clone)]

@@ -1,9 +1,82 @@
-//! The Jarvis reference web server: it receives the SDK's assembly result
-//! and only draws. It will expose `router(state) -> Router` and
-//! `serve(listener, state, shutdown)`, the HTTP API, the WebSocket and the
-//! embedded HUD (DESIGN.md §5).
+//! # jarvis-server
 //!
-//! The crate is part of the workspace from the start so its place in the
-//! layering is fixed: it depends on `jarvis-sdk`, never the other way round.
-//! Until the server is built, `jarvis ask` in `jarvis-cli` is the way to run
-//! a turn.
+//! The Jarvis reference web server. It receives the SDK's one assembly
+//! result, [`AppAssembly`](jarvis_sdk::AppAssembly), and only draws: every
+//! session, agent and turn comes from the assembly (R-ASM-7/8). It is the
+//! only crate that knows HTTP and WebSocket framing.
+//!
+//! - [`router`] builds the axum `Router` over a [`ServerState`];
+//! - [`serve`] runs it on a listener until a shutdown signal and shuts down
+//!   gracefully (running turns aborted and recorded, sockets closed);
+//! - [`protocol`] holds the wire types; [`client`] talks to a running
+//!   server (the `jarvis chat` command uses it).
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /` | the HUD page (embedded in the binary) |
+//! | `GET /healthz` | `{"status": "ok", "pid": …}` |
+//! | `GET /api/agents` | the team, `main` first: `[{id, name, description, quote, palette, tools}]` |
+//! | `GET /api/sessions` | every session, newest first |
+//! | `POST /api/sessions {"agent"}` | 201 and the new session; no agent = `main`; unknown → 400 |
+//! | `GET /api/sessions/{id}` | `{"session", "entries"}` |
+//! | `POST /api/sessions/{id}/fork` | 201 and the fork (same agent) |
+//! | `GET /api/agenda` | `{"items": […]}`: every agent's schedules and open promises, each `{kind, id, agent_id, agent_name, color, text, when?, detail?, session_id?}` |
+//! | `GET /ws?session_id=…&agent=…` | the WebSocket (see the `ws` module docs in the source) |
+//!
+//! Errors are `{"error": {"code", "message"}}` and never carry internals.
+//!
+//! ```no_run
+//! use jarvis_sdk::{AppConfig, build_app};
+//! use jarvis_server::{ServerConfig, ServerState, serve};
+//!
+//! # async fn run() -> anyhow::Result<()> {
+//! let app = build_app(AppConfig::from_env()?).await?;
+//! let config = ServerConfig::from_env().map_err(anyhow::Error::msg)?;
+//! let listener = tokio::net::TcpListener::bind(config.bind_address()).await?;
+//! let shutdown = async { tokio::signal::ctrl_c().await.ok(); };
+//! serve(listener, ServerState::new(app, config), shutdown).await?;
+//! # Ok(()) }
+//! ```
+
+mod auth;
+pub mod client;
+mod config;
+mod error;
+mod fanout;
+mod http;
+mod hud;
+pub mod protocol;
+mod serve;
+mod state;
+mod ws;
+
+pub use config::{DEFAULT_HOST, DEFAULT_PORT, Limits, ServerConfig};
+pub use hud::DEMO_HELP;
+pub use serve::{SERVER_FILE, ServeError, Server, ServerFile, check_bind, local_url, serve};
+pub use state::ServerState;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+
+/// The server's routes over `state` (see the [crate docs](crate)).
+pub fn router(state: ServerState) -> Router {
+    let limit = state.config().limits.max_body_bytes;
+    Router::new()
+        .route("/", get(http::index))
+        .route("/healthz", get(http::healthz))
+        .route("/api/agents", get(http::agents))
+        .route(
+            "/api/sessions",
+            get(http::list_sessions).post(http::create_session),
+        )
+        .route("/api/sessions/{id}", get(http::get_session))
+        .route("/api/sessions/{id}/fork", post(http::fork_session))
+        .route("/api/agenda", get(http::agenda))
+        .route("/ws", get(ws::upgrade))
+        .fallback(http::not_found)
+        .method_not_allowed_fallback(http::method_not_allowed)
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), auth::guard))
+        .with_state(state)
+}

@@ -1,67 +1,423 @@
-//! The `jarvis` binary, run as a user runs it.
+//! The `jarvis` binary, run as a user runs it: piped stdin, signals, a
+//! server in its own process. Every wait is on output, with a timeout.
 
-use std::process::Command;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
-fn jarvis() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_jarvis"));
-    for var in [
-        "JARVIS_LLM__PROVIDER",
-        "JARVIS_LLM__MODEL",
-        "JARVIS_LLM__BASE_URL",
-        "JARVIS_LLM__API_KEY",
-        "OPENAI_API_KEY",
-        "ANTHROPIC_API_KEY",
-        "JARVIS_FAUX__SCRIPT",
-    ] {
-        cmd.env_remove(var);
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A home directory (and scripts) removed at the end of the test.
+struct TempHome(PathBuf);
+
+impl TempHome {
+    fn new() -> Self {
+        TempHome(tempfile::tempdir().unwrap().keep())
     }
+
+    /// Writes a faux script and returns its path.
+    fn script(&self, yaml: &str) -> PathBuf {
+        let path = self.0.join("script.yaml");
+        std::fs::write(&path, yaml).unwrap();
+        path
+    }
+}
+
+impl Drop for TempHome {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `jarvis` with a clean environment: nothing configured but the home.
+fn jarvis(home: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_jarvis"));
+    for (var, _) in std::env::vars() {
+        if var.starts_with("JARVIS_") || var.ends_with("_API_KEY") {
+            cmd.env_remove(var);
+        }
+    }
+    cmd.env("JARVIS_HOME", home).env("NO_COLOR", "1");
     cmd
 }
 
+/// `jarvis` playing `script`.
+fn scripted(home: &TempHome, script: &str) -> Command {
+    let path = home.script(script);
+    let mut cmd = jarvis(&home.0);
+    cmd.env("JARVIS_LLM__PROVIDER", "faux")
+        .env("JARVIS_FAUX__SCRIPT", path);
+    cmd
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn run_with_stdin(cmd: &mut Command, stdin: &str) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    wait_output(child)
+}
+
+/// Waits for the child with a timeout (killing it if it hangs).
+fn wait_output(child: Child) -> Output {
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(WAIT) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            signal(pid, "KILL");
+            panic!("jarvis did not finish in time");
+        }
+    }
+}
+
+fn signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{name} {pid}");
+}
+
+/// A running child whose stdout is collected as it comes; killed if the
+/// test ends without finishing it (a failed assertion must not leave a
+/// server running).
+struct Running {
+    child: Option<Child>,
+    stdin: Option<ChildStdin>,
+    chunks: mpsc::Receiver<Vec<u8>>,
+    out: String,
+}
+
+impl Running {
+    fn start(cmd: &mut Command) -> Self {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let mut stdout = child.stdout.take().unwrap();
+        let (tx, chunks) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stdout.read(&mut buf) {
+                if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                    break;
+                }
+            }
+        });
+        Running {
+            child: Some(child),
+            stdin,
+            chunks,
+            out: String::new(),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().map(Child::id).unwrap_or_default()
+    }
+
+    fn say(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Waits until stdout (from `from` on) contains `needle`; returns where it ends.
+    fn expect(&mut self, from: usize, needle: &str) -> usize {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(at) = self.out[from..].find(needle) {
+                return from + at + needle.len();
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.chunks.recv_timeout(left) {
+                Ok(chunk) => self.out.push_str(&text(&chunk)),
+                Err(_) => panic!("{needle:?} never appeared; stdout so far:\n{}", self.out),
+            }
+        }
+    }
+
+    /// Closes stdin and waits for the exit; returns stderr.
+    fn finish(mut self) -> (std::process::ExitStatus, String, String) {
+        drop(self.stdin.take());
+        let mut child = self.child.take().unwrap();
+        let mut stderr = child.stderr.take().unwrap();
+        let output = wait_output(child);
+        while let Ok(chunk) = self.chunks.recv_timeout(Duration::from_secs(5)) {
+            self.out.push_str(&text(&chunk));
+        }
+        let mut err = String::new();
+        let _ = stderr.read_to_string(&mut err);
+        (
+            output.status,
+            std::mem::take(&mut self.out),
+            err + &text(&output.stderr),
+        )
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 #[test]
-fn ask_streams_the_answer_of_a_faux_script() {
-    let dir = std::env::temp_dir().join(format!("jarvis-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let script = dir.join("script.yaml");
-    std::fs::write(
-        &script,
+fn ask_prints_the_answer_of_a_faux_script() {
+    let home = TempHome::new();
+    let out = scripted(
+        &home,
         "replies: [ { text: \"안녕하세요, 주인님.\", chunks: 4 } ]\n",
     )
+    .args(["ask", "안녕"])
+    .output()
     .unwrap();
-    let out = jarvis()
-        .args(["ask", "안녕"])
-        .env("JARVIS_LLM__PROVIDER", "faux")
-        .env("JARVIS_FAUX__SCRIPT", &script)
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "안녕하세요, 주인님.");
+    assert!(
+        text(&out.stderr).contains("J.A.R.V.I.S."),
+        "activity goes to stderr"
+    );
+}
+
+#[test]
+fn without_a_model_the_demo_plays_and_says_so() {
+    let home = TempHome::new();
+    let out = jarvis(&home.0).args(["ask", "hello"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("offline demo"));
+    assert!(text(&out.stdout).contains("Offline demo"));
+    // The tour: KAREN looks notices up from the sample source.
+    let out = jarvis(&home.0)
+        .args(["ask", "청약 공고 찾아 줘"])
         .output()
         .unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "안녕하세요, 주인님.");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("K.A.R.E.N."));
+    assert!(
+        text(&out.stderr).contains("✓ ask_agent: K.A.R.E.N."),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = jarvis(&home.0).args(["sessions"]).output().unwrap();
+    assert!(
+        text(&out.stdout).contains("peer-main-karen"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = jarvis(&home.0).args(["agents"]).output().unwrap();
+    let agents = text(&out.stdout);
+    assert!(agents.starts_with("main") && agents.contains("karen"), "{agents}");
 }
 
 #[test]
-fn without_a_model_it_plays_the_demo_and_says_so() {
-    let out = jarvis().args(["ask", "hello"]).output().unwrap();
-    assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("offline demo"));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("Offline demo"));
-}
-
-#[test]
-fn a_bad_script_or_provider_is_a_clear_error() {
-    let out = jarvis()
+fn mistakes_are_clear_errors() {
+    let home = TempHome::new();
+    let out = jarvis(&home.0)
         .args(["ask", "x"])
         .env("JARVIS_LLM__PROVIDER", "faux")
         .env("JARVIS_FAUX__SCRIPT", "/nonexistent/script.yaml")
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read faux script"));
-    let out = jarvis()
+    assert!(
+        text(&out.stderr).contains("cannot read faux script"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = jarvis(&home.0)
         .args(["ask", "x"])
         .env("JARVIS_LLM__PROVIDER", "gpt9")
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("gpt9"));
+    assert!(text(&out.stderr).contains("gpt9"));
+    let out = jarvis(&home.0)
+        .args(["chat", "--agent", "nobody"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("main, karen"), "{}", text(&out.stderr));
+    let out = jarvis(&home.0)
+        .args(["chat", "--session", "no-such"])
+        .output()
+        .unwrap();
+    assert!(
+        text(&out.stderr).contains("no session no-such"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = jarvis(&home.0)
+        .args(["--agent", "nobody", "--port", "0", "--no-open"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("no agent \"nobody\""),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = jarvis(&home.0)
+        .args(["--host", "0.0.0.0", "--port", "0", "--no-open"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("JARVIS_WEB__TOKEN"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+const APPROVAL: &str = r#"
+rules:
+  - when: { agent: main, last_role: user, last_user: "write" }
+    reply:
+      thinking: "a file, then"
+      tool_calls: [ { name: write_file, arguments: { path: "note.txt", content: "hi" } } ]
+  - when: { agent: main, last_role: tool }
+    reply: { text: "I wrote note.txt.", chunks: 3 }
+fallback: { text: "Streaming works.", chunks: 5 }
+"#;
+
+#[test]
+fn chat_streams_answers_and_asks_approvals_on_piped_stdin() {
+    let home = TempHome::new();
+    let out = run_with_stdin(scripted(&home, APPROVAL).arg("chat"), "hello\nwrite a note\ny\n");
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("J.A.R.V.I.S. › Streaming works."), "{stdout}");
+    assert!(stdout.contains("[thinking] a file, then"), "{stdout}");
+    assert!(stdout.contains("· write_file"), "{stdout}");
+    assert!(stdout.contains("? main wants to run write_file"), "{stdout}");
+    assert!(stdout.contains("→ allow"), "{stdout}");
+    assert!(stdout.contains("✓ write_file"), "{stdout}");
+    assert!(stdout.contains("I wrote note.txt."), "{stdout}");
+    let written = std::fs::read_to_string(home.0.join("sandboxes/default-main/note.txt")).unwrap();
+    assert_eq!(written, "hi");
+
+    // No answer left on stdin: the request is denied and the chat ends.
+    let out = run_with_stdin(scripted(&home, APPROVAL).arg("chat"), "write again\n");
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("denied"), "{stdout}");
+    assert!(stdout.contains("✗ write_file"), "{stdout}");
+}
+
+const SLOW: &str = r#"
+rules:
+  - when: { last_user: "slow" }
+    reply: { delay_ms: 60000, text: "too late" }
+fallback: { text: "quick answer" }
+"#;
+
+#[test]
+fn ctrl_c_aborts_the_turn_and_not_the_program() {
+    let home = TempHome::new();
+    let mut chat = Running::start(scripted(&home, SLOW).args(["chat", "--agent", "karen"]));
+    chat.say("slow please");
+    let at = chat.expect(0, "K.A.R.E.N. › ");
+    signal(chat.pid(), "INT");
+    let at = chat.expect(at, "(aborted)");
+    chat.say("and now?");
+    chat.expect(at, "quick answer");
+    // Ctrl-C with no turn running leaves the chat running too.
+    signal(chat.pid(), "INT");
+    chat.expect(at, "Ctrl-D or /quit leaves");
+    let (status, out, err) = chat.finish();
+    assert!(status.success(), "{out}\n{err}");
+    assert!(!out.contains("too late"));
+}
+
+#[test]
+fn the_server_runs_in_its_own_process_and_chat_goes_through_it() {
+    let home = TempHome::new();
+    let mut server =
+        Running::start(scripted(&home, SLOW).args(["--port", "0", "--no-open", "--agent", "karen"]));
+    let at = server.expect(0, "HUD: http://127.0.0.1:");
+    let end = server.expect(at, "\n");
+    let url = server.out[at - "http://127.0.0.1:".len()..end]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    assert!(url.ends_with("/?session=default-karen"), "{url}");
+
+    // `ask` and `chat` find the server through the home and talk over its WebSocket.
+    let out = scripted(&home, SLOW)
+        .args(["ask", "hello", "--agent", "karen"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("talking to the server at http://127.0.0.1:"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(text(&out.stdout).trim(), "quick answer");
+    let out = run_with_stdin(scripted(&home, SLOW).arg("chat"), "hi there\n");
+    assert!(
+        text(&out.stdout).contains("J.A.R.V.I.S. › quick answer"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = jarvis(&home.0).arg("sessions").output().unwrap();
+    let sessions = text(&out.stdout);
+    assert!(
+        sessions.contains("default-karen") && sessions.contains("default-main"),
+        "{sessions}"
+    );
+    // A second `jarvis` for the same home points at the running server.
+    let out = jarvis(&home.0).args(["--no-open"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("already runs"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    // SIGTERM stops it cleanly.
+    assert!(home.0.join("server.json").exists());
+    signal(server.pid(), "TERM");
+    let (status, out, err) = server.finish();
+    assert!(status.success(), "{out}\n{err}");
+    assert!(!home.0.join("server.json").exists(), "the server file is removed");
+}
+
+#[test]
+fn chat_shows_a_reminder_of_a_due_promise_without_being_asked() {
+    let home = TempHome::new();
+    let due = r#"{"op":"open","v":1,"loop":{"id":"l-1","session_id":"default-main","agent_id":"main","text":"SH 공고 확인하기","kind":"request","due":"2020-01-01T00:00:00Z","condition":null,"created_at":"2020-01-01T00:00:00Z","closed_at":null}}"#;
+    std::fs::write(home.0.join("openloops.jsonl"), format!("{due}\n")).unwrap();
+    let mut chat = Running::start(scripted(&home, "fallback: { text: \"네.\" }").arg("chat"));
+    chat.expect(0, "» 잊지 않으셨죠? (A reminder:) SH 공고 확인하기");
+    let (status, _, err) = chat.finish();
+    assert!(status.success(), "{err}");
+    // The reminder was the request: it is closed in its own session.
+    let loops = std::fs::read_to_string(home.0.join("openloops.jsonl")).unwrap();
+    assert!(
+        loops
+            .lines()
+            .any(|l| l.contains("\"op\":\"close\"") && l.contains("\"l-1\"")),
+        "{loops}"
+    );
 }

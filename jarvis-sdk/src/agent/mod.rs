@@ -24,10 +24,12 @@ pub use gate::{
     GateVerdict, ToolCallInfo, ToolGate, ToolPolicy,
 };
 pub use harness::{Harness, HarnessConfig};
+#[cfg(feature = "postgres")]
+pub use openloop::PostgresOpenLoopStore;
 pub use openloop::{
     Detected, JUDGE_INSTRUCTION, JsonlOpenLoopStore, JudgeInput, Judgement, LoopError, LoopFilter, LoopJudge,
     LoopKind, MemoryOpenLoopStore, ModelJudge, NewLoop, OPEN_LOOPS_FILE, OpenLoop, OpenLoopStore, OpenLoops,
-    RuleJudge, cancels, detect, due_time,
+    RuleJudge, cancels, detect, due_time, has_cue,
 };
 pub use run::prompts;
 pub use run::{AgentIdentity, AgentLoopConfig, LoopContext, LoopOutcome, ModelSettings, run_agent_loop};

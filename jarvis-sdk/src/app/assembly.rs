@@ -5,26 +5,30 @@
 use async_trait::async_trait;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
+use tokio_util::sync::CancellationToken;
 
 use super::config::{AppConfig, StoreBackend};
 use super::definition::{TeamContext, load_team, parse_definition, seed_team_dir};
 use super::error::AppError;
-use super::profile::{AgentProfile, CountingFeedback, MAIN_AGENT, Palette};
+use super::profile::{AgentProfile, MAIN_AGENT, Palette};
 use super::registry::AgentRegistry;
 use crate::agent::{
     AgentEvent, AgentIdentity, Approver, DEFAULT_REFLECTION_TEMPLATE, DEFAULT_THOUGHT_TEMPLATE,
-    DistillConfig, Distiller, Harness, HarnessConfig, HubAttachment, JsonlOptions, JsonlSessionStore,
-    LoopContext, ModelSettings, NewSession, ReflectionConfig, Reflector, ScreenHub, SessionEntry, SessionId,
-    SessionMeta, SessionStore, ThoughtConfig, ThoughtEngine, Tool, ToolGate, ToolRegistry, Typed, UIAdapter,
+    DistillConfig, Distiller, Harness, HarnessConfig, HubAttachment, JsonlOpenLoopStore, JsonlOptions,
+    JsonlSessionStore, LoopContext, LoopError, LoopFilter, LoopJudge, MemoryOpenLoopStore, ModelJudge,
+    ModelSettings, NewSession, OpenLoopStore, OpenLoops, ReflectionConfig, Reflector, RuleJudge, ScreenHub,
+    SessionEntry, SessionId, SessionKind, SessionMeta, SessionStore, ThoughtConfig, ThoughtEngine, Tool,
+    ToolGate, ToolRegistry, Typed, UIAdapter,
 };
 use crate::common::{Extensions, HomeLock};
 use crate::core::{
-    AGENT_ONLY_TOOLS, AgentDirectory, AgentSession, AgentSessionParts, AgentToolPolicy, ApprovalBroker,
-    AskAgentTool, Boundaries, BuiltinConfig, Caller, Delegation, DelegationError, DirectoryLink,
-    LayeredApprovalRules, PEER_REQUEST_RULE, PromptOptions, RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL,
-    RosterEntry, SecurityPipeline, SessionPolicy, TokenAuth, TurnError, Validation, builtin_tools,
-    housing_tools, memory_tools,
+    AGENT_ONLY_TOOLS, AgendaItem, AgendaKind, AgendaSource, AgentDirectory, AgentSession, AgentSessionParts,
+    AgentToolPolicy, ApprovalBroker, AskAgentTool, Boundaries, BuiltinConfig, Caller, CountingFeedback,
+    Delegation, DelegationError, DirectoryLink, LayeredApprovalRules, PEER_REQUEST_RULE, ProactiveDaemon,
+    ProactiveSessions, ProactiveTarget, PromptOptions, RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL,
+    Reaction, RosterEntry, SecurityPipeline, SessionPolicy, StandardCommands, TokenAuth, TurnError,
+    Validation, builtin_tools, housing_tools, memory_tools,
 };
 use crate::memory::{
     InMemoryMemoryStore, MemoryRead, MemoryScope, MemoryService, MemoryStore, ScopeResolver, StaticScopes,
@@ -67,7 +71,9 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     };
     let store: Arc<dyn SessionStore> = match &config.store {
         StoreBackend::Jsonl => {
-            let options = JsonlOptions::default().clock(config.clock.clone());
+            let options = JsonlOptions::default()
+                .clock(config.clock.clone())
+                .durability(config.durability);
             Arc::new(JsonlSessionStore::with_lock(lock.clone(), options)?)
         }
         #[cfg(feature = "postgres")]
@@ -104,6 +110,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     } else {
         None
     };
+    let loops = open_loop_store(&config).await?;
 
     // Tools: the built-in ones, KAREN's, and ask_agent once the team is known.
     let mut tools = ToolRegistry::new();
@@ -177,8 +184,20 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         Arc::new(auth),
         config.policy.clone().unwrap_or_else(|| Arc::new(SessionPolicy)),
     );
-    let inner = Arc::new(AppInner {
+    let reminders = config
+        .agenda
+        .open_loops
+        .then(|| Arc::new(open_loops(&config, loops.clone(), Arc::new(RuleJudge))));
+    let inner = Arc::new_cyclic(|me: &Weak<AppInner>| AppInner {
+        proactive: Arc::new(ProactiveDaemon::new(
+            Arc::new(OpenSessions(me.clone())),
+            reminders,
+            config.clock.clone(),
+            config.reflection.daemon.clone(),
+        )),
+        me: me.clone(),
         rules: Arc::new(LayeredApprovalRules::new(&config.home)),
+        demo: config.is_demo(),
         notice: if config.provider.is_some() {
             None
         } else {
@@ -192,11 +211,13 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         security,
         memory,
         learners,
+        loops,
         sessions: Mutex::default(),
         delegating: Mutex::default(),
         observers: Observers::default(),
         _lock: lock,
     });
+
     let directory: Arc<dyn AgentDirectory> = inner.clone();
     link.connect(Arc::downgrade(&directory));
     Ok(AppAssembly { inner })
@@ -275,6 +296,24 @@ struct Learners {
     distiller: Arc<Distiller>,
 }
 
+/// Where open loops are kept: Postgres with the Postgres backend,
+/// `$JARVIS_HOME/openloops.jsonl` with JSONL, the process otherwise.
+async fn open_loop_store(config: &AppConfig) -> Result<Arc<dyn OpenLoopStore>, AppError> {
+    let loop_error = |e: LoopError| AppError::Config(e.to_string());
+    Ok(match &config.store {
+        StoreBackend::Jsonl => Arc::new(JsonlOpenLoopStore::open(&config.home).map_err(loop_error)?),
+        #[cfg(feature = "postgres")]
+        StoreBackend::Postgres { url } => Arc::new(
+            crate::agent::PostgresOpenLoopStore::connect(url)
+                .await
+                .map_err(loop_error)?,
+        ),
+        #[cfg(not(feature = "postgres"))]
+        StoreBackend::Postgres { .. } => Arc::new(MemoryOpenLoopStore::new()),
+        StoreBackend::Memory => Arc::new(MemoryOpenLoopStore::new()),
+    })
+}
+
 /// The inner thought template, in `$JARVIS_HOME` (people may edit it).
 pub const THOUGHT_TEMPLATE_FILE: &str = "inner_thought.md";
 
@@ -333,7 +372,14 @@ struct AppInner {
     security: SecurityPipeline,
     memory: Option<Arc<MemoryService>>,
     learners: Option<Learners>,
+    loops: Arc<dyn OpenLoopStore>,
+    /// The app itself, for the parts of its sessions that reach back (the
+    /// AGENDA of `/agenda`) without keeping it alive.
+    me: Weak<AppInner>,
+    /// The reflection daemon; it sees the open sessions through a weak link.
+    proactive: Arc<ProactiveDaemon>,
     notice: Option<String>,
+    demo: bool,
     sessions: Mutex<HashMap<String, (Arc<AgentSession>, HubAttachment)>>,
     delegating: Mutex<BTreeSet<(String, String)>>,
     observers: Observers,
@@ -383,9 +429,26 @@ impl AppAssembly {
         self.inner.notice.as_deref()
     }
 
+    /// Whether the built-in offline demo script is playing (no model is
+    /// configured); screens say so.
+    pub fn is_demo(&self) -> bool {
+        self.inner.demo
+    }
+
     /// The model provider.
     pub fn provider(&self) -> &Arc<dyn Provider> {
         &self.inner.provider
+    }
+
+    /// The AGENDA: every agent's schedules and promises, each with its
+    /// agent's name and colour (R-AGENDA-1).
+    pub async fn agenda(&self) -> Vec<AgendaItem> {
+        self.inner.agenda().await
+    }
+
+    /// The open-loop store.
+    pub fn open_loops(&self) -> &Arc<dyn OpenLoopStore> {
+        &self.inner.loops
     }
 
     /// The memory service, unless memory is off.
@@ -431,6 +494,33 @@ impl AppAssembly {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(observer);
+    }
+
+    /// The reflection daemon: it reminds of due promises and delivers queued
+    /// messages in the open sessions of proactive agents. It runs once
+    /// [`AppAssembly::spawn_background`] starts it; tests call its `tick`.
+    pub fn proactive(&self) -> &Arc<ProactiveDaemon> {
+        &self.inner.proactive
+    }
+
+    /// A person's reaction to the proactive message `message_id` (the
+    /// `proactive_feedback` client message); it reaches the feedback learner
+    /// of the agent that sent it. Answers whether the message was one the
+    /// daemon sent and had not had a reaction yet.
+    pub fn proactive_feedback(&self, message_id: &str, reaction: Reaction) -> bool {
+        self.proactive().feedback(message_id, reaction)
+    }
+
+    /// Starts the app's background work until `cancel` fires: the
+    /// reflection daemon (unless `JARVIS_REFLECTION__ENABLED` is off).
+    /// Servers and terminals call it once; an embedding app that wants no
+    /// unprompted messages does not.
+    pub fn spawn_background(&self, cancel: CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut tasks = Vec::new();
+        if self.inner.config.reflection.enabled {
+            tasks.push(self.proactive().clone().spawn(cancel));
+        }
+        tasks
     }
 
     /// Sessions built so far (open in this process), with their agents.
@@ -607,6 +697,22 @@ impl AppInner {
             screens.clone(),
             broker,
         );
+        if self.config.agenda.open_loops {
+            let judge: Arc<dyn LoopJudge> = if self.config.agenda.model_judge {
+                Arc::new(ModelJudge::new(self.provider.clone(), profile.model.clone()))
+            } else {
+                Arc::new(RuleJudge)
+            };
+            parts = parts.with_open_loops(Arc::new(open_loops(&self.config, self.loops.clone(), judge)));
+        }
+        let mut commands = StandardCommands::new().with_agenda(
+            Arc::new(AgendaLink(self.me.clone())),
+            self.config.agenda.utc_offset_minutes,
+        );
+        if let Some(memory) = &self.memory {
+            commands = commands.with_memory(memory.clone(), self.config.memory.user.clone());
+        }
+        parts = parts.with_commands(Arc::new(commands));
         if profile.thinking.enabled {
             let mut engine = ThoughtEngine::new(
                 self.provider.clone(),
@@ -626,6 +732,105 @@ impl AppInner {
             parts = parts.with_thinking(Arc::new(engine));
         }
         Ok((AgentSession::with_dual(parts, self.config.dual.clone()), screens))
+    }
+}
+
+/// Open loops over the app's `store`, judged by `judge`.
+fn open_loops(config: &AppConfig, store: Arc<dyn OpenLoopStore>, judge: Arc<dyn LoopJudge>) -> OpenLoops {
+    OpenLoops::new(store, judge, config.clock.clone(), config.ids.clone())
+        .with_utc_offset(config.agenda.utc_offset_minutes)
+}
+
+/// The open sessions of people, as the reflection daemon sees them: each
+/// with its agent's `proactive` flag and feedback learner. Peer sessions
+/// are never spoken in.
+struct OpenSessions(Weak<AppInner>);
+
+impl ProactiveSessions for OpenSessions {
+    fn targets(&self) -> Vec<ProactiveTarget> {
+        let Some(app) = self.0.upgrade() else {
+            return Vec::new();
+        };
+        let sessions = app.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let mut targets: Vec<ProactiveTarget> = sessions
+            .values()
+            .filter(|(s, _)| s.kind() == SessionKind::User)
+            .filter_map(|(s, _)| {
+                let profile = app.registry.get(s.agent_id())?;
+                Some(ProactiveTarget {
+                    session: s.clone(),
+                    proactive: profile.proactive,
+                    feedback: profile.feedback.clone(),
+                })
+            })
+            .collect();
+        // A stable order, so a queued message goes to the same session each run.
+        targets.sort_by(|a, b| a.session.id().as_str().cmp(b.session.id().as_str()));
+        targets
+    }
+}
+
+/// The AGENDA as its sessions' `/agenda` reaches it: a weak link, so a
+/// session never keeps the app alive.
+struct AgendaLink(Weak<AppInner>);
+
+#[async_trait]
+impl AgendaSource for AgendaLink {
+    async fn agenda(&self) -> Vec<AgendaItem> {
+        match self.0.upgrade() {
+            Some(app) => app.agenda().await,
+            None => Vec::new(),
+        }
+    }
+}
+
+impl AppInner {
+    /// Every agent's promises (schedules join them once the scheduler
+    /// runs): due ones by due time, then the others oldest first.
+    async fn agenda(&self) -> Vec<AgendaItem> {
+        let loops = match self
+            .loops
+            .list(&LoopFilter {
+                open_only: true,
+                ..LoopFilter::default()
+            })
+            .await
+        {
+            Ok(loops) => loops,
+            Err(error) => {
+                tracing::warn!(%error, "the AGENDA's promises could not be read");
+                Vec::new()
+            }
+        };
+        let mut promises: Vec<AgendaItem> = loops
+            .into_iter()
+            .map(|l| {
+                let (agent_name, color) = self.label(&l.agent_id);
+                AgendaItem {
+                    kind: AgendaKind::Promise,
+                    id: l.id,
+                    agent_id: l.agent_id,
+                    agent_name,
+                    color,
+                    text: l.text,
+                    when: l.due,
+                    detail: l.condition,
+                    session_id: Some(l.session_id),
+                }
+            })
+            .collect();
+        // Stable: loops come oldest first; those with a due time go first, soonest first.
+        promises.sort_by_key(|p| p.when.map_or((1, 0), |w| (0, w.as_millis())));
+        promises
+    }
+
+    /// An agent's name and colour for its AGENDA label; an agent no longer
+    /// in the team keeps its id and JARVIS's colour.
+    fn label(&self, agent_id: &str) -> (String, String) {
+        match self.registry.get(agent_id) {
+            Some(p) => (p.name.clone(), p.palette.primary.clone()),
+            None => (agent_id.to_owned(), self.registry.main().palette.primary.clone()),
+        }
     }
 }
 

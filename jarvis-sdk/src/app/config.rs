@@ -6,11 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::error::AppError;
-use crate::agent::{AgentLoopConfig, BeforeToolCall};
+use crate::agent::{AgentLoopConfig, BeforeToolCall, Durability};
 use crate::common::{Clock, IdSource, SystemClock, UniqueIds};
-use crate::core::{DEFAULT_APPROVAL_TIMEOUT, DEFAULT_ASK_TIMEOUT, HousingConfig, SecurityStage};
+use crate::core::{
+    DEFAULT_APPROVAL_TIMEOUT, DEFAULT_ASK_TIMEOUT, HOUSING_MODE_ENV, HousingConfig, SH_URL_ENV, SecurityStage,
+};
 use crate::memory::{DEFAULT_USER, MemoryConfig, MemoryStore};
-use crate::model::{Embedder, LlmConfig, Provider};
+use crate::model::{Embedder, LlmConfig, Provider, ProviderKind};
 
 /// JARVIS's brand (`JARVIS_BRAND__*`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,6 +101,72 @@ impl std::fmt::Debug for MemorySettings {
     }
 }
 
+/// The AGENDA's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AgendaSettings {
+    /// Whether promises are detected after turns (default on).
+    pub open_loops: bool,
+    /// Whether the agent's model judges messages that have a cue, with the
+    /// rules as fallback (`JARVIS_AGENDA__MODEL_JUDGE`, default on); off,
+    /// the rules alone judge and no call is made.
+    pub model_judge: bool,
+    /// The person's time zone as minutes east of UTC, for "tomorrow at 9"
+    /// and schedules (`JARVIS_TIME__UTC_OFFSET`, `+09:00` by default: the
+    /// product speaks Korean first).
+    pub utc_offset_minutes: i32,
+}
+
+impl Default for AgendaSettings {
+    fn default() -> Self {
+        Self {
+            open_loops: true,
+            model_judge: true,
+            utc_offset_minutes: 9 * 60,
+        }
+    }
+}
+
+/// The reflection daemon's settings: whether agents speak first at all,
+/// and how often (SPEC.md §11.5, R-REFL-1).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ReflectionSettings {
+    /// Whether the daemon runs when the app's background work is started
+    /// (`JARVIS_REFLECTION__ENABLED`, default on). Agents whose definition
+    /// says `proactive: false` stay quiet either way.
+    pub enabled: bool,
+    /// Tick interval (`JARVIS_REFLECTION__INTERVAL_SECS`), gap between two
+    /// messages to one session (`JARVIS_REFLECTION__MIN_GAP_SECS`) and when
+    /// an unanswered message counts as ignored.
+    pub daemon: crate::core::ProactiveConfig,
+}
+
+impl Default for ReflectionSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            daemon: crate::core::ProactiveConfig::default(),
+        }
+    }
+}
+
+/// Reads `+09:00`, `-05:30`, `Z` or `UTC` as minutes east of UTC.
+pub fn parse_utc_offset(text: &str) -> Option<i32> {
+    let t = text.trim();
+    if t.eq_ignore_ascii_case("z") || t.eq_ignore_ascii_case("utc") {
+        return Some(0);
+    }
+    let (sign, rest) = match t.as_bytes().first()? {
+        b'+' => (1, &t[1..]),
+        b'-' => (-1, &t[1..]),
+        _ => return None,
+    };
+    let (h, m) = rest.split_once(':').unwrap_or((rest, "0"));
+    let (h, m): (i32, i32) = (h.parse().ok()?, m.parse().ok()?);
+    ((0..=14).contains(&h) && (0..60).contains(&m)).then_some(sign * (h * 60 + m))
+}
+
 /// Settings of one app.
 #[derive(Clone)]
 #[non_exhaustive]
@@ -130,7 +198,14 @@ pub struct AppConfig {
     pub store: StoreBackend,
     /// Memory.
     pub memory: MemorySettings,
+    /// The AGENDA: open loops and the person's time zone.
+    pub agenda: AgendaSettings,
+    /// The reflection daemon (proactive messages).
+    pub reflection: ReflectionSettings,
 
+    /// When the JSONL store `fsync`s (`JARVIS_STORE__FSYNC`: `end_of_turn`,
+    /// the default, or `never`).
+    pub durability: Durability,
     /// `JARVIS_WEB__TOKEN`: web clients must present it when set.
     pub web_token: Option<String>,
     /// The loop's settings.
@@ -162,6 +237,7 @@ impl std::fmt::Debug for AppConfig {
             .field("brand", &self.brand)
             .field("store", &self.store)
             .field("memory", &self.memory)
+            .field("durability", &self.durability)
             .field("web_token", &self.web_token.as_ref().map(|_| "<redacted>"))
             .finish_non_exhaustive()
     }
@@ -185,6 +261,10 @@ impl AppConfig {
             dual: crate::core::DualConfig::default(),
             store: StoreBackend::Jsonl,
             memory: MemorySettings::default(),
+            agenda: AgendaSettings::default(),
+            reflection: ReflectionSettings::default(),
+
+            durability: Durability::EndOfTurn,
             web_token: None,
             loop_config: AgentLoopConfig::default(),
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
@@ -250,9 +330,55 @@ impl AppConfig {
                 )));
             }
         };
+        config.durability = match var("JARVIS_STORE__FSYNC")
+            .map(|v| v.to_ascii_lowercase())
+            .as_deref()
+        {
+            None | Some("end_of_turn") => Durability::EndOfTurn,
+            Some("never") => Durability::Never,
+            Some(other) => {
+                return Err(AppError::Config(format!(
+                    "JARVIS_STORE__FSYNC={other} is not a durability; use end_of_turn or never"
+                )));
+            }
+        };
         config.web_token = var("JARVIS_WEB__TOKEN");
         if let Some(on) = var("JARVIS_MEMORY__ENABLED") {
             config.memory.enabled = truthy(&on);
+        }
+        if let Some(on) = var("JARVIS_AGENDA__MODEL_JUDGE") {
+            config.agenda.model_judge = truthy(&on);
+        }
+        if let Some(offset) = var("JARVIS_TIME__UTC_OFFSET") {
+            config.agenda.utc_offset_minutes = parse_utc_offset(&offset).ok_or_else(|| {
+                AppError::Config(format!(
+                    "JARVIS_TIME__UTC_OFFSET={offset} is not an offset like +09:00"
+                ))
+            })?;
+        }
+
+        if let Some(on) = var("JARVIS_REFLECTION__ENABLED") {
+            config.reflection.enabled = truthy(&on);
+        }
+        let seconds = |name: &str| -> Result<Option<Duration>, AppError> {
+            var(name)
+                .map(|text| {
+                    text.trim().parse::<u64>().map(Duration::from_secs).map_err(|_| {
+                        AppError::Config(format!("{name}={text} is not a whole number of seconds"))
+                    })
+                })
+                .transpose()
+        };
+        if let Some(interval) = seconds("JARVIS_REFLECTION__INTERVAL_SECS")? {
+            config.reflection.daemon.interval = interval.max(Duration::from_secs(1));
+        }
+        if let Some(gap) = seconds("JARVIS_REFLECTION__MIN_GAP_SECS")? {
+            config.reflection.daemon.min_gap = gap;
+        }
+        // 0 turns the time threshold off: only a thought frame sends a turn
+        // to the background.
+        if let Some(after) = seconds("JARVIS_DUAL__AFTER_SECS")? {
+            config.dual.after = (!after.is_zero()).then_some(after);
         }
 
         if let Some(on) = var("JARVIS_THINKING__ENABLED") {
@@ -285,9 +411,32 @@ impl AppConfig {
         if let Some(on) = var("JARVIS_THINKING__LEARN_PROCEDURES") {
             config.thinking.learn_procedures = truthy(&on);
         }
-        config.housing =
-            HousingConfig::from_vars(&config.home, &get).map_err(|e| AppError::Config(e.to_string()))?;
+        // The offline demo finds notices on a fresh machine: with the demo
+        // model playing and no housing source configured, the bundled sample
+        // notices (each marked as a sample) stand in for LH and SH.
+        let demo = config.is_demo();
+        let housing_configured = [HOUSING_MODE_ENV, SH_URL_ENV, "JARVIS_HOUSING__LH_SERVICE_KEY"]
+            .iter()
+            .any(|name| var(name).is_some());
+        config.housing = if demo && !housing_configured {
+            HousingConfig::from_vars(&config.home, |name| {
+                if name == HOUSING_MODE_ENV {
+                    Some("fixture".to_owned())
+                } else {
+                    get(name)
+                }
+            })
+        } else {
+            HousingConfig::from_vars(&config.home, &get)
+        }
+        .map_err(|e| AppError::Config(e.to_string()))?;
         Ok(config)
+    }
+
+    /// Whether the built-in offline demo will play: no provider given in
+    /// code, `faux` chosen (or nothing configured) and no script named.
+    pub fn is_demo(&self) -> bool {
+        self.provider.is_none() && self.llm.provider == ProviderKind::Faux && self.llm.faux_script.is_none()
     }
 
     /// Uses `provider` instead of the configured model.

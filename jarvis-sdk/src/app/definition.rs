@@ -14,8 +14,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::profile::{AgentProfile, CountingFeedback, MAIN_AGENT, Palette, wordmark};
+use super::profile::{AgentProfile, MAIN_AGENT, Palette, wordmark};
 use crate::core::Boundaries;
+use crate::core::CountingFeedback;
 use crate::memory::MemoryRead;
 
 /// The built-in team, written into a new team directory on first start.

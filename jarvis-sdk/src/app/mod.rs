@@ -15,14 +15,14 @@ mod registry;
 pub use assembly::{
     AppAssembly, REFLECTION_TEMPLATE_FILE, SessionObserver, THOUGHT_TEMPLATE_FILE, build_app,
 };
-pub use config::{AppConfig, BrandConfig, JARVIS_SYSTEM_PROMPT, StoreBackend};
+pub use config::{
+    AgendaSettings, AppConfig, BrandConfig, JARVIS_SYSTEM_PROMPT, MemorySettings, ReflectionSettings,
+    StoreBackend, parse_utc_offset,
+};
 pub use definition::{
     ALWAYS_ATTACHED, BUILTIN_TEAM, Skipped, TeamContext, load_team, parse_definition, seed_team_dir,
     valid_agent_id,
 };
 pub use error::AppError;
-pub use profile::{
-    AgentProfile, CountingFeedback, FeedbackLearner, MAIN_AGENT, Palette, Reaction, ThinkingSettings,
-    wordmark,
-};
+pub use profile::{AgentProfile, MAIN_AGENT, Palette, ThinkingSettings, wordmark};
 pub use registry::AgentRegistry;

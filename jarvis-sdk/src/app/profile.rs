@@ -2,11 +2,9 @@
 //! feedback learner.
 
 use serde::{Deserialize, Serialize};
-use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::core::Boundaries;
+use crate::core::{Boundaries, FeedbackLearner};
 use crate::memory::MemoryRead;
 
 /// The id of JARVIS, the lead agent.
@@ -64,50 +62,6 @@ impl Default for ThinkingSettings {
     }
 }
 
-/// How a person reacted to a message the agent sent on its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Reaction {
-    /// The person answered it.
-    Answered,
-    /// The person dismissed it.
-    Dismissed,
-}
-
-/// Learns, per agent, how welcome unprompted messages are (R-DEF-8).
-pub trait FeedbackLearner: Send + Sync + fmt::Debug {
-    /// Records a reaction.
-    fn record(&self, reaction: Reaction);
-    /// How willing the agent should be to speak first, 0.0 to 1.0.
-    fn propensity(&self) -> f32;
-}
-
-/// Counts answered and dismissed messages; the propensity is the answered
-/// share with a neutral prior of one of each.
-// ponytail: a Laplace-smoothed ratio; the seeds do not say how the
-// reference learner works.
-#[derive(Debug, Default)]
-pub struct CountingFeedback {
-    answered: AtomicU32,
-    dismissed: AtomicU32,
-}
-
-impl FeedbackLearner for CountingFeedback {
-    fn record(&self, reaction: Reaction) {
-        let counter = match reaction {
-            Reaction::Answered => &self.answered,
-            Reaction::Dismissed => &self.dismissed,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn propensity(&self) -> f32 {
-        let a = self.answered.load(Ordering::Relaxed) as f32;
-        let d = self.dismissed.load(Ordering::Relaxed) as f32;
-        (a + 1.0) / (a + d + 2.0)
-    }
-}
-
 /// Everything that can differ between agents (R-ASM-3, R-TEAM-2).
 #[derive(Debug, Clone)]
 pub struct AgentProfile {
@@ -160,14 +114,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn wordmarks_and_feedback() {
+    fn wordmarks() {
         assert_eq!(wordmark("karen"), "K.A.R.E.N.");
         assert_eq!(wordmark("a_b-2"), "A.B.2.");
-        let f = CountingFeedback::default();
-        assert_eq!(f.propensity(), 0.5);
-        f.record(Reaction::Answered);
-        f.record(Reaction::Answered);
-        f.record(Reaction::Dismissed);
-        assert!((f.propensity() - 0.6).abs() < 1e-6);
     }
 }

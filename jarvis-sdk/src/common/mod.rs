@@ -9,6 +9,9 @@ mod clock;
 mod extensions;
 mod fs;
 mod lock;
+#[cfg(feature = "postgres")]
+pub(crate) mod pg;
+
 mod text;
 mod time;
 

@@ -9,16 +9,20 @@
 //! built-in tools ([`builtin_tools`]) live here too, and so do the memory
 //! tools every agent gets ([`memory_tools`]).
 
+mod agenda;
 pub(crate) mod approval;
 mod ask;
+mod commands;
 pub(crate) mod housing;
 mod memory_tools;
+mod proactive;
 mod sandbox;
 pub(crate) mod security;
 mod session;
 mod tool_policy;
 mod tools;
 
+pub use agenda::{AgendaItem, AgendaKind, AgendaSource};
 pub use approval::{
     ApprovalBroker, ApprovalError, ApprovalRule, Attachment, DEFAULT_APPROVAL_TIMEOUT, LayeredApprovalRules,
     RuleDecision, RuleSource,
@@ -26,6 +30,9 @@ pub use approval::{
 pub use ask::{
     AgentDirectory, AskAgentArgs, AskAgentTool, DEFAULT_ASK_TIMEOUT, Delegation, DelegationChain,
     DelegationError, DirectoryLink, MAX_CHAIN, PEER_REQUEST_RULE, RosterEntry, bigram_jaccard, is_bounce,
+};
+pub use commands::{
+    COMMANDS, CommandContext, ScheduleCommand, SlashCommands, StandardCommands, parse_command,
 };
 pub use housing::{
     AGENT_ONLY_TOOLS, DEFAULT_NOTICE_LIMIT, DEFAULT_REFERENCE_RATE, FileProfileStore, FileWatchStore,
@@ -44,6 +51,10 @@ pub use housing::{
 };
 pub use memory_tools::{
     RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, memory_tools, register_memory_tools,
+};
+pub use proactive::{
+    CountingFeedback, FeedbackLearner, ProactiveConfig, ProactiveDaemon, ProactiveSessions, ProactiveTarget,
+    Reaction, TickReport, reminder_text,
 };
 pub use sandbox::{
     DirEntryInfo, DirListing, EntryKind, FileContent, MAX_COMPONENT_LEN, MAX_PATH_LEN, Sandbox, SandboxError,

@@ -4,7 +4,11 @@
 //!
 //! Every screen attached to the session receives the same events and the
 //! same approval requests. One turn runs at a time in the foreground: a
-//! prompt while a turn runs is refused as busy. An input the pipeline
+//! prompt while a turn runs is refused as busy. Once the turn's
+//! `agent_end` went out, the turn counts as over for new prompts: one that
+//! arrives while the harness is still recording the turn waits for that
+//! (moments) and then runs, so a screen may answer `agent_end` with its
+//! next prompt. An input the pipeline
 //! refuses reaches the screens as an `input_rejected` event and never
 //! reaches the model.
 //!
@@ -22,17 +26,22 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::approval::{ApprovalBroker, Attachment};
+use super::commands::{CommandContext, SlashCommands};
 use super::security::{Caller, SecurityError, SecurityInput, SecurityPipeline};
 use crate::agent::{
-    AgentError, AgentEvent, Approver, Harness, HubAttachment, LoopOutcome, NoThinking, ProactiveKind,
-    ScreenHub, SessionId, SessionKind, ThinkingHook, ThinkingInput, TurnReport, UIAdapter,
+    AgentError, AgentEvent, Approver, FinalMessage, Harness, HubAttachment, LoopOutcome, MessageDelta,
+    NoThinking, OpenLoops, ProactiveKind, ScreenHub, SessionId, SessionKind, StopReason, ThinkingHook,
+    ThinkingInput, TurnReport, UIAdapter,
 };
 use crate::common::Extensions;
+use crate::common::Timestamp;
+use crate::model::{Role, Usage};
 use std::collections::VecDeque;
+use std::time::SystemTime;
 
 /// Why a prompt did not run.
 #[derive(Debug, thiserror::Error)]
@@ -113,6 +122,10 @@ pub struct AgentSessionParts {
     pub screens: ScreenHub,
     /// The session's approval broker (also the approver of the harness's gate).
     pub broker: ApprovalBroker,
+    /// Slash commands, answered without the model.
+    pub commands: Option<Arc<dyn SlashCommands>>,
+    /// The AGENDA's open loops: judged after each turn of a person's session.
+    pub open_loops: Option<Arc<OpenLoops>>,
 }
 
 impl fmt::Debug for AgentSessionParts {
@@ -146,7 +159,22 @@ impl AgentSessionParts {
             harness,
             screens,
             broker,
+            commands: None,
+            open_loops: None,
         }
+    }
+
+    /// Answers slash commands with `commands`.
+    pub fn with_commands(mut self, commands: Arc<dyn SlashCommands>) -> Self {
+        self.commands = Some(commands);
+        self
+    }
+
+    /// Judges open loops after every turn (never in peer sessions, where
+    /// the person is not speaking).
+    pub fn with_open_loops(mut self, open_loops: Arc<OpenLoops>) -> Self {
+        self.open_loops = Some(open_loops);
+        self
     }
 
     /// Puts a thinking hook in the slot.
@@ -198,13 +226,13 @@ type TurnResult = Result<LoopOutcome, AgentError>;
 struct Inner {
     parts: AgentSessionParts,
     dual: DualConfig,
-    running: Mutex<Option<CancellationToken>>,
+    turn: Arc<TurnSlot>,
     background: Mutex<Vec<(u64, CancellationToken)>>,
     next_job: AtomicU64,
     /// Whether each of the last [`RECENT_TURNS`] turns failed or overflowed.
     recent: Mutex<VecDeque<bool>>,
-    /// The after-turn work (learning) still running, detached from turns.
-    after: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// After-turn work still running (open loops, learning), and its signal.
+    after: tokio::sync::watch::Sender<usize>,
 }
 
 /// Turns the router's `recent_failures` signal looks back over.
@@ -236,12 +264,62 @@ pub struct SessionAttachment {
     _approvals: Attachment,
 }
 
+/// The session's one foreground slot.
+#[derive(Default)]
+struct TurnSlot {
+    state: Mutex<TurnState>,
+    /// Woken when the slot empties.
+    idle: Notify,
+}
+
+#[derive(Default)]
+struct TurnState {
+    /// The foreground turn's number and abort signal.
+    running: Option<(u64, CancellationToken)>,
+    /// The foreground turn sent `agent_end` and is being recorded.
+    ending: bool,
+}
+
+impl TurnSlot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, TurnState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Wraps a turn's screens: when that turn's `agent_end` goes out while it
+/// is still the foreground turn, marks it as ending (before any screen sees
+/// the event), so a prompt sent in answer to `agent_end` waits for the
+/// recording instead of being refused as busy. A background job's
+/// `agent_end` leaves the foreground turn alone.
+struct EndWatch {
+    slot: Arc<TurnSlot>,
+    turn: u64,
+    screens: Arc<dyn UIAdapter>,
+}
+
+impl UIAdapter for EndWatch {
+    fn on_event(&self, event: &AgentEvent) -> std::ops::ControlFlow<()> {
+        if let AgentEvent::AgentEnd { .. } = event {
+            let mut state = self.slot.lock();
+            if state.running.as_ref().is_some_and(|(turn, _)| *turn == self.turn) {
+                state.ending = true;
+            }
+        }
+        self.screens.on_event(event)
+    }
+
+    fn on_approval_request(&self, request: &crate::agent::ApprovalRequest) {
+        self.screens.on_approval_request(request);
+    }
+}
+
 /// Frees the foreground slot however the prompt ends (also when dropped).
-struct Foreground<'a>(&'a Mutex<Option<CancellationToken>>);
+struct Foreground<'a>(&'a TurnSlot);
 
 impl Drop for Foreground<'_> {
     fn drop(&mut self) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *self.0.lock() = TurnState::default();
+        self.0.idle.notify_waiters();
     }
 }
 
@@ -272,30 +350,12 @@ impl AgentSession {
             inner: Arc::new(Inner {
                 parts,
                 dual,
-                running: Mutex::new(None),
+                turn: Arc::default(),
                 background: Mutex::default(),
                 next_job: AtomicU64::new(0),
                 recent: Mutex::default(),
-                after: Mutex::default(),
+                after: tokio::sync::watch::Sender::new(0),
             }),
-        }
-    }
-
-    /// Waits until the after-turn work of every turn that finished so far
-    /// (the thinking slot's `after_turn`: procedure learning, failure
-    /// reflection, distillation) has ended. Turns never wait for it; this
-    /// is for tests and an orderly shutdown. A prompt that returned has
-    /// already handed its turn's work over, so awaiting this right after
-    /// it covers that turn.
-    pub async fn settled(&self) {
-        loop {
-            let pending = std::mem::take(&mut *self.inner.after.lock().unwrap_or_else(|e| e.into_inner()));
-            if pending.is_empty() {
-                return;
-            }
-            for handle in pending {
-                let _ = handle.await;
-            }
         }
     }
 
@@ -335,11 +395,7 @@ impl AgentSession {
 
     /// Whether a turn is running in the foreground.
     pub fn is_busy(&self) -> bool {
-        self.inner
-            .running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
+        self.inner.turn.lock().running.is_some()
     }
 
     /// Background jobs still running.
@@ -355,7 +411,7 @@ impl AgentSession {
     /// nothing runs.
     pub fn abort(&self) -> bool {
         let mut any = false;
-        if let Some(token) = &*self.inner.running.lock().unwrap_or_else(|e| e.into_inner()) {
+        if let Some((_, token)) = &self.inner.turn.lock().running {
             token.cancel();
             any = true;
         }
@@ -464,15 +520,60 @@ impl AgentSession {
         })
     }
 
+    /// The screens attached to the session.
+    pub fn screens(&self) -> &ScreenHub {
+        &self.inner.parts.screens
+    }
+
+    /// Sends `text` to every screen of the session as a `proactive_message`
+    /// of kind `proactive` and answers its message id. The message is not
+    /// recorded in the session.
+    // ponytail: unrecorded, so the model does not see what was said unless
+    // the person quotes it; recording would put an assistant message
+    // without a user turn into the history.
+    pub fn notify(&self, text: impl Into<String>) -> String {
+        let inner = &self.inner;
+        let job = inner.next_job.fetch_add(1, Ordering::Relaxed);
+        let message_id = format!("{}-proactive-{job}", inner.parts.id);
+        let _ = inner.parts.screens.on_event(&AgentEvent::ProactiveMessage {
+            text: text.into(),
+            kind: ProactiveKind::Proactive,
+            message_id: message_id.clone(),
+        });
+        message_id
+    }
+
+    /// [`AgentSession::notify`], unless a turn runs in the foreground: then
+    /// nothing is sent and `None` comes back. No turn can start between the
+    /// check and the message.
+    pub fn notify_when_idle(&self, text: impl Into<String>) -> Option<String> {
+        let state = self.inner.turn.lock();
+        if state.running.is_some() {
+            return None;
+        }
+        let message_id = self.notify(text);
+        drop(state);
+        Some(message_id)
+    }
+
+    /// Waits until the work that follows finished turns (the AGENDA's
+    /// judgement, learning) is done. Turns never wait for it; tests and
+    /// apps that shut down may.
+    pub async fn settled(&self) {
+        let mut rx = self.inner.after.subscribe();
+        let _ = rx.wait_for(|n| *n == 0).await;
+    }
+
     /// Failed or overflowed turns among the last [`RECENT_TURNS`].
     fn recent_failures(&self) -> usize {
         let recent = self.inner.recent.lock().unwrap_or_else(|e| e.into_inner());
         recent.iter().filter(|failed| **failed).count()
     }
 
-    /// Notes how the turn went and hands it to the thinking slot's
-    /// `after_turn`, detached: learning never delays an answer.
-    fn after_turn(&self, report: TurnReport) {
+    /// Notes how the turn went; then, detached (nothing here delays an
+    /// answer), judges the AGENDA's open loops and hands the turn to the
+    /// thinking slot's `after_turn`.
+    fn after_turn(&self, report: TurnReport, closed_loops: Vec<String>) {
         {
             let mut recent = self.inner.recent.lock().unwrap_or_else(|e| e.into_inner());
             if recent.len() == RECENT_TURNS {
@@ -480,11 +581,82 @@ impl AgentSession {
             }
             recent.push_back(report.failed());
         }
-        let thinking = self.inner.parts.thinking.clone();
-        let handle = tokio::spawn(async move { thinking.after_turn(&report).await });
-        let mut after = self.inner.after.lock().unwrap_or_else(|e| e.into_inner());
-        after.retain(|h| !h.is_finished());
-        after.push(handle);
+        let parts = &self.inner.parts;
+        let judge = match (&parts.open_loops, parts.kind) {
+            (Some(loops), SessionKind::User) if report.stop_reason != StopReason::Aborted => {
+                Some((loops.clone(), parts.screens.clone()))
+            }
+            _ => None,
+        };
+        let thinking = parts.thinking.clone();
+        let after = self.inner.after.clone();
+        after.send_modify(|n| *n += 1);
+        tokio::spawn(async move {
+            // Counted down however the task ends.
+            struct Done(tokio::sync::watch::Sender<usize>);
+            impl Drop for Done {
+                fn drop(&mut self) {
+                    self.0.send_modify(|n| *n = n.saturating_sub(1));
+                }
+            }
+            let _done = Done(after);
+            if let Some((loops, screens)) = judge {
+                let judged = loops
+                    .after_turn(
+                        &report.agent_id,
+                        &report.session_id,
+                        &report.prompt,
+                        &report.answer,
+                        &closed_loops,
+                        &screens,
+                    )
+                    .await;
+                if let Err(error) = judged {
+                    tracing::warn!(session_id = %report.session_id, %error, "open loops were not judged");
+                }
+            }
+            thinking.after_turn(&report).await;
+        });
+    }
+
+    /// Answers a slash command: the reply reaches the screens like an
+    /// answer (`agent_start`, the text, `agent_end`) and is not recorded.
+    fn answer_directly(&self, reply: String) -> Pending {
+        let parts = &self.inner.parts;
+        let identity = &parts.harness.context().identity;
+        let _ = parts.screens.on_event(&AgentEvent::AgentStart {
+            agent_id: parts.agent_id.clone(),
+            agent_name: identity.agent_name.clone(),
+            session_id: parts.id.to_string(),
+        });
+        let _ = parts.screens.on_event(&AgentEvent::MessageUpdate {
+            delta: MessageDelta::TextDelta(reply.clone()),
+        });
+        let final_message = FinalMessage {
+            role: Role::Assistant,
+            content: reply,
+            stop_reason: StopReason::Stop,
+            usage: Usage::default(),
+        };
+        let _ = parts.screens.on_event(&AgentEvent::AgentEnd {
+            final_message: final_message.clone(),
+            turns: 0,
+            overflows: 0,
+        });
+        let (tx, rx) = oneshot::channel();
+        let _ = tx.send(Ok(LoopOutcome {
+            final_message,
+            new_messages: Vec::new(),
+            turns: 0,
+            overflows: 0,
+            summary_calls: 0,
+            provider_calls: 0,
+            error: None,
+        }));
+        Pending {
+            result: Some(rx),
+            cancel: CancellationToken::new(),
+        }
     }
 
     /// Security, thinking, then the harness turn in its own task.
@@ -495,14 +667,30 @@ impl AgentSession {
     ) -> Result<(Pending, bool, Foreground<'_>), TurnError> {
         let inner = &self.inner;
         let cancel = CancellationToken::new();
-        {
-            let mut running = inner.running.lock().unwrap_or_else(|e| e.into_inner());
-            if running.is_some() {
-                return Err(TurnError::Busy(inner.parts.id.to_string()));
+        let turn = inner.next_job.fetch_add(1, Ordering::Relaxed);
+        loop {
+            let idle = inner.turn.idle.notified();
+            tokio::pin!(idle);
+            {
+                let mut state = inner.turn.lock();
+                match &state.running {
+                    None => {
+                        *state = TurnState {
+                            running: Some((turn, cancel.clone())),
+                            ending: false,
+                        };
+                        break;
+                    }
+                    // The last turn is over and being recorded: wait for it.
+                    Some(_) if state.ending => {
+                        idle.as_mut().enable();
+                    }
+                    Some(_) => return Err(TurnError::Busy(inner.parts.id.to_string())),
+                }
             }
-            *running = Some(cancel.clone());
+            idle.await;
         }
-        let foreground = Foreground(&inner.running);
+        let foreground = Foreground(&inner.turn);
         let parts = &inner.parts;
         let input = SecurityInput {
             text,
@@ -520,14 +708,33 @@ impl AgentSession {
                 return Err(error.into());
             }
         };
+        if let Some(commands) = &parts.commands {
+            let ctx = CommandContext {
+                agent_id: &parts.agent_id,
+                session_id: parts.id.as_str(),
+            };
+            if let Some(reply) = commands.handle(&ctx, &input.text).await {
+                return Ok((self.answer_directly(reply), false, foreground));
+            }
+        }
+        let open = match (&parts.open_loops, parts.kind) {
+            (Some(loops), SessionKind::User) => loops.open_in(parts.id.as_str()).await,
+            _ => Vec::new(),
+        };
+        let now = parts
+            .open_loops
+            .as_ref()
+            .map_or_else(|| Timestamp::from_system_time(SystemTime::now()), |o| o.now());
         let thinking_input = ThinkingInput {
             agent_id: &parts.agent_id,
             session_id: parts.id.as_str(),
             prompt: &input.text,
-            due_loops: 0,
+            due_loops: open.iter().filter(|l| l.is_due(now)).count(),
             recent_failures: self.recent_failures(),
+            open_loops: &open,
         };
         let thought = parts.thinking.before_turn(&thinking_input, &parts.screens).await;
+        let closed_loops = thought.closed_loops;
         let turn_instruction = match (options.turn_instruction, thought.note) {
             (Some(a), Some(b)) => Some(format!("{a}\n\n{b}")),
             (a, b) => a.or(b),
@@ -536,6 +743,7 @@ impl AgentSession {
         let (tx, rx) = oneshot::channel();
         let session = self.clone();
         let token = cancel.clone();
+        let slot = inner.turn.clone();
         tokio::spawn(async move {
             let parts = &session.inner.parts;
             let prompt = input.text;
@@ -545,6 +753,11 @@ impl AgentSession {
                     &parts.id,
                     prompt.clone(),
                     move |ctx| {
+                        ctx.ui = Arc::new(EndWatch {
+                            slot,
+                            turn,
+                            screens: ctx.ui.clone(),
+                        });
                         ctx.turn_instruction = turn_instruction;
                         ctx.extensions = extensions;
                         if let Some(approver) = approver {
@@ -555,12 +768,10 @@ impl AgentSession {
                 )
                 .await;
             if let Ok(outcome) = &outcome {
-                session.after_turn(TurnReport::new(
-                    &parts.agent_id,
-                    parts.id.as_str(),
-                    &prompt,
-                    outcome,
-                ));
+                session.after_turn(
+                    TurnReport::new(&parts.agent_id, parts.id.as_str(), &prompt, outcome),
+                    closed_loops,
+                );
             }
             let _ = tx.send(outcome);
         });

@@ -188,10 +188,14 @@ impl LlmConfig {
     /// The provider these settings describe.
     pub fn build(&self) -> Result<Arc<dyn Provider>, ProviderError> {
         Ok(match self.provider {
-            ProviderKind::Faux => Arc::new(match &self.faux_script {
-                Some(path) => FauxProvider::from_file(path)?,
-                None => FauxProvider::demo(),
-            }),
+            // A long-running server keeps no history of the requests.
+            ProviderKind::Faux => Arc::new(
+                match &self.faux_script {
+                    Some(path) => FauxProvider::from_file(path)?,
+                    None => FauxProvider::demo(),
+                }
+                .without_recording(),
+            ),
             ProviderKind::OpenAi => {
                 #[cfg(feature = "openai")]
                 {

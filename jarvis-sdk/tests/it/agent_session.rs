@@ -295,3 +295,71 @@ async fn the_thinking_hook_runs_between_security_and_the_harness() {
     assert!(parts_session.prompt("", Caller::Local).await.is_err());
     assert_eq!(b.faux.request_count(), 1);
 }
+
+/// On the first `agent_end`, starts the next prompt right there (polled
+/// once, before the first turn is recorded), then lets it finish on a task.
+#[derive(Default)]
+struct NextOnEnd {
+    session: std::sync::Mutex<Option<Arc<AgentSession>>>,
+    first_poll: std::sync::Mutex<Option<&'static str>>,
+    next: std::sync::Mutex<Option<tokio::task::JoinHandle<Result<jarvis_sdk::LoopOutcome, TurnError>>>>,
+}
+
+impl UIAdapter for NextOnEnd {
+    fn on_event(&self, event: &AgentEvent) -> std::ops::ControlFlow<()> {
+        if let AgentEvent::AgentEnd { .. } = event
+            && let Some(session) = self.session.lock().unwrap().take()
+        {
+            let mut next = Box::pin(async move { session.prompt("next", Caller::Local).await });
+            let mut cx = std::task::Context::from_waker(futures::task::noop_waker_ref());
+            match next.as_mut().poll(&mut cx) {
+                std::task::Poll::Ready(Err(e)) if e.is_busy() => {
+                    *self.first_poll.lock().unwrap() = Some("busy")
+                }
+                std::task::Poll::Ready(_) => *self.first_poll.lock().unwrap() = Some("ready"),
+                std::task::Poll::Pending => {
+                    *self.first_poll.lock().unwrap() = Some("waiting");
+                    *self.next.lock().unwrap() = Some(tokio::spawn(next));
+                }
+            }
+        }
+        std::ops::ControlFlow::Continue(())
+    }
+}
+
+#[tokio::test]
+async fn a_prompt_sent_on_agent_end_waits_for_the_recording_and_runs() {
+    let b = build(
+        "replies: [ { text: \"first\" }, { text: \"second\" } ]",
+        SessionKind::User,
+        ToolRegistry::new(),
+    )
+    .await;
+    let screen = Arc::new(NextOnEnd::default());
+    *screen.session.lock().unwrap() = Some(b.session.clone());
+    let _a = b.session.attach(screen.clone());
+    let first = b.session.prompt("go", Caller::Local).await.unwrap();
+    assert_eq!(first.final_message.content, "first");
+    assert_eq!(
+        *screen.first_poll.lock().unwrap(),
+        Some("waiting"),
+        "not refused as busy"
+    );
+    let next = screen.next.lock().unwrap().take().unwrap();
+    let second = next.await.unwrap().unwrap();
+    assert_eq!(second.final_message.content, "second");
+    // Both turns are in the history, in order.
+    let entries = b.store.entries(&SessionId::new("s1").unwrap()).await.unwrap();
+    let said: Vec<String> = entries
+        .iter()
+        .filter_map(|e| {
+            e.message()
+                .map(|m| serde_json::to_value(m).unwrap()["content"].to_string())
+        })
+        .collect();
+    assert_eq!(said.len(), 4, "{said:?}");
+    assert!(
+        said[1].contains("first") && said[3].contains("second"),
+        "{said:?}"
+    );
+}

@@ -2,36 +2,13 @@
 //! talking, and the answer arrives as `proactive_message {kind: "answer"}`;
 //! a delegation waits for a callee that goes background; abort cancels.
 
+use jarvis_sdk::testing::ChannelAdapter;
 use jarvis_sdk::{
     AgentEvent, AppAssembly, AppConfig, BUILTIN_TEAM, Caller, DualConfig, DualReply, FauxProvider,
-    HousingConfig, Message, ProactiveKind, PromptOptions, UIAdapter, build_app,
+    HousingConfig, Message, ProactiveKind, PromptOptions, build_app,
 };
-use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::mpsc;
-
-/// Hands every event to the test.
-struct Events(mpsc::UnboundedSender<AgentEvent>);
-
-impl UIAdapter for Events {
-    fn on_event(&self, event: &AgentEvent) -> ControlFlow<()> {
-        let _ = self.0.send(event.clone());
-        ControlFlow::Continue(())
-    }
-}
-
-async fn next_matching(
-    rx: &mut mpsc::UnboundedReceiver<AgentEvent>,
-    pred: impl Fn(&AgentEvent) -> bool,
-) -> AgentEvent {
-    loop {
-        let event = rx.recv().await.expect("the session is still open");
-        if pred(&event) {
-            return event;
-        }
-    }
-}
 
 const LONG: &str = "먼저 공고를 모두 찾아서 비교하고 그다음에 정리해 줘";
 
@@ -74,8 +51,8 @@ rules:
         .session(&app.create_session(None).await.unwrap().id)
         .await
         .unwrap();
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let _a = session.attach(Arc::new(Events(tx)));
+    let (screen, mut rx) = ChannelAdapter::new();
+    let _a = session.attach(screen);
 
     let started = tokio::time::Instant::now();
     let reply = session
@@ -90,16 +67,17 @@ rules:
         panic!("expected the job to go to the background");
     };
     assert!(started.elapsed() < Duration::from_secs(1), "acknowledged at once");
-    let ack = next_matching(&mut rx, |e| {
-        matches!(
-            e,
-            AgentEvent::ProactiveMessage {
-                kind: ProactiveKind::Filler,
-                ..
-            }
-        )
-    })
-    .await;
+    let ack = rx
+        .next_matching(|e| {
+            matches!(
+                e,
+                AgentEvent::ProactiveMessage {
+                    kind: ProactiveKind::Filler,
+                    ..
+                }
+            )
+        })
+        .await;
     assert!(matches!(ack, AgentEvent::ProactiveMessage { ref text, .. } if *text == acknowledgement));
     assert!(!session.is_busy() && session.background_jobs() == 1);
 
@@ -114,16 +92,17 @@ rules:
     assert_eq!(hello.final_message.content, "안녕하세요!");
     assert!(started.elapsed() < Duration::from_secs(60));
 
-    let answer = next_matching(&mut rx, |e| {
-        matches!(
-            e,
-            AgentEvent::ProactiveMessage {
-                kind: ProactiveKind::Answer,
-                ..
-            }
-        )
-    })
-    .await;
+    let answer = rx
+        .next_matching(|e| {
+            matches!(
+                e,
+                AgentEvent::ProactiveMessage {
+                    kind: ProactiveKind::Answer,
+                    ..
+                }
+            )
+        })
+        .await;
     match answer {
         AgentEvent::ProactiveMessage {
             text, message_id: id, ..
@@ -154,8 +133,8 @@ async fn a_turn_running_past_the_threshold_goes_to_the_background() {
         .session(&app.create_session(None).await.unwrap().id)
         .await
         .unwrap();
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let _a = session.attach(Arc::new(Events(tx)));
+    let (screen, mut rx) = ChannelAdapter::new();
+    let _a = session.attach(screen);
     let started = tokio::time::Instant::now();
     let reply = session
         .prompt_dual("hello", PromptOptions::from(Caller::Local))
@@ -163,16 +142,17 @@ async fn a_turn_running_past_the_threshold_goes_to_the_background() {
         .unwrap();
     assert!(matches!(reply, DualReply::Background { .. }));
     assert_eq!(started.elapsed(), Duration::from_secs(2));
-    let answer = next_matching(&mut rx, |e| {
-        matches!(
-            e,
-            AgentEvent::ProactiveMessage {
-                kind: ProactiveKind::Answer,
-                ..
-            }
-        )
-    })
-    .await;
+    let answer = rx
+        .next_matching(|e| {
+            matches!(
+                e,
+                AgentEvent::ProactiveMessage {
+                    kind: ProactiveKind::Answer,
+                    ..
+                }
+            )
+        })
+        .await;
     assert!(matches!(answer, AgentEvent::ProactiveMessage { ref text, .. } if text == "늦은 답"));
     assert_eq!(started.elapsed(), Duration::from_secs(10));
     // A quick turn under the threshold stays in the foreground.
@@ -236,15 +216,17 @@ async fn abort_cancels_a_background_job() {
         .session(&app.create_session(None).await.unwrap().id)
         .await
         .unwrap();
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let _a = session.attach(Arc::new(Events(tx)));
+    let (screen, mut rx) = ChannelAdapter::new();
+    let _a = session.attach(screen);
     let reply = session
         .prompt_dual(LONG, PromptOptions::from(Caller::Local))
         .await
         .unwrap();
     assert!(matches!(reply, DualReply::Background { .. }));
     assert!(session.abort());
-    let end = next_matching(&mut rx, |e| matches!(e, AgentEvent::AgentEnd { .. })).await;
+    let end = rx
+        .next_matching(|e| matches!(e, AgentEvent::AgentEnd { .. }))
+        .await;
     match end {
         AgentEvent::AgentEnd { final_message, .. } => {
             assert_eq!(final_message.stop_reason, jarvis_sdk::StopReason::Aborted)
@@ -255,5 +237,5 @@ async fn abort_cancels_a_background_job() {
     while session.background_jobs() > 0 {
         tokio::task::yield_now().await;
     }
-    assert!(rx.try_recv().is_err(), "no answer after an abort");
+    assert!(rx.drain().is_empty(), "no answer after an abort");
 }

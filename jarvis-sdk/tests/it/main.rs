@@ -1,5 +1,6 @@
 //! Integration tests of jarvis-sdk: one binary, one module per subject.
 
+mod agenda;
 mod agent_session;
 mod approvals;
 mod assembler_props;
@@ -16,7 +17,9 @@ mod loop_concurrency;
 mod loop_props;
 mod loop_transcripts;
 mod memory;
+mod openloop;
 mod pg;
+mod proactive;
 mod providers;
 #[cfg(target_os = "linux")]
 mod sandbox;

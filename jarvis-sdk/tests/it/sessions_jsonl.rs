@@ -388,6 +388,7 @@ async fn a_failed_write_is_an_error_and_the_session_refuses_more() {
     let store = home.open();
     store.create(NewSession::user(id("s"), "main")).await.unwrap();
     // The history file is a device that is always full.
+    std::fs::remove_file(home.log("s")).unwrap();
     std::os::unix::fs::symlink("/dev/full", home.log("s")).unwrap();
     let err = store.append(&id("s"), turn(1)).await.unwrap_err();
     assert!(

@@ -811,3 +811,114 @@ async fn memory_read_naming_an_agent_the_team_lacks_is_dropped_and_the_agent_loa
     let scout = app.registry().get("scout").expect("scout loads");
     assert_eq!(scout.memory_read.edm, ["self", "main"]);
 }
+
+/// Answers every approval request of a session with `decision`, on a task
+/// of its own (screens must not block).
+struct AnswerAll(AppAssembly, SessionId, ApprovalDecision);
+
+impl UIAdapter for AnswerAll {
+    fn on_approval_request(&self, request: &ApprovalRequest) {
+        let (app, id, decision) = (self.0.clone(), self.1.clone(), self.2);
+        let request_id = request.request_id.clone();
+        tokio::spawn(async move {
+            app.session(&id)
+                .await
+                .unwrap()
+                .broker()
+                .decide(&request_id, decision);
+        });
+    }
+}
+
+#[tokio::test]
+async fn the_offline_demo_answers_uses_tools_and_delegates_to_karen_on_sample_notices() {
+    let home = TempHome::new();
+    // Nothing configured: the demo model, the built-in team, sample notices.
+    let vars = [("JARVIS_HOME", home.0.to_str().unwrap())];
+    let config =
+        AppConfig::from_lookup(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())).unwrap();
+    assert!(config.is_demo());
+    let app = build_app(config).await.unwrap();
+    assert!(app.is_demo());
+    assert!(app.notice().unwrap().contains("offline demo"));
+    assert_eq!(app.registry().ids().collect::<Vec<_>>(), ["main", "karen"]);
+    let meta = app.default_session("main").await.unwrap();
+    let session = app.session(&meta.id).await.unwrap();
+    let screen = Arc::new(RecordingAdapter::new());
+    let _s = session.attach(screen.clone());
+    let _a = session.attach(Arc::new(AnswerAll(
+        app.clone(),
+        meta.id.clone(),
+        ApprovalDecision::Allow,
+    )));
+
+    // JARVIS answers.
+    let hello = session.prompt("안녕, 자비스", Caller::Local).await.unwrap();
+    assert!(hello.final_message.content.contains("오프라인 데모"), "{hello:?}");
+    // JARVIS uses a tool.
+    let tool = session.prompt("도구 써 봐", Caller::Local).await.unwrap();
+    assert!(tool.final_message.content.contains("list_dir"));
+    // JARVIS asks to write a note; the approval is answered.
+    let note = session.prompt("메모 남겨 줘", Caller::Local).await.unwrap();
+    assert!(note.final_message.content.contains("notes/demo.txt"));
+    let written = std::fs::read_to_string(
+        home.0
+            .join("sandboxes")
+            .join(meta.id.as_str())
+            .join("notes/demo.txt"),
+    )
+    .unwrap();
+    assert!(written.contains("오프라인 데모"), "{written}");
+    // JARVIS delegates to KAREN, who looks up sample notices.
+    let karen = session.prompt("청약 공고 찾아 줘", Caller::Local).await.unwrap();
+    assert!(karen.final_message.content.contains("K.A.R.E.N."));
+    let ends: Vec<(String, bool, String)> = screen
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            jarvis_sdk::AgentEvent::ToolExecutionEnd {
+                tool_name,
+                is_error,
+                result,
+                ..
+            } => Some((tool_name, is_error, result)),
+            _ => None,
+        })
+        .collect();
+    let names: Vec<&str> = ends.iter().map(|(n, _, _)| n.as_str()).collect();
+    assert_eq!(names, ["list_dir", "write_file", "ask_agent"]);
+    assert!(ends.iter().all(|(_, is_error, _)| !is_error), "{ends:?}");
+    let (_, peer_entries) = app
+        .session_entries(&SessionId::new("peer-main-karen").unwrap())
+        .await
+        .unwrap();
+    let peer_text = serde_json::to_string(&peer_entries).unwrap();
+    assert!(peer_text.contains("sh_notice"), "{peer_text}");
+    assert!(
+        peer_text.contains("샘플 데이터"),
+        "the notices come from the sample source"
+    );
+}
+
+#[test]
+fn store_durability_and_the_demo_housing_source_come_from_the_environment() {
+    let lookup = |vars: &'static [(&'static str, &'static str)]| {
+        AppConfig::from_lookup(move |k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()))
+    };
+    let c = lookup(&[("JARVIS_HOME", "/tmp/x")]).unwrap();
+    assert_eq!(c.durability, jarvis_sdk::Durability::EndOfTurn);
+    let c = lookup(&[("JARVIS_HOME", "/tmp/x"), ("JARVIS_STORE__FSYNC", "never")]).unwrap();
+    assert_eq!(c.durability, jarvis_sdk::Durability::Never);
+    let e = lookup(&[("JARVIS_HOME", "/tmp/x"), ("JARVIS_STORE__FSYNC", "sometimes")]).unwrap_err();
+    assert!(e.to_string().contains("end_of_turn or never"), "{e}");
+    // A configured model is not the demo.
+    let c = lookup(&[("JARVIS_HOME", "/tmp/x"), ("OPENAI_API_KEY", "sk-1")]).unwrap();
+    assert!(!c.is_demo());
+    let c = lookup(&[
+        ("JARVIS_HOME", "/tmp/x"),
+        ("JARVIS_FAUX__SCRIPT", "/s.yaml"),
+        ("JARVIS_LLM__PROVIDER", "faux"),
+    ])
+    .unwrap();
+    assert!(!c.is_demo(), "a faux script is not the demo");
+}

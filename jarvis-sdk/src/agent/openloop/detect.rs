@@ -91,6 +91,20 @@ pub fn detect(text: &str, now: Timestamp, offset_minutes: i32) -> Option<Detecte
     })
 }
 
+/// Whether `text` has anything an open-loop judgement could act on: a
+/// reminder, a deadline, a promise, a time, a condition or a cancellation.
+/// Broader than [`detect`]; [`ModelJudge`](super::ModelJudge) asks the model
+/// only about such texts, so ordinary turns cost no extra call.
+pub fn has_cue(text: &str) -> bool {
+    let p = patterns();
+    p.cancel.is_match(text)
+        || p.remind.is_match(text)
+        || p.deadline_request.is_match(text)
+        || p.promise.is_match(text)
+        || p.time.is_match(text)
+        || p.condition.is_match(text)
+}
+
 /// Whether `text` cancels something (a reminder, a request).
 pub fn cancels(text: &str) -> bool {
     patterns().cancel.is_match(text)

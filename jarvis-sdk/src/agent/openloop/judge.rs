@@ -7,7 +7,7 @@ use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::detect::{cancels, detect};
+use super::detect::{cancels, detect, has_cue};
 use super::{JudgeInput, Judgement, LoopJudge, LoopKind, NewLoop};
 use crate::common::{Timestamp, bigram_jaccard};
 use crate::model::{ChatRequest, Message, Provider, ProviderExt, Purpose};
@@ -79,7 +79,10 @@ the open loops listed the message closes (a cancelling message). Answer with one
 {\"open\": [{\"text\": string, \"kind\": \"promise\" | \"request\", \"due\": RFC 3339 time or null, \
 \"condition\": string or null}], \"close\": [loop id]}. Both lists may be empty.";
 
-/// A judge that asks the model, falling back to [`RuleJudge`].
+/// A judge that asks the model, falling back to [`RuleJudge`] when the
+/// answer is unusable (not JSON, unknown fields, a loop id of another
+/// session, a bad time) or the call fails or times out. Messages without
+/// any cue ([`has_cue`]) are judged empty without a call.
 pub struct ModelJudge {
     provider: Arc<dyn Provider>,
     model: String,
@@ -168,6 +171,9 @@ impl ModelJudge {
 #[async_trait]
 impl LoopJudge for ModelJudge {
     async fn judge(&self, input: &JudgeInput<'_>) -> Judgement {
+        if !has_cue(input.user) {
+            return Judgement::default();
+        }
         match self.ask(input).await {
             Ok(judgement) => judgement,
             Err(reason) => {

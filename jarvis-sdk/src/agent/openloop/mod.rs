@@ -12,10 +12,14 @@
 
 mod detect;
 mod judge;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod store;
 
-pub use detect::{Detected, cancels, detect, due_time};
+pub use detect::{Detected, cancels, detect, due_time, has_cue};
 pub use judge::{JUDGE_INSTRUCTION, ModelJudge, RuleJudge};
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresOpenLoopStore;
 pub use store::{JsonlOpenLoopStore, MemoryOpenLoopStore, OPEN_LOOPS_FILE};
 
 use async_trait::async_trait;
@@ -137,6 +141,24 @@ pub enum LoopError {
         /// The cause.
         #[source]
         source: std::io::Error,
+    },
+    /// The database cannot be reached.
+    #[error("open loops (postgres): cannot reach the database at {target}")]
+    Unreachable {
+        /// Host, port, database and user, never the password.
+        target: String,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A database operation failed.
+    #[error("open loops (postgres): database error while trying to {op}")]
+    Database {
+        /// What was being done.
+        op: &'static str,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
 }
 
@@ -275,6 +297,43 @@ impl OpenLoops {
             });
         }
         Ok(judgement)
+    }
+
+    /// Now, by the service's clock.
+    pub fn now(&self) -> Timestamp {
+        Timestamp::from_system_time(self.clock.now())
+    }
+
+    /// The open loops of `session_id`, oldest first; empty (and logged)
+    /// when the store cannot be read, so a turn never fails on it.
+    pub async fn open_in(&self, session_id: &str) -> Vec<OpenLoop> {
+        let filter = LoopFilter {
+            session_id: Some(session_id.to_owned()),
+            open_only: true,
+            ..LoopFilter::default()
+        };
+        match self.store.list(&filter).await {
+            Ok(loops) => loops,
+            Err(error) => {
+                tracing::warn!(session_id, %error, "open loops could not be read");
+                Vec::new()
+            }
+        }
+    }
+
+    /// Closes `open_loop` after its reminder went to its own session, and
+    /// tells `ui` (R-AGENDA-3, R-AGENDA-4). Answers whether it was open.
+    pub async fn close_reminded(&self, open_loop: &OpenLoop, ui: &dyn UIAdapter) -> Result<bool, LoopError> {
+        let closed = self
+            .store
+            .close(&open_loop.id, &open_loop.session_id, self.now())
+            .await?;
+        if closed {
+            let _ = ui.on_event(&AgentEvent::AgendaChanged {
+                session_id: open_loop.session_id.clone(),
+            });
+        }
+        Ok(closed)
     }
 
     /// Every agent's open loops, oldest first (the AGENDA's promises).

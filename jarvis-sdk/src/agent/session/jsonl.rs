@@ -1,7 +1,8 @@
 //! [`JsonlSessionStore`]: sessions as files under `$JARVIS_HOME/sessions/`.
 //!
-//! - `<id>.jsonl`: the history, one [`SessionEntry`] per line. Append-only;
-//!   every batch of entries goes to the file in one write of complete lines.
+//! - `<id>.jsonl`: the history, one [`SessionEntry`] per line, created
+//!   empty with the session. Append-only; every batch of entries goes to
+//!   the file in one write of complete lines.
 //! - `<id>.meta.json`: the [`SessionMeta`], replaced atomically (temporary
 //!   file, then rename). A history without one is a legacy session of `main`
 //!   (R-SESS-4).
@@ -362,6 +363,19 @@ impl SessionStore for JsonlSessionStore {
             });
         }
         self.write_meta(&meta).await?;
+        // The (empty) history file is created now, off the async threads, so
+        // the session's first turn does not pay for creating a file (which
+        // takes milliseconds on a busy file system).
+        let path = self.log_path(&meta.id);
+        blocking(move || {
+            OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(&path)
+                .map(drop)
+                .map_err(SessionError::io("create", path))
+        })
+        .await??;
         let state = State::empty(meta.clone(), self.inner.options.cache_turns);
         lock(&self.inner.sessions).insert(
             meta.id.clone(),
@@ -383,6 +397,25 @@ impl SessionStore for JsonlSessionStore {
     async fn append(&self, id: &SessionId, entries: Vec<EntryBody>) -> Result<u64, SessionError> {
         let ts = now(&*self.inner.options.clock);
         let session = self.session(id).await?;
+        if session.lock().file.is_none() && !entries.is_empty() {
+            // The first append of a session opens its file off the async
+            // threads (creating it, for a session made before files were
+            // created with their session).
+            let path = self.log_path(id);
+            let file = blocking(move || {
+                OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .open(&path)
+                    .map_err(SessionError::io("open", path))
+            })
+            .await??;
+            let mut st = session.lock();
+            if st.file.is_none() {
+                st.file = Some(file);
+                st.dir_unsynced = true;
+            }
+        }
         let mut st = session.lock();
         if st.poisoned {
             return Err(SessionError::Poisoned { id: id.to_string() });

@@ -20,17 +20,18 @@
 //! of a session for as long as the connection lives.
 
 use async_trait::async_trait;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
+use deadpool_postgres::Pool;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
+use tokio_postgres::Row;
 use tokio_postgres::types::{Json, Type};
-use tokio_postgres::{NoTls, Row};
 
 use super::error::BoxError;
 use super::{
     ENTRY_SCHEMA_VERSION, EntryBody, NewSession, SessionEntry, SessionError, SessionId, SessionKind,
     SessionMeta, SessionStore, fork_meta, normalize_title, now,
 };
+use crate::common::pg::{PgSetupError, build_pool, connection};
 use crate::common::{Clock, SystemClock, Timestamp};
 
 /// Key of the advisory lock the migrations hold (`jarvis` in ASCII, then 1).
@@ -89,31 +90,7 @@ impl PostgresSessionStore {
     /// Fails with [`SessionError::Unreachable`], naming host, port and
     /// database (never the password), when no connection can be made.
     pub async fn connect(url: &str) -> Result<Self, SessionError> {
-        let mut config: tokio_postgres::Config = url.parse().map_err(|e| SessionError::Unreachable {
-            target: "(the connection string could not be read)".into(),
-            source: Box::new(e),
-        })?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(Duration::from_secs(10));
-        }
-        let target: Arc<str> = describe(&config).into();
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(16)
-            .runtime(Runtime::Tokio1)
-            .create_timeout(Some(Duration::from_secs(15)))
-            .wait_timeout(Some(Duration::from_secs(30)))
-            .build()
-            .map_err(|e| SessionError::Database {
-                op: "build the connection pool",
-                source: Box::new(e),
-            })?;
+        let (pool, target) = build_pool(url, 16).map_err(setup_error)?;
         let store = Self {
             pool,
             target,
@@ -144,20 +121,7 @@ impl PostgresSessionStore {
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, SessionError> {
-        self.pool.get().await.map_err(|e| match e {
-            PoolError::Backend(e) => SessionError::Unreachable {
-                target: self.target.to_string(),
-                source: Box::new(e),
-            },
-            PoolError::Timeout(t) => SessionError::Unreachable {
-                target: self.target.to_string(),
-                source: format!("timed out ({t:?})").into(),
-            },
-            other => SessionError::Database {
-                op: "get a connection",
-                source: other.to_string().into(),
-            },
-        })
+        connection(&self.pool, &self.target).await.map_err(setup_error)
     }
 
     async fn exists(&self, client: &deadpool_postgres::Object, id: &SessionId) -> Result<bool, SessionError> {
@@ -173,33 +137,11 @@ impl PostgresSessionStore {
     }
 }
 
-/// Host, port, database and user of `config`, for error messages.
-fn describe(config: &tokio_postgres::Config) -> String {
-    use tokio_postgres::config::Host;
-    let hosts: Vec<String> = config
-        .get_hosts()
-        .iter()
-        .map(|h| match h {
-            Host::Tcp(name) => name.clone(),
-            Host::Unix(path) => path.display().to_string(),
-        })
-        .collect();
-    let ports: Vec<String> = config.get_ports().iter().map(u16::to_string).collect();
-    format!(
-        "host={} port={} dbname={} user={}",
-        if hosts.is_empty() {
-            "(default)".into()
-        } else {
-            hosts.join(",")
-        },
-        if ports.is_empty() {
-            "5432".into()
-        } else {
-            ports.join(",")
-        },
-        config.get_dbname().unwrap_or("(default)"),
-        config.get_user().unwrap_or("(default)"),
-    )
+fn setup_error(e: PgSetupError) -> SessionError {
+    match e {
+        PgSetupError::Unreachable { target, source } => SessionError::Unreachable { target, source },
+        PgSetupError::Other { op, source } => SessionError::Database { op, source },
+    }
 }
 
 fn db(op: &'static str) -> impl FnOnce(tokio_postgres::Error) -> SessionError {

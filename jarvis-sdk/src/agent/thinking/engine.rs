@@ -234,8 +234,17 @@ impl ThoughtEngine {
             Err(_) => Vec::new(),
         };
         messages.push(Message::user(input.prompt));
+        let mut system = self.template();
+        if !input.open_loops.is_empty() {
+            system.push_str(
+                "\n\n이 세션의 열린 약속 (open loops of this session; list the ids this request ends in closed_loops):",
+            );
+            for l in input.open_loops {
+                system.push_str(&format!("\n- {}: {}", l.id, l.text));
+            }
+        }
         let request = ChatRequest::new(self.config.model.clone(), messages)
-            .with_system(self.template())
+            .with_system(system)
             .with_purpose(Purpose::Thought)
             .with_metadata(input.agent_id, input.session_id)
             .with_instruction(FRAME_INSTRUCTION);

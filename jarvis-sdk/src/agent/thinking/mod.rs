@@ -36,6 +36,7 @@ use async_trait::async_trait;
 
 use super::event::StopReason;
 use super::harness::tools_used;
+use super::openloop::OpenLoop;
 use super::run::LoopOutcome;
 use super::ui::UIAdapter;
 use crate::model::Message;
@@ -53,6 +54,8 @@ pub struct ThinkingInput<'a> {
     pub due_loops: usize,
     /// Recent turns that failed or overflowed.
     pub recent_failures: usize,
+    /// The session's open loops, which the thought may close.
+    pub open_loops: &'a [OpenLoop],
 }
 
 /// What thinking decided for a turn.

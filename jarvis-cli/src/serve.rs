@@ -1,0 +1,170 @@
+//! `jarvis`: start the server on the chosen session and open the HUD.
+//!
+//! When a server already runs for this home, `jarvis` does not start a
+//! second one: it prints (and opens) the running server's HUD URL for the
+//! chosen session.
+
+use anyhow::{Context, bail};
+use clap::Args;
+use jarvis_sdk::{AppAssembly, AppConfig, SessionId, SessionMeta};
+use jarvis_server::client::Client;
+use jarvis_server::{DEMO_HELP, Server, ServerConfig, ServerState, check_bind};
+use std::process::ExitCode;
+
+use crate::Target;
+use crate::home;
+
+/// Options of `jarvis` without a subcommand.
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct ServeArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The address to listen on (default `JARVIS_WEB__HOST` or 127.0.0.1).
+    #[arg(long)]
+    host: Option<String>,
+    /// The port (default `JARVIS_WEB__PORT` or 8765; 0 picks a free one).
+    #[arg(long)]
+    port: Option<u16>,
+    /// Print the HUD URL without opening a browser.
+    #[arg(long)]
+    no_open: bool,
+}
+
+/// Runs the server until Ctrl-C or SIGTERM.
+pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let mut app_config = AppConfig::from_env()?;
+    let mut server_config = ServerConfig::from_env().map_err(anyhow::Error::msg)?;
+    if let Some(host) = args.host.clone() {
+        server_config.host = host;
+    }
+    if let Some(port) = args.port {
+        server_config.port = port;
+    }
+    // One token for both checks: the server's and the security pipeline's.
+    app_config.web_token = server_config.token.clone();
+
+    if let Some(client) = home::running_server(&app_config).await {
+        let url = running_url(&client, &args.target).await?;
+        println!("A Jarvis server already runs for this home. HUD: {url}");
+        open(&args, &url, server_config.token.is_some());
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    let address = server_config.bind_address();
+    let listener = tokio::net::TcpListener::bind(&address)
+        .await
+        .with_context(|| format!("cannot listen on {address} (is something else using it? try --port)"))?;
+    check_bind(listener.local_addr()?, server_config.token.is_some())?;
+    let app = home::assemble(app_config).await?;
+    let session = open_session(&app, &args.target).await?;
+    let demo = app.is_demo();
+    let notice = app.notice().map(str::to_owned);
+    let token = server_config.token.clone();
+    // Announced (server file written) before the URL is printed, so a
+    // client started on seeing the URL finds it.
+    let server = Server::new(listener, ServerState::new(app, server_config))?;
+
+    let url = format!("{}/?session={}", server.url(), session.id);
+    println!(
+        "J.A.R.V.I.S. HUD: {url}  (session {} of agent {})",
+        session.id, session.agent_id
+    );
+    if token.is_some() {
+        println!("This server requires JARVIS_WEB__TOKEN: open the URL with &token=<the token> added, once.");
+    }
+    if demo {
+        tracing::warn!("{DEMO_HELP}");
+        println!("{DEMO_HELP}");
+    } else if let Some(notice) = notice {
+        tracing::info!("model: {notice}");
+    }
+    open(&args, &url, token.is_some());
+    println!("Press Ctrl-C to stop.");
+    server.run(shutdown_signal()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The session the HUD opens on.
+async fn open_session(app: &AppAssembly, target: &Target) -> anyhow::Result<SessionMeta> {
+    if let Some(id) = &target.session {
+        let id = SessionId::new(id.as_str())?;
+        return match app.session_entries(&id).await {
+            Ok((meta, _)) => Ok(meta),
+            Err(e) if e.is_not_found() => bail!("there is no session {id} (`jarvis sessions` lists them)"),
+            Err(e) => Err(e.into()),
+        };
+    }
+    let agent = target.agent.as_deref().unwrap_or(jarvis_sdk::MAIN_AGENT);
+    if !app.registry().contains(agent) {
+        let agents: Vec<&str> = app.registry().ids().collect();
+        bail!("there is no agent {agent:?}; the team is {}", agents.join(", "));
+    }
+    Ok(app.default_session(agent).await?)
+}
+
+/// The HUD URL of the running server for `target`.
+async fn running_url(client: &Client, target: &Target) -> anyhow::Result<String> {
+    let base = client.base_url().trim_end_matches('/');
+    if let Some(id) = &target.session {
+        if client.session(id).await?.is_none() {
+            bail!("there is no session {id} (`jarvis sessions` lists them)");
+        }
+        return Ok(format!("{base}/?session={id}"));
+    }
+    let agent = target.agent.as_deref().unwrap_or(jarvis_sdk::MAIN_AGENT);
+    if !client.agents().await?.iter().any(|a| a.id == agent) {
+        bail!("there is no agent {agent:?} in the running server's team");
+    }
+    Ok(format!("{base}/?session=default-{agent}&agent={agent}"))
+}
+
+/// Opens `url` in a browser where one can be started; never fails. The
+/// token never goes on a command line (other users could read it there):
+/// with one configured, nothing is opened and the printed URL says how.
+fn open(args: &ServeArgs, url: &str, token_required: bool) {
+    if args.no_open || token_required {
+        return;
+    }
+    if cfg!(target_os = "linux")
+        && std::env::var_os("DISPLAY").is_none()
+        && std::env::var_os("WAYLAND_DISPLAY").is_none()
+    {
+        return; // no desktop: xdg-open would start a text browser in this terminal
+    }
+    let opener = if cfg!(target_os = "macos") {
+        "open"
+    } else {
+        "xdg-open"
+    };
+    let spawned = std::process::Command::new(opener)
+        .arg(url)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    if let Ok(mut child) = spawned {
+        std::thread::spawn(move || child.wait());
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+    tracing::info!("shutting down");
+}

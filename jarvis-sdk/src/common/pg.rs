@@ -1,0 +1,111 @@
+//! What every Postgres store shares (feature `postgres`): a connection
+//! pool from a connection string, a description of the target for error
+//! messages that never shows the password, and the failures of getting a
+//! connection, which each store maps into its own error type.
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_postgres::NoTls;
+
+/// A boxed error cause.
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a pool or a connection could not be had.
+#[derive(Debug)]
+pub(crate) enum PgSetupError {
+    /// The database cannot be reached (bad connection string, refused,
+    /// timed out); `target` names host, port, database and user.
+    Unreachable {
+        /// What was being reached.
+        target: String,
+        /// The cause.
+        source: BoxError,
+    },
+    /// Anything else.
+    Other {
+        /// What was being done.
+        op: &'static str,
+        /// The cause.
+        source: BoxError,
+    },
+}
+
+/// A pool of at most `max_size` connections to `url` (`postgres://…` or
+/// `host=… user=… dbname=…`; no TLS), and the description of its target.
+/// No connection is made yet.
+pub(crate) fn build_pool(url: &str, max_size: usize) -> Result<(Pool, Arc<str>), PgSetupError> {
+    let mut config: tokio_postgres::Config = url.parse().map_err(|e| PgSetupError::Unreachable {
+        target: "(the connection string could not be read)".into(),
+        source: Box::new(e),
+    })?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(Duration::from_secs(10));
+    }
+    let target: Arc<str> = describe(&config).into();
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    let pool = Pool::builder(manager)
+        .max_size(max_size)
+        .runtime(Runtime::Tokio1)
+        .create_timeout(Some(Duration::from_secs(15)))
+        .wait_timeout(Some(Duration::from_secs(30)))
+        .build()
+        .map_err(|e| PgSetupError::Other {
+            op: "build the connection pool",
+            source: Box::new(e),
+        })?;
+    Ok((pool, target))
+}
+
+/// A connection from `pool`.
+pub(crate) async fn connection(pool: &Pool, target: &str) -> Result<Object, PgSetupError> {
+    pool.get().await.map_err(|e| match e {
+        PoolError::Backend(e) => PgSetupError::Unreachable {
+            target: target.to_owned(),
+            source: Box::new(e),
+        },
+        PoolError::Timeout(t) => PgSetupError::Unreachable {
+            target: target.to_owned(),
+            source: format!("timed out ({t:?})").into(),
+        },
+        other => PgSetupError::Other {
+            op: "get a connection",
+            source: other.to_string().into(),
+        },
+    })
+}
+
+/// Host, port, database and user of `config`, for error messages.
+pub(crate) fn describe(config: &tokio_postgres::Config) -> String {
+    use tokio_postgres::config::Host;
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .map(|h| match h {
+            Host::Tcp(name) => name.clone(),
+            Host::Unix(path) => path.display().to_string(),
+        })
+        .collect();
+    let ports: Vec<String> = config.get_ports().iter().map(u16::to_string).collect();
+    format!(
+        "host={} port={} dbname={} user={}",
+        if hosts.is_empty() {
+            "(default)".into()
+        } else {
+            hosts.join(",")
+        },
+        if ports.is_empty() {
+            "5432".into()
+        } else {
+            ports.join(",")
+        },
+        config.get_dbname().unwrap_or("(default)"),
+        config.get_user().unwrap_or("(default)"),
+    )
+}

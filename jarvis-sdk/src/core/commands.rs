@@ -1,0 +1,237 @@
+//! Slash commands (SPEC.md §17.1 #12): `/remember`, `/schedule`, `/agenda`,
+//! `/help`. A command is answered by Jarvis itself and never reaches the
+//! model; its reply is shown like an answer but is not recorded in the
+//! session, so it never enters the model's window either.
+//!
+//! A message is a command when it starts with `/` and a word of ASCII
+//! letters followed by a space or the end (`/remember 내 생일은 3월 2일`,
+//! `/help`); `/tmp/a.txt 읽어 줘` is not one. An unknown command answers with
+//! the list of commands.
+
+use async_trait::async_trait;
+use std::fmt;
+use std::sync::Arc;
+
+use super::agenda::AgendaSource;
+use crate::memory::{MemoryScope, MemoryService};
+
+/// Who typed the command.
+#[derive(Debug, Clone, Copy)]
+pub struct CommandContext<'a> {
+    /// The session's agent (a job made with `/schedule` gets it, R-SCHED-2).
+    pub agent_id: &'a str,
+    /// The session.
+    pub session_id: &'a str,
+}
+
+/// Answers slash commands for a session.
+#[async_trait]
+pub trait SlashCommands: Send + Sync {
+    /// The reply to `text` when it is a command; `None` lets it go to the
+    /// model as an ordinary message.
+    async fn handle(&self, ctx: &CommandContext<'_>, text: &str) -> Option<String>;
+}
+
+/// Splits `/name rest` into the lower-cased name and the trimmed rest, or
+/// `None` when `text` is not a command.
+pub fn parse_command(text: &str) -> Option<(String, &str)> {
+    let body = text.trim_start().strip_prefix('/')?;
+    let end = body.find(char::is_whitespace).unwrap_or(body.len());
+    let name = &body[..end];
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphabetic()) {
+        return None;
+    }
+    Some((name.to_ascii_lowercase(), body[end..].trim()))
+}
+
+/// Creates a job from `/schedule <when> <prompt>` for an agent; the
+/// scheduler implements it.
+#[async_trait]
+pub trait ScheduleCommand: Send + Sync {
+    /// Creates the job and answers a confirmation, or an error text that
+    /// lists the accepted forms.
+    async fn schedule(&self, agent_id: &str, spec: &str) -> Result<String, String>;
+}
+
+/// The standard commands. Parts that are missing (no memory, no
+/// scheduler) make their commands answer that they are off.
+pub struct StandardCommands {
+    memory: Option<(Arc<MemoryService>, String)>,
+    schedule: Option<Arc<dyn ScheduleCommand>>,
+    agenda: Option<Arc<dyn AgendaSource>>,
+    offset_minutes: i32,
+}
+
+impl fmt::Debug for StandardCommands {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StandardCommands")
+            .field("memory", &self.memory.is_some())
+            .field("schedule", &self.schedule.is_some())
+            .field("agenda", &self.agenda.is_some())
+            .finish()
+    }
+}
+
+/// `(name, usage, what it does)` of every command, for `/help`.
+pub const COMMANDS: [(&str, &str, &str); 4] = [
+    (
+        "remember",
+        "/remember <fact>",
+        "keeps a fact about you in the profile every agent reads",
+    ),
+    (
+        "schedule",
+        "/schedule <when> <prompt>",
+        "runs <prompt> with this session's agent at <when> (매일 9시, every 30m, at 2026-12-01 09:00, cron \"0 9 * * 1\")",
+    ),
+    ("agenda", "/agenda", "every agent's schedules and promises"),
+    ("help", "/help", "this list"),
+];
+
+fn help() -> String {
+    let mut out = String::from("명령 (commands):");
+    for (_, usage, what) in COMMANDS {
+        out.push_str(&format!("\n{usage} — {what}"));
+    }
+    out
+}
+
+impl StandardCommands {
+    /// No parts yet: `/help` and `/agenda` (empty) work.
+    pub fn new() -> Self {
+        Self {
+            memory: None,
+            schedule: None,
+            agenda: None,
+            offset_minutes: 0,
+        }
+    }
+
+    /// `/remember` writes to `memory` for `user`.
+    pub fn with_memory(mut self, memory: Arc<MemoryService>, user: impl Into<String>) -> Self {
+        self.memory = Some((memory, user.into()));
+        self
+    }
+
+    /// `/schedule` creates jobs through `schedule`.
+    pub fn with_schedule(mut self, schedule: Arc<dyn ScheduleCommand>) -> Self {
+        self.schedule = Some(schedule);
+        self
+    }
+
+    /// `/agenda` lists `agenda`, with times `offset_minutes` east of UTC.
+    pub fn with_agenda(mut self, agenda: Arc<dyn AgendaSource>, offset_minutes: i32) -> Self {
+        self.agenda = Some(agenda);
+        self.offset_minutes = offset_minutes;
+        self
+    }
+
+    async fn remember(&self, ctx: &CommandContext<'_>, fact: &str) -> String {
+        let Some((memory, user)) = &self.memory else {
+            return "메모리가 꺼져 있어 기억할 수 없어요. (Memory is off.)".into();
+        };
+        if fact.is_empty() {
+            return "사용법 (usage): /remember <fact>".into();
+        }
+        let scope = MemoryScope::new(user.clone(), ctx.agent_id, ctx.session_id);
+        match memory.remember(&scope, fact).await {
+            Ok(_) => format!("기억했어요 (remembered): {fact}"),
+            Err(e) => format!("기억하지 못했어요 (not remembered): {e}"),
+        }
+    }
+
+    async fn schedule(&self, ctx: &CommandContext<'_>, spec: &str) -> String {
+        let Some(schedule) = &self.schedule else {
+            return "스케줄러가 꺼져 있어요. (The scheduler is off.)".into();
+        };
+        if spec.is_empty() {
+            return "사용법 (usage): /schedule <when> <prompt>".into();
+        }
+        match schedule.schedule(ctx.agent_id, spec).await {
+            Ok(confirmation) | Err(confirmation) => confirmation,
+        }
+    }
+
+    async fn agenda(&self) -> String {
+        let items = match &self.agenda {
+            Some(agenda) => agenda.agenda().await,
+            None => Vec::new(),
+        };
+        if items.is_empty() {
+            return "AGENDA 가 비어 있어요. (The AGENDA is empty.)".into();
+        }
+        let mut out = String::from("AGENDA:");
+        for item in items {
+            out.push_str("\n- ");
+            out.push_str(&item.line(self.offset_minutes));
+        }
+        out
+    }
+}
+
+impl Default for StandardCommands {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[async_trait]
+impl SlashCommands for StandardCommands {
+    async fn handle(&self, ctx: &CommandContext<'_>, text: &str) -> Option<String> {
+        let (name, rest) = parse_command(text)?;
+        Some(match name.as_str() {
+            "remember" => self.remember(ctx, rest).await,
+            "schedule" => self.schedule(ctx, rest).await,
+            "agenda" => self.agenda().await,
+            "help" => help(),
+            other => format!("/{other} 는 없는 명령이에요. (Unknown command.)\n{}", help()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_slash_and_a_word_make_a_command() {
+        assert_eq!(
+            parse_command("/remember 생일은 3월 2일"),
+            Some(("remember".into(), "생일은 3월 2일"))
+        );
+        assert_eq!(parse_command("  /HELP"), Some(("help".into(), "")));
+        assert_eq!(parse_command("/agenda\n"), Some(("agenda".into(), "")));
+        for not in [
+            "/tmp/a.txt 읽어 줘",
+            "/ remember",
+            "remember /x",
+            "/123",
+            "//help",
+            "/é",
+            "",
+        ] {
+            assert_eq!(parse_command(not), None, "{not:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn help_lists_every_command_and_unknown_ones_get_the_list() {
+        let commands = StandardCommands::new();
+        let ctx = CommandContext {
+            agent_id: "main",
+            session_id: "s1",
+        };
+        let help = commands.handle(&ctx, "/help").await.unwrap();
+        for (name, _, _) in COMMANDS {
+            assert!(help.contains(&format!("/{name}")), "{help}");
+        }
+        let unknown = commands.handle(&ctx, "/dance now").await.unwrap();
+        assert!(
+            unknown.contains("/dance") && unknown.contains("/remember"),
+            "{unknown}"
+        );
+        assert_eq!(commands.handle(&ctx, "안녕").await, None);
+        let off = commands.handle(&ctx, "/remember x").await.unwrap();
+        assert!(off.contains("Memory is off"), "{off}");
+    }
+}

@@ -1,0 +1,329 @@
+//! Load benchmark of the server: N WebSocket clients, each on its own new
+//! session, each running M faux turns, all connected at once.
+//!
+//! Run with `cargo run --release -p jarvis-server --example ws_load`
+//! (`--smoke` for a quick check; `--sessions N --turns M --interval-ms P`
+//! to change the load).
+//!
+//! The server runs in its own process: this program starts itself again
+//! with `--serve` in a temporary `JARVIS_HOME`, on the faux provider
+//! (`JARVIS_LLM__PROVIDER=faux`, a script with an instant 8-chunk answer),
+//! listening on 127.0.0.1:0. The clients connect over TCP from this
+//! process and wait until all are connected (the sessions are created
+//! then). Each turn sends a prompt and reads every frame up to its
+//! `agent_end`; its latency is from sending the prompt to receiving that
+//! `agent_end`. An error is an `error` frame, an `agent_error`, a turn that
+//! did not end with `stop`, a closed connection or a turn not finished
+//! within 60 s.
+//!
+//! Two workloads, each with the default durability (an `fsync` per turn)
+//! and with `JARVIS_STORE__FSYNC=never`:
+//!
+//! - **paced** (the target): every session sends a prompt every P ms
+//!   (default 1,000), the sessions' schedules spread evenly over the first
+//!   P ms, so the server is offered N / P turns per second (1,000 turns/s by
+//!   default); a turn still running when the next is due delays it;
+//! - **saturation**: every session sends its next prompt as soon as its
+//!   turn ends, all at once; the latency is then mostly queueing (Little's
+//!   law: N / throughput).
+//!
+//! Each prints `ws_load: N×M turns, E errors, T turns/s, p50 A ms, p99 B ms,
+//! server peak RSS R MB` (the server process's `VmHWM`, Linux) and the
+//! workload in brackets. The exit status is non-zero when a turn failed.
+
+use futures::{SinkExt, StreamExt};
+use jarvis_sdk::{AppConfig, build_app};
+use jarvis_server::{Limits, ServerConfig, ServerState, serve};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Barrier;
+use tokio_tungstenite::tungstenite::Message;
+
+const SCRIPT: &str = r#"fallback: { text: "부하 시험 중입니다. This is a load test answer of a reasonable length.", chunks: 8 }"#;
+const TURN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One run's settings.
+#[derive(Clone, Copy)]
+struct Load {
+    sessions: usize,
+    turns: usize,
+    /// Time between a session's prompts; `None`: back to back.
+    interval: Option<Duration>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--serve") {
+        return serve_child();
+    }
+    let smoke = args.iter().any(|a| a == "--smoke");
+    let number = |flag: &str, default: usize| -> anyhow::Result<usize> {
+        match args.iter().position(|a| a == flag) {
+            Some(i) => args
+                .get(i + 1)
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| anyhow::anyhow!("{flag} takes a number")),
+            None => Ok(default),
+        }
+    };
+    let sessions = number("--sessions", if smoke { 20 } else { 1000 })?;
+    let turns = number("--turns", if smoke { 3 } else { 10 })?;
+    let interval_ms = number("--interval-ms", if smoke { 100 } else { 1000 })?;
+    anyhow::ensure!(
+        sessions > 0 && turns > 0,
+        "--sessions and --turns must be at least 1"
+    );
+    let paced = Load {
+        sessions,
+        turns,
+        interval: Some(Duration::from_millis(interval_ms as u64)).filter(|d| !d.is_zero()),
+    };
+    let saturated = Load {
+        interval: None,
+        ..paced
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let mut failed = false;
+    for load in [paced, saturated] {
+        for (label, fsync) in [("fsync per turn", "end_of_turn"), ("fsync off", "never")] {
+            let report = runtime.block_on(run(load, fsync))?;
+            let workload = match load.interval {
+                Some(i) => format!(
+                    "paced: a prompt per session every {} ms, {:.0} turns/s offered",
+                    i.as_millis(),
+                    sessions as f64 / i.as_secs_f64()
+                ),
+                None => "saturation: every session back to back".to_owned(),
+            };
+            println!(
+                "ws_load: {sessions}×{turns} turns, {} errors, {:.0} turns/s, p50 {:.1} ms, p99 {:.1} ms, server peak RSS {:.0} MB  [{label}; {workload}; {} events received]",
+                report.errors,
+                report.turns_per_sec,
+                report.p50_ms,
+                report.p99_ms,
+                report.peak_rss_mb,
+                report.events,
+            );
+            failed |= report.errors > 0;
+        }
+    }
+    anyhow::ensure!(!failed, "some turns failed");
+    Ok(())
+}
+
+struct Report {
+    errors: usize,
+    events: usize,
+    turns_per_sec: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    peak_rss_mb: f64,
+}
+
+/// What one client saw.
+#[derive(Default)]
+struct ClientResult {
+    latencies: Vec<Duration>,
+    events: usize,
+    errors: usize,
+    /// Why the client stopped early, if it did.
+    stopped: Option<String>,
+}
+
+async fn run(load: Load, fsync: &str) -> anyhow::Result<Report> {
+    let home = tempfile::tempdir()?;
+    let script = home.path().join("script.yaml");
+    std::fs::write(&script, SCRIPT)?;
+    let mut child = Command::new(std::env::current_exe()?)
+        .arg("--serve")
+        .env("JARVIS_HOME", home.path().join("home"))
+        .env("JARVIS_LLM__PROVIDER", "faux")
+        .env("JARVIS_FAUX__SCRIPT", &script)
+        .env("JARVIS_STORE__FSYNC", fsync)
+        .env_remove("JARVIS_WEB__TOKEN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let result = drive(&mut child, load).await;
+    // Closing its stdin stops the server gracefully.
+    drop(child.stdin.take());
+    let _ = tokio::task::spawn_blocking(move || child.wait()).await;
+    result
+}
+
+async fn drive(child: &mut Child, load: Load) -> anyhow::Result<Report> {
+    let stdout = child.stdout.take().ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).map(|_| line)
+    })
+    .await??;
+    let addr = line
+        .trim()
+        .strip_prefix("listening ")
+        .ok_or_else(|| anyhow::anyhow!("the server did not start: {line:?}"))?
+        .to_owned();
+    let pid = child.id();
+
+    let ready = Arc::new(Barrier::new(load.sessions + 1));
+    let mut clients = Vec::with_capacity(load.sessions);
+    for i in 0..load.sessions {
+        let url = format!("ws://{addr}/ws?session_id=load-{i}&agent=main");
+        // Paced: session i's schedule starts i/N of an interval in.
+        let offset = load
+            .interval
+            .map(|every| every.mul_f64(i as f64 / load.sessions as f64));
+        clients.push(tokio::spawn(client(url, load, offset, ready.clone())));
+    }
+    ready.wait().await;
+    let started = Instant::now();
+    let mut all = ClientResult::default();
+    let mut stops: BTreeMap<String, usize> = BTreeMap::new();
+    for c in clients {
+        let r = c.await?;
+        if let Some(why) = r.stopped {
+            *stops.entry(why).or_default() += 1;
+        }
+        all.latencies.extend(r.latencies);
+        all.events += r.events;
+        all.errors += r.errors;
+    }
+    let elapsed = started.elapsed();
+    for (why, count) in &stops {
+        eprintln!("ws_load: {count} clients stopped early: {why}");
+    }
+    let peak_rss_mb = peak_rss_kb(pid).unwrap_or(0) as f64 / 1024.0;
+    all.latencies.sort();
+    let pct = |p: f64| -> f64 {
+        if all.latencies.is_empty() {
+            return f64::NAN;
+        }
+        let i = ((all.latencies.len() as f64 * p).ceil() as usize).clamp(1, all.latencies.len()) - 1;
+        all.latencies[i].as_secs_f64() * 1000.0
+    };
+    let done = all.latencies.len();
+    Ok(Report {
+        // Error frames and bad endings, plus turns that never completed.
+        errors: all.errors + (load.sessions * load.turns).saturating_sub(done),
+        events: all.events,
+        turns_per_sec: done as f64 / elapsed.as_secs_f64(),
+        p50_ms: pct(0.50),
+        p99_ms: pct(0.99),
+        peak_rss_mb,
+    })
+}
+
+/// One client: connect, wait for everyone, run the turns.
+async fn client(url: String, load: Load, offset: Option<Duration>, ready: Arc<Barrier>) -> ClientResult {
+    let mut result = ClientResult::default();
+    let connected = tokio_tungstenite::connect_async_with_config(url.as_str(), None, true).await;
+    let mut socket = match connected {
+        Ok((socket, _)) => Some(socket),
+        Err(_) => None,
+    };
+    // The first frame of an open connection is `agent_activity`.
+    if let Some(s) = socket.as_mut()
+        && !matches!(s.next().await, Some(Ok(Message::Text(_))))
+    {
+        socket = None;
+    }
+    ready.wait().await;
+    // A client that cannot go on stops; its missing turns count as errors.
+    let Some(mut socket) = socket else {
+        result.stopped = Some("could not connect".into());
+        return result;
+    };
+    let start = tokio::time::Instant::now() + offset.unwrap_or_default();
+    for n in 0..load.turns {
+        if let Some(every) = load.interval {
+            // Pacing, not synchronisation: the schedule of this session.
+            tokio::time::sleep_until(start + every * n as u32).await;
+        }
+        let prompt = format!(r#"{{"type":"prompt","text":"load turn {n}"}}"#);
+        let sent = Instant::now();
+        if socket.send(Message::text(prompt)).await.is_err() {
+            result.stopped = Some("send failed".into());
+            return result;
+        }
+        let ended = tokio::time::timeout(TURN_TIMEOUT, async {
+            while let Some(frame) = socket.next().await {
+                let text = match frame {
+                    Ok(Message::Text(text)) => text,
+                    Ok(Message::Close(close)) => {
+                        result.stopped = Some(format!("closed: {close:?}"));
+                        return false;
+                    }
+                    Ok(_) => continue,
+                    Err(e) => {
+                        result.stopped = Some(format!("error: {e}"));
+                        return false;
+                    }
+                };
+                result.events += 1;
+                let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) else {
+                    result.errors += 1;
+                    continue;
+                };
+                match value["type"].as_str() {
+                    Some("agent_end") => {
+                        if value["final_message"]["stop_reason"] != "stop" {
+                            result.errors += 1;
+                        }
+                        return true;
+                    }
+                    Some("error" | "agent_error") => result.errors += 1,
+                    _ => {}
+                }
+            }
+            false
+        })
+        .await;
+        match ended {
+            Ok(true) => result.latencies.push(sent.elapsed()),
+            Ok(false) => return result,
+            Err(_) => {
+                result.stopped = Some("turn timed out".into());
+                return result;
+            }
+        }
+    }
+    let _ = socket.close(None).await;
+    result
+}
+
+/// The peak resident set of process `pid`, in KiB (Linux `VmHWM`).
+fn peak_rss_kb(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The server process: the app from the environment on 127.0.0.1:0, until
+/// stdin closes.
+fn serve_child() -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let app = build_app(AppConfig::from_env()?).await?;
+        let config = ServerConfig::loopback(0).with_limits(Limits {
+            shutdown_grace: Duration::from_secs(2),
+            ..Limits::default()
+        });
+        let listener = tokio::net::TcpListener::bind(config.bind_address()).await?;
+        println!("listening {}", listener.local_addr()?);
+        let (closed, stop) = tokio::sync::oneshot::channel::<()>();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 64];
+            let mut stdin = std::io::stdin();
+            while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
+            let _ = closed.send(());
+        });
+        let stop = async {
+            let _ = stop.await;
+        };
+        serve(listener, ServerState::new(app, config), stop).await?;
+        anyhow::Ok(())
+    })
+}

@@ -1,0 +1,137 @@
+//! The HTTP API (DESIGN.md §5): agents, sessions, the AGENDA, health and
+//! the HUD page. Every handler only reads from or asks the assembly.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, SET_COOKIE};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use jarvis_sdk::{SessionId, SessionMeta};
+use serde_json::json;
+
+use crate::auth::{TOKEN_COOKIE, query_param, token_ok};
+use crate::error::AppError;
+use crate::hud;
+use crate::protocol::{AgentInfo, CreateSession, Health, SessionDetail, codes};
+use crate::state::ServerState;
+
+/// `GET /healthz`.
+pub(crate) async fn healthz() -> Json<Health> {
+    Json(Health {
+        status: "ok".to_owned(),
+        pid: std::process::id(),
+    })
+}
+
+/// `GET /api/agents`: the team, `main` first.
+pub(crate) async fn agents(State(state): State<ServerState>) -> Json<Vec<AgentInfo>> {
+    Json(
+        state
+            .app()
+            .registry()
+            .agents()
+            .iter()
+            .map(|a| AgentInfo::from(a.as_ref()))
+            .collect(),
+    )
+}
+
+/// `GET /api/sessions`: every session, newest first, peer sessions included.
+pub(crate) async fn list_sessions(
+    State(state): State<ServerState>,
+) -> Result<Json<Vec<SessionMeta>>, AppError> {
+    Ok(Json(state.app().list_sessions().await?))
+}
+
+/// `POST /api/sessions {"agent": …}` → 201 with the new session.
+pub(crate) async fn create_session(
+    State(state): State<ServerState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(StatusCode, Json<SessionMeta>), AppError> {
+    let body = body.map_err(body_error)?;
+    let request: CreateSession = if body.iter().all(u8::is_ascii_whitespace) {
+        CreateSession::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| AppError::bad_request(format!("the body is not a session request: {e}")))?
+    };
+    let meta = state.app().create_session(request.agent.as_deref()).await?;
+    Ok((StatusCode::CREATED, Json(meta)))
+}
+
+/// `GET /api/sessions/{id}`: the session and its entries.
+pub(crate) async fn get_session(
+    State(state): State<ServerState>,
+    Path(id): Path<String>,
+) -> Result<Json<SessionDetail>, AppError> {
+    let id = parse_id(id)?;
+    let (session, entries) = state.app().session_entries(&id).await?;
+    Ok(Json(SessionDetail { session, entries }))
+}
+
+/// `POST /api/sessions/{id}/fork` → 201 with the fork (same agent).
+pub(crate) async fn fork_session(
+    State(state): State<ServerState>,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<SessionMeta>), AppError> {
+    let id = parse_id(id)?;
+    Ok((StatusCode::CREATED, Json(state.app().fork(&id).await?)))
+}
+
+/// `GET /api/agenda`: `{"items": […]}`, the app's AGENDA: every agent's
+/// schedules and open promises with the agent's name and colour.
+pub(crate) async fn agenda(State(state): State<ServerState>) -> Json<serde_json::Value> {
+    Json(json!({ "items": state.app().agenda().await }))
+}
+
+/// `GET /`: the HUD page. With `?token=` equal to the server's token, it
+/// also sets the token cookie for the page's API calls and WebSocket.
+pub(crate) async fn index(State(state): State<ServerState>, uri: Uri) -> Response {
+    let app = state.app();
+    let page = hud::index_html(app.is_demo(), app.notice());
+    let mut headers = HeaderMap::new();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if state.config().token.is_some()
+        && let Some(token) = query_param(&uri, "token")
+        && token_ok(&state, Some(&token))
+        && let Ok(cookie) = HeaderValue::from_str(&format!(
+            "{TOKEN_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"
+        ))
+    {
+        headers.insert(SET_COOKIE, cookie);
+    }
+    (headers, page).into_response()
+}
+
+/// Unknown routes.
+pub(crate) async fn not_found() -> AppError {
+    AppError::not_found("no such route")
+}
+
+/// Known routes with the wrong method.
+pub(crate) async fn method_not_allowed() -> AppError {
+    AppError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        codes::METHOD_NOT_ALLOWED,
+        "this route does not take that method",
+    )
+}
+
+fn parse_id(id: String) -> Result<SessionId, AppError> {
+    SessionId::new(id).map_err(|e| AppError::bad_request(e.to_string()))
+}
+
+fn body_error(rejection: BytesRejection) -> AppError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        AppError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            codes::TOO_LARGE,
+            "the request body is too large",
+        )
+    } else {
+        AppError::bad_request("the request body could not be read")
+    }
+}

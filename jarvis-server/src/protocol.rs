@@ -1,0 +1,303 @@
+//! The wire contract of the HTTP API and the WebSocket (DESIGN.md §5), as
+//! serde types shared by the server, [`crate::client`] and tests.
+//!
+//! Server → client frames are JSON objects with a `type`:
+//!
+//! - every harness event ([`AgentEvent`]) unchanged;
+//! - [`ServerNotice`]s the server adds: `approval_request`,
+//!   `approval_resolved`, `agent_activity`, `error`.
+//!
+//! Client → server frames are [`ClientMessage`]s: `prompt`, `approval`,
+//! `abort`, `proactive_feedback`.
+
+use jarvis_sdk::{
+    AgentEvent, AgentProfile, ApprovalDecision, ApprovalRequest, Palette, Reaction, SessionEntry, SessionMeta,
+};
+use serde::{Deserialize, Serialize};
+
+/// WebSocket close code: the token is missing or wrong.
+pub const CLOSE_UNAUTHORIZED: u16 = 4401;
+/// WebSocket close code: the agent of a new session is not in the team.
+pub const CLOSE_UNKNOWN_AGENT: u16 = 4404;
+/// WebSocket close code: `session_id` is missing or not a valid id.
+pub const CLOSE_BAD_REQUEST: u16 = 4400;
+/// WebSocket close code: the client fell too far behind and was dropped
+/// (the standard "policy violation").
+pub const CLOSE_TOO_SLOW: u16 = 1008;
+/// WebSocket close code: the server is shutting down (the standard "going away").
+pub const CLOSE_GOING_AWAY: u16 = 1001;
+/// WebSocket close code: the server could not open the session.
+pub const CLOSE_INTERNAL: u16 = 1011;
+
+/// Error codes of `error` frames and HTTP error bodies.
+pub mod codes {
+    /// The request or frame could not be understood.
+    pub const BAD_REQUEST: &str = "bad_request";
+    /// A prompt arrived while a turn of the session runs.
+    pub const BUSY: &str = "busy";
+    /// The input was refused by the security pipeline's validation.
+    pub const INVALID_INPUT: &str = "invalid_input";
+    /// The caller is not allowed to do this (a person prompting a peer session).
+    pub const FORBIDDEN: &str = "forbidden";
+    /// A token is required and was missing or wrong.
+    pub const UNAUTHORIZED: &str = "unauthorized";
+    /// The agent is not in the team.
+    pub const UNKNOWN_AGENT: &str = "unknown_agent";
+    /// No such session, route or approval request.
+    pub const NOT_FOUND: &str = "not_found";
+    /// The approval request is not waiting (already decided, or unknown).
+    pub const APPROVAL_NOT_PENDING: &str = "approval_not_pending";
+    /// The server is shutting down and starts no new turns.
+    pub const SHUTTING_DOWN: &str = "shutting_down";
+    /// Something failed inside the server; the log has the details.
+    pub const INTERNAL: &str = "internal";
+    /// The request body is larger than the limit.
+    pub const TOO_LARGE: &str = "too_large";
+    /// The method is not allowed on this route.
+    pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
+    /// The request's `Host` or `Origin` is not one this server answers.
+    pub const FORBIDDEN_ORIGIN: &str = "forbidden_origin";
+}
+
+/// A message the server adds to the harness events.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ServerNotice {
+    /// A tool call waits for a person: `{request_id, session_id, agent_id, tool_name, args}`.
+    ApprovalRequest(ApprovalRequest),
+    /// An approval request was decided (by any connection, or by timeout).
+    ApprovalResolved {
+        /// The request.
+        request_id: String,
+        /// The decision: `allow`, `always`, `deny`, `timeout` or `cancelled`.
+        decision: ApprovalDecision,
+    },
+    /// The agents running a loop now, in team order; sent to every
+    /// connection whenever the set changes, and once on connecting.
+    AgentActivity {
+        /// Agent ids.
+        active: Vec<String>,
+    },
+    /// Something the client asked for did not happen.
+    Error {
+        /// A stable code (see [`codes`]).
+        code: String,
+        /// Words for the person.
+        message: String,
+    },
+}
+
+impl ServerNotice {
+    /// An `error` notice.
+    pub fn error(code: &str, message: impl Into<String>) -> Self {
+        ServerNotice::Error {
+            code: code.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Anything the server sends over the WebSocket.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ServerMessage {
+    /// A harness event, unchanged.
+    Event(AgentEvent),
+    /// A message of the server's own.
+    Notice(ServerNotice),
+    /// A message this version does not know (a newer server's event).
+    Other(serde_json::Value),
+}
+
+impl ServerMessage {
+    /// Parses one text frame.
+    pub fn parse(text: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+
+    /// The `type` of the message.
+    pub fn kind(&self) -> &str {
+        match self {
+            ServerMessage::Event(event) => event.kind(),
+            ServerMessage::Notice(notice) => match notice {
+                ServerNotice::ApprovalRequest(_) => "approval_request",
+                ServerNotice::ApprovalResolved { .. } => "approval_resolved",
+                ServerNotice::AgentActivity { .. } => "agent_activity",
+                ServerNotice::Error { .. } => "error",
+            },
+            ServerMessage::Other(value) => value.get("type").and_then(|t| t.as_str()).unwrap_or(""),
+        }
+    }
+}
+
+/// A person's answer to an approval request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientDecision {
+    /// Run the call once.
+    Allow,
+    /// Run it and remember the rule for the session's agent.
+    Always,
+    /// Refuse it.
+    Deny,
+}
+
+impl From<ClientDecision> for ApprovalDecision {
+    fn from(d: ClientDecision) -> Self {
+        match d {
+            ClientDecision::Allow => ApprovalDecision::Allow,
+            ClientDecision::Always => ApprovalDecision::Always,
+            ClientDecision::Deny => ApprovalDecision::Deny,
+        }
+    }
+}
+
+/// What a client sends over the WebSocket.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ClientMessage {
+    /// Run a turn with this text.
+    Prompt {
+        /// What the person said.
+        text: String,
+    },
+    /// Answer an approval request; the first answer wins.
+    Approval {
+        /// The request.
+        request_id: String,
+        /// The answer.
+        decision: ClientDecision,
+    },
+    /// Abort the running turn of the session.
+    Abort,
+    /// How the person reacted to a message the agent sent on its own.
+    ProactiveFeedback {
+        /// The `message_id` of the `proactive_message`.
+        message_id: String,
+        /// The reaction.
+        reaction: Reaction,
+    },
+}
+
+/// An agent as `GET /api/agents` lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentInfo {
+    /// The id (`main`, `karen`).
+    pub id: String,
+    /// The wordmark (`K.A.R.E.N.`).
+    pub name: String,
+    /// What the agent does.
+    pub description: String,
+    /// The quote line under the wordmark.
+    pub quote: String,
+    /// The colours.
+    pub palette: Palette,
+    /// The tools the agent may call.
+    pub tools: Vec<String>,
+}
+
+impl From<&AgentProfile> for AgentInfo {
+    fn from(p: &AgentProfile) -> Self {
+        Self {
+            id: p.id.clone(),
+            name: p.name.clone(),
+            description: p.description.clone(),
+            quote: p.quote.clone(),
+            palette: p.palette.clone(),
+            tools: p.tools.clone(),
+        }
+    }
+}
+
+/// `GET /api/sessions/{id}`: the session and its entries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionDetail {
+    /// The session.
+    pub session: SessionMeta,
+    /// Its history, oldest first.
+    pub entries: Vec<SessionEntry>,
+}
+
+/// `POST /api/sessions` body; every field optional.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSession {
+    /// The agent of the new session; `main` when absent.
+    #[serde(default)]
+    pub agent: Option<String>,
+}
+
+/// `GET /healthz`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Health {
+    /// Always `ok`.
+    pub status: String,
+    /// The server's process id (the CLI matches it with the server file).
+    pub pid: u32,
+}
+
+/// The body of every HTTP error: `{"error": {"code", "message"}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ErrorDetail,
+}
+
+/// The inside of an [`ErrorBody`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    /// A stable code (see [`codes`]).
+    pub code: String,
+    /// Words for the person; never internal detail.
+    pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn frames_round_trip_with_their_type() {
+        let n = ServerNotice::AgentActivity {
+            active: vec!["main".into()],
+        };
+        assert_eq!(
+            serde_json::to_value(&n).unwrap(),
+            json!({"type": "agent_activity", "active": ["main"]})
+        );
+        let parsed =
+            ServerMessage::parse(r#"{"type":"approval_resolved","request_id":"r1","decision":"deny"}"#)
+                .unwrap();
+        assert_eq!(parsed.kind(), "approval_resolved");
+        let parsed = ServerMessage::parse(r#"{"type":"turn_start","turn":1}"#).unwrap();
+        assert!(matches!(
+            parsed,
+            ServerMessage::Event(AgentEvent::TurnStart { turn: 1 })
+        ));
+        let parsed = ServerMessage::parse(r#"{"type":"focus_state","state":"x"}"#).unwrap();
+        assert_eq!(parsed.kind(), "focus_state");
+        let req = ServerNotice::ApprovalRequest(ApprovalRequest {
+            request_id: "r".into(),
+            session_id: "s".into(),
+            agent_id: "main".into(),
+            tool_name: "write_file".into(),
+            args: json!({"path": "a"}),
+        });
+        assert_eq!(
+            serde_json::to_value(&req).unwrap(),
+            json!({"type": "approval_request", "request_id": "r", "session_id": "s", "agent_id": "main",
+                   "tool_name": "write_file", "args": {"path": "a"}})
+        );
+        let c: ClientMessage = serde_json::from_str(r#"{"type":"abort"}"#).unwrap();
+        assert_eq!(c, ClientMessage::Abort);
+        assert!(
+            serde_json::from_str::<ClientMessage>(
+                r#"{"type":"approval","request_id":"r","decision":"timeout"}"#
+            )
+            .is_err()
+        );
+    }
+}

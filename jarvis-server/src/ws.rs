@@ -1,0 +1,336 @@
+//! `GET /ws?session_id=…&agent=…`: one screen attached to one session.
+//!
+//! Opening: a disallowed `Origin` is refused with 403 before the upgrade;
+//! then a missing or wrong token closes 4401, a missing or invalid
+//! `session_id` 4400, and an unknown agent for a new session 4404. An
+//! existing session opens with its stored agent and ignores `agent` (even
+//! an unknown one, SPEC.md §17.3 #6).
+//!
+//! Once open, the connection is attached to the session's events and
+//! approval broker (so it also gets approval requests already waiting),
+//! receives the current `agent_activity`, and then reads client frames:
+//!
+//! - `prompt` starts a turn on a task of its own; the session is claimed
+//!   before the next frame is read, so of two prompts the second gets
+//!   `error {code: "busy"}`. A refused input gets `input_rejected` (every
+//!   screen) and `error` (this one); peer sessions refuse people.
+//! - `approval` decides a waiting request; the first answer wins and every
+//!   connection sees `approval_resolved`; a late answer gets
+//!   `error {code: "approval_not_pending"}`.
+//! - `abort` aborts the running turn (nothing happens when none runs).
+//! - `proactive_feedback` goes to the reflection daemon, which hands it to
+//!   the feedback learner of the agent that sent the message (once per
+//!   message; feedback on other messages changes nothing).
+//! - anything else gets `error {code: "bad_request"}`; the connection stays.
+//!
+//! A client that stops reading is closed with 1008 once its queue is full
+//! (see [`crate::Limits::outbox_frames`]); turns never wait for it. On
+//! shutdown every connection gets what was queued for it and a 1001.
+
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::extract::{OriginalUri, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use futures::stream::SplitSink;
+use futures::{SinkExt, StreamExt};
+use jarvis_sdk::{AgentSession, Caller, PromptOptions, SecurityError, SessionId, TurnError};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::{origin_allowed, presented_token, query_param, token_ok};
+use crate::error::AppError;
+use crate::fanout::{ConnectionScreen, Outbox};
+use crate::protocol::{
+    CLOSE_BAD_REQUEST, CLOSE_GOING_AWAY, CLOSE_INTERNAL, CLOSE_TOO_SLOW, CLOSE_UNAUTHORIZED,
+    CLOSE_UNKNOWN_AGENT, ClientMessage, codes,
+};
+use crate::state::ServerState;
+
+/// The upgrade handler.
+pub(crate) async fn upgrade(
+    State(state): State<ServerState>,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
+    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
+    let ws = match ws {
+        Ok(ws) => ws,
+        Err(_) => return AppError::bad_request("this route takes a WebSocket upgrade").into_response(),
+    };
+    if !origin_allowed(&headers) {
+        return AppError::new(
+            StatusCode::FORBIDDEN,
+            codes::FORBIDDEN_ORIGIN,
+            "WebSocket connections are accepted from this server's own pages and loopback origins",
+        )
+        .into_response();
+    }
+    let token = presented_token(&headers, &uri);
+    let request = Opening {
+        authorized: token_ok(&state, token.as_deref()),
+        token,
+        session_id: query_param(&uri, "session_id"),
+        agent: query_param(&uri, "agent"),
+    };
+    let limits = &state.config().limits;
+    let tracker = state.inner.sockets.clone();
+    // Frames are small: small buffers keep a thousand connections cheap.
+    ws.max_message_size(limits.max_frame_bytes)
+        .max_frame_size(limits.max_frame_bytes)
+        .read_buffer_size(SOCKET_BUFFER)
+        .write_buffer_size(SOCKET_BUFFER)
+        .on_upgrade(move |socket| tracker.track_future(connection(state, socket, request)))
+}
+
+/// What the upgrade request asked for.
+struct Opening {
+    authorized: bool,
+    token: Option<String>,
+    session_id: Option<String>,
+    agent: Option<String>,
+}
+
+async fn close(mut socket: WebSocket, code: u16, reason: &'static str) {
+    let _ = socket
+        .send(Message::Close(Some(CloseFrame {
+            code,
+            reason: Utf8Bytes::from_static(reason),
+        })))
+        .await;
+}
+
+/// One connection, from the upgrade to its end.
+async fn connection(state: ServerState, socket: WebSocket, request: Opening) {
+    if !request.authorized {
+        return close(socket, CLOSE_UNAUTHORIZED, "unauthorized").await;
+    }
+    if state.is_closing() {
+        return close(socket, CLOSE_GOING_AWAY, "server shutting down").await;
+    }
+    let Some(id) = request.session_id.and_then(|id| SessionId::new(id).ok()) else {
+        return close(
+            socket,
+            CLOSE_BAD_REQUEST,
+            "session_id is missing or not a valid id",
+        )
+        .await;
+    };
+    let session = match state.app().open_or_create(&id, request.agent.as_deref()).await {
+        Ok(session) => session,
+        Err(jarvis_sdk::AppError::UnknownAgent(_)) => {
+            return close(socket, CLOSE_UNKNOWN_AGENT, "unknown agent").await;
+        }
+        Err(error) => {
+            tracing::error!(session = %id, %error, "a WebSocket could not open its session");
+            return close(socket, CLOSE_INTERNAL, "the session could not be opened").await;
+        }
+    };
+
+    let (outbox, rx, too_slow) = Outbox::new(state.config().limits.outbox_frames);
+    let _registered = state.inner.connections.register(outbox.clone());
+    outbox.send(&state.inner.activity.message());
+    let _attached = session.attach(Arc::new(ConnectionScreen {
+        outbox: outbox.clone(),
+    }));
+    let ended = CancellationToken::new();
+    let (sink, mut stream) = socket.split();
+    let writer = tokio::spawn(write_loop(
+        sink,
+        rx,
+        too_slow,
+        state.inner.shutdown.clone(),
+        ended.clone(),
+    ));
+    let conn = Connection {
+        state: &state,
+        session,
+        outbox,
+        token: request.token,
+    };
+    loop {
+        tokio::select! {
+            biased;
+            _ = ended.cancelled() => break,
+            message = stream.next() => match message {
+                Some(Ok(Message::Text(text))) => conn.handle(&text).await,
+                Some(Ok(Message::Binary(_))) => {
+                    conn.outbox.error(codes::BAD_REQUEST, "frames are JSON text, not binary");
+                }
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+                Some(Ok(Message::Close(_))) | None => break,
+                Some(Err(error)) => {
+                    tracing::debug!(%error, "a WebSocket connection failed");
+                    break;
+                }
+            },
+        }
+    }
+    ended.cancel();
+    let _ = writer.await;
+}
+
+/// Drains the connection's queue into the socket until the connection
+/// ends, the client is too slow, or the server shuts down.
+async fn write_loop(
+    mut sink: SplitSink<WebSocket, Message>,
+    mut rx: mpsc::Receiver<Utf8Bytes>,
+    too_slow: CancellationToken,
+    shutdown: CancellationToken,
+    ended: CancellationToken,
+) {
+    let close = loop {
+        tokio::select! {
+            biased;
+            _ = too_slow.cancelled() => break Some((CLOSE_TOO_SLOW, "client too slow")),
+            _ = ended.cancelled() => break None,
+            frame = rx.recv() => match frame {
+                Some(frame) => {
+                    // Frames queued together go out in one write.
+                    let mut batch = vec![frame];
+                    while batch.len() < WRITE_BATCH {
+                        match rx.try_recv() {
+                            Ok(frame) => batch.push(frame),
+                            Err(_) => break,
+                        }
+                    }
+                    if write_batch(&mut sink, batch).await.is_err() {
+                        break None;
+                    }
+                }
+                None => break None,
+            },
+            _ = shutdown.cancelled() => {
+                // What was queued before shutdown (the aborted turns' ends) goes out first.
+                while let Ok(frame) = rx.try_recv() {
+                    if sink.send(Message::Text(frame)).await.is_err() {
+                        break;
+                    }
+                }
+                break Some((CLOSE_GOING_AWAY, "server shutting down"));
+            }
+        }
+    };
+    if let Some((code, reason)) = close {
+        let _ = sink
+            .send(Message::Close(Some(CloseFrame {
+                code,
+                reason: Utf8Bytes::from_static(reason),
+            })))
+            .await;
+    }
+    ended.cancel();
+}
+
+/// The read and write buffer of a connection (axum's default is 128 KiB each).
+const SOCKET_BUFFER: usize = 8 << 10;
+
+/// The most frames written to a socket with one flush.
+const WRITE_BATCH: usize = 64;
+
+async fn write_batch(
+    sink: &mut SplitSink<WebSocket, Message>,
+    batch: Vec<Utf8Bytes>,
+) -> Result<(), axum::Error> {
+    for frame in batch {
+        sink.feed(Message::Text(frame)).await?;
+    }
+    sink.flush().await
+}
+
+/// An open connection's view of its session.
+struct Connection<'a> {
+    state: &'a ServerState,
+    session: Arc<AgentSession>,
+    outbox: Outbox,
+    token: Option<String>,
+}
+
+impl Connection<'_> {
+    async fn handle(&self, text: &str) {
+        let message: ClientMessage = match serde_json::from_str(text) {
+            Ok(message) => message,
+            Err(error) => {
+                return self
+                    .outbox
+                    .error(codes::BAD_REQUEST, format!("not a client message: {error}"));
+            }
+        };
+        match message {
+            ClientMessage::Prompt { text } => self.prompt(text).await,
+            ClientMessage::Approval { request_id, decision } => {
+                if !self.session.broker().decide(&request_id, decision.into()) {
+                    self.outbox.error(
+                        codes::APPROVAL_NOT_PENDING,
+                        format!(
+                            "approval request {request_id:?} is not waiting (already decided, or unknown)"
+                        ),
+                    );
+                }
+            }
+            ClientMessage::Abort => {
+                self.session.abort();
+            }
+            ClientMessage::ProactiveFeedback { message_id, reaction } => {
+                if message_id.trim().is_empty() {
+                    return self.outbox.error(codes::BAD_REQUEST, "message_id is empty");
+                }
+                // Only messages the reflection daemon sent teach its
+                // learner; a reaction to an answer or a filler, or a second
+                // reaction, changes nothing.
+                if !self.state.app().proactive_feedback(&message_id, reaction) {
+                    tracing::debug!(%message_id, "feedback on a message the daemon is not waiting on");
+                }
+            }
+        }
+    }
+
+    /// Starts a turn. The first poll claims the session (or finds it busy)
+    /// before the next frame is read; the rest runs on its own task.
+    async fn prompt(&self, text: String) {
+        let inner = &self.state.inner;
+        if inner.closing.load(Ordering::SeqCst) {
+            return self
+                .outbox
+                .error(codes::SHUTTING_DOWN, "the server is shutting down");
+        }
+        let session = self.session.clone();
+        let outbox = self.outbox.clone();
+        let caller = Caller::Web {
+            token: self.token.clone(),
+        };
+        let turn = inner.turns.track_future(async move {
+            // A long job is acknowledged and goes on in the background; its
+            // answer reaches every screen as `proactive_message`.
+            match session.prompt_dual(text, PromptOptions::from(caller)).await {
+                Ok(_) => {}
+                Err(TurnError::Busy(_)) => outbox.error(
+                    codes::BUSY,
+                    "a turn is running in this session; wait for it to end or abort it",
+                ),
+                Err(TurnError::Rejected(error)) => outbox.error(rejection_code(&error), error.to_string()),
+                Err(error) => {
+                    tracing::error!(session = %session.id(), %error, "a turn could not run");
+                    outbox.error(
+                        codes::INTERNAL,
+                        "the turn could not run; the server's log has the details",
+                    );
+                }
+            }
+        });
+        let mut turn = Box::pin(turn);
+        if futures::poll!(turn.as_mut()).is_pending() {
+            tokio::spawn(turn);
+        }
+    }
+}
+
+fn rejection_code(error: &SecurityError) -> &'static str {
+    match error {
+        SecurityError::Unauthenticated(_) => codes::UNAUTHORIZED,
+        SecurityError::Forbidden(_) => codes::FORBIDDEN,
+        _ => codes::INVALID_INPUT,
+    }
+}
