@@ -712,6 +712,10 @@ impl AppInner {
         if let Some(memory) = &self.memory {
             commands = commands.with_memory(memory.clone(), self.config.memory.user.clone());
         }
+        // Distillation is a model call: only where the agent's thinking is on.
+        if let Some(learners) = self.learners.as_ref().filter(|_| profile.thinking.enabled) {
+            commands = commands.with_distiller(learners.distiller.clone());
+        }
         parts = parts.with_commands(Arc::new(commands));
         if profile.thinking.enabled {
             let mut engine = ThoughtEngine::new(

@@ -744,3 +744,82 @@ async fn forgetting_needs_two_characters() {
     assert!(memory.remember(&scope(), "Code is 4321.").await.is_err());
     assert_eq!(memory.forgotten().len(), 1);
 }
+
+#[tokio::test]
+async fn people_distil_and_forget_with_slash_commands() {
+    let script = r#"
+rules:
+  - when: { purpose: distillation }
+    reply: { text: "{\"facts\": [{\"key\": \"child\", \"value\": \"딸 서연, 초등학교 3학년\", \"episodes\": [\"e1\"]}]}" }
+fallback: { text: "알겠어요." }
+"#;
+    let faux = Arc::new(FauxProvider::from_yaml(script).unwrap());
+    let clock = fixed_clock();
+    let home = tempfile::tempdir().unwrap();
+    let app = learning_app(home.path(), faux.clone(), clock.clone()).await;
+    let meta = app.create_session(None).await.unwrap();
+    let session = app.session(&meta.id).await.unwrap();
+    let say = |text: &'static str| {
+        let session = session.clone();
+        async move {
+            let out = session.prompt(text, Caller::Local).await.unwrap();
+            session.settled().await;
+            out.final_message.content
+        }
+    };
+
+    assert!(
+        say("/remember 현관 비밀번호는 4321이야")
+            .await
+            .contains("remembered")
+    );
+    clock.advance(Duration::from_secs(60));
+    assert_eq!(say("우리 딸 서연이가 초등학교 3학년이 됐어").await, "알겠어요.");
+    let distilled = say("/distil").await;
+    assert!(
+        distilled.contains("Distilled 1 episodes: 1 new facts"),
+        "{distilled}"
+    );
+    let again = say("/distil").await;
+    assert!(again.contains("Distilled 0 episodes: 0 new facts"), "{again}");
+    assert_eq!(distillation_calls(&faux), 1);
+    let model = app.memory().unwrap().user_model();
+    assert_eq!(model.entries["child"], "딸 서연, 초등학교 3학년");
+    assert_eq!(model.provenance["child"].len(), 1);
+
+    let forgot = say("/forget 비밀번호는 4321").await;
+    assert!(forgot.contains("1 profile records removed"), "{forgot}");
+    assert!(
+        !forgot.contains("4321"),
+        "the reply never repeats the secret: {forgot}"
+    );
+    let refused = say("/remember 현관 비밀번호는 4321").await;
+    assert!(refused.contains("not remembered"), "{refused}");
+    let scope = app.memory_scope("main", meta.id.as_str()).unwrap();
+    let profile = app
+        .memory()
+        .unwrap()
+        .recall(&scope, "현관 비밀번호", Layer::Semantic, 5)
+        .await
+        .unwrap();
+    assert!(
+        profile.iter().all(|r| !r.record.text.contains("4321")),
+        "{profile:?}"
+    );
+
+    // With thinking off, distillation is off too: no model call.
+    let off_home = tempfile::tempdir().unwrap();
+    let mut config = learning_config(off_home.path(), faux.clone(), clock.clone());
+    config.thinking.enabled = false;
+    let off = build_app(config).await.unwrap();
+    let meta = off.create_session(None).await.unwrap();
+    let out = off
+        .session(&meta.id)
+        .await
+        .unwrap()
+        .prompt("/distil", Caller::Local)
+        .await
+        .unwrap();
+    assert!(out.final_message.content.contains("Distillation is off"));
+    assert_eq!(distillation_calls(&faux), 1);
+}
