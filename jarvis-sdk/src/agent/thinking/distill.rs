@@ -253,7 +253,7 @@ impl Distiller {
             body.push_str(&format!(
                 "[e{}] {} {}\n",
                 i + 1,
-                &date[..10.min(date.len())],
+                date.get(..10).unwrap_or(&date),
                 one_line(&episode.text, self.config.episode_chars)
             ));
         }
