@@ -11,6 +11,7 @@ mod embed;
 mod gate;
 mod harness;
 mod housing;
+mod jobs;
 mod layers;
 mod loop_concurrency;
 mod loop_props;
