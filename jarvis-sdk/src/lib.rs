@@ -13,7 +13,7 @@
 //! | `model` | the [`Provider`] trait, [`ChatRequest`], [`ProviderEvent`], the shared [`ResponseAssembler`], the OpenAI-compatible, Anthropic and Ollama providers, [`FauxProvider`], the [`Embedder`] trait and the offline [`HashEmbedder`] |
 //! | `memory` | [`MemoryService`] (working memory; semantic, episodic and procedural long-term memory; agent scopes; recall), the one injection point [`MemoryContext`], the [`MemoryStore`] trait with [`InMemoryMemoryStore`] and `PostgresMemoryStore` |
 //! | `agent` | [`run_agent_loop`] with the overflow resume, [`AgentEvent`], [`UIAdapter`], [`Tool`], the tool-call gate ([`ToolGate`]), sessions ([`SessionStore`]: [`JsonlSessionStore`], [`MemorySessionStore`], `PostgresSessionStore`), the turn [`Harness`], the thinking slot ([`ThoughtEngine`]) and open loops ([`OpenLoops`]) |
-//! | `core` | [`AgentSession`] (security → thinking → harness → loop), the [`SecurityPipeline`], the [`ApprovalBroker`] with [`LayeredApprovalRules`], the per-session [`Sandbox`] the [`builtin_tools`] and the [`memory_tools`], KAREN's housing tools ([`housing_tools`]) |
+//! | `core` | [`AgentSession`] (security → thinking → harness → loop), the [`SecurityPipeline`], the [`ApprovalBroker`] with [`LayeredApprovalRules`], the per-session [`Sandbox`] the [`builtin_tools`] and the [`memory_tools`], KAREN's housing tools ([`housing_tools`]), the [`Scheduler`] |
 //! | `app` | [`AgentProfile`], team definitions, the [`AgentRegistry`], [`build_app`] and [`AppAssembly`] |
 //!
 //! The plugin points are small object-safe traits held as `Arc<dyn …>`:
@@ -119,11 +119,11 @@ pub use core::{
     FixtureNoticeSource, HOUSING_MODE_ENV, HOUSING_REFERENCE_RATE_ENV, HOUSING_TIMEOUT_ENV,
     HousingBudgetArgs, HousingBudgetTool, HousingConfig, HousingError, HousingLoanArgs, HousingLoanTool,
     HousingProfile, HousingProfileArgs, HousingProfileTool, HousingWatchArgs, HousingWatchTool, IncomeBand,
-    LoanMonth, LoanSchedule, LoanTerms, MAX_NOTICE_LIMIT, MAX_PRINCIPAL, MAX_SEEN, MAX_YEARS,
-    MemoryProfileStore, MemoryWatchStore, Notice, NoticeAgency, NoticeArgs, NoticeError, NoticeQuery,
-    NoticeSource, NoticeTool, NoticeWatch, PROFILE_FILE, ProfileAction, ProfileStore, REFERENCE_LOAN_YEARS,
-    RepaymentMethod, SH_NOT_CONFIGURED, SH_URL_ENV, ShFeed, ShNoticeSource, UnconfiguredSource, WATCHES_FILE,
-    WatchAdded, WatchStore, amortize, check_watch, housing_tools, normalize_watch_text, sort_newest_first,
+    LoanMonth, LoanSchedule, LoanTerms, MAX_NOTICE_LIMIT, MAX_PRINCIPAL, MAX_YEARS, MemoryProfileStore,
+    MemoryWatchStore, Notice, NoticeAgency, NoticeArgs, NoticeError, NoticeQuery, NoticeSource, NoticeTool,
+    NoticeWatch, PROFILE_FILE, ProfileAction, ProfileStore, REFERENCE_LOAN_YEARS, RepaymentMethod,
+    SH_NOT_CONFIGURED, SH_URL_ENV, ShFeed, ShNoticeSource, UnconfiguredSource, WATCHES_FILE, WatchAdded,
+    WatchStore, amortize, check_watch, housing_tools, normalize_watch_text, sort_newest_first,
 };
 pub use core::{
     AgendaItem, AgendaKind, AgendaSource, COMMANDS, CommandContext, CountingFeedback, FeedbackLearner,
@@ -138,6 +138,15 @@ pub use core::{
     RuleDecision, RuleSource, SecurityError, SecurityInput, SecurityPipeline, SecurityStage,
     SessionAttachment, SessionPolicy, Slot, TokenAuth, TurnError, Validation, ValidationConfig,
     bigram_jaccard, html_escape, is_bounce,
+};
+pub use core::{
+    BrokenFile, BuiltinJob, CatchUp, CronExpr, DEFAULT_GRACE, DEFAULT_JOB_AGENT, DEFAULT_POLL_INTERVAL,
+    DEFAULT_WATCH_INTERVAL, EXTERNAL_SEEN_FILE, HOUSING_WATCH_JOB, Job, JobInfo, JobOrigin, JobOutput,
+    JobRunner, JobSpec, LastRun, LedgerLoad, MAX_INTERVAL, MAX_JOB_FILE_BYTES, MAX_JOB_ID_LEN,
+    MAX_SKIPPED_RECORDS, MIN_INTERVAL, RunOutcome, RunRecord, RunReport, RunState, SCHEDULE_RUNS_FILE,
+    SCHEDULES_DIR, ScheduleError, ScheduleTick, Scheduler, SchedulerConfig, SlotRef, Trigger, UtcOffset,
+    WATCH_AGENT, WHEN_FORMS, WatchJob, WatchPass, WatchReporter, When, new_notices, parse_when,
+    validate_job_id, watch_report,
 };
 pub use core::{
     BuiltinConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_LIST_CAP, DEFAULT_OUTPUT_CAP, DEFAULT_READ_CAP,

@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use tokio_util::sync::CancellationToken;
 
 use super::config::{AppConfig, StoreBackend};
@@ -13,6 +13,7 @@ use super::definition::{TeamContext, load_team, parse_definition, seed_team_dir}
 use super::error::AppError;
 use super::profile::{AgentProfile, MAIN_AGENT, Palette};
 use super::registry::AgentRegistry;
+use crate::agent::ProactiveKind;
 use crate::agent::{
     AgentEvent, AgentIdentity, Approver, DEFAULT_REFLECTION_TEMPLATE, DEFAULT_THOUGHT_TEMPLATE,
     DistillConfig, Distiller, Harness, HarnessConfig, HubAttachment, JsonlOpenLoopStore, JsonlOptions,
@@ -21,6 +22,7 @@ use crate::agent::{
     SessionEntry, SessionId, SessionKind, SessionMeta, SessionStore, ThoughtConfig, ThoughtEngine, Tool,
     ToolGate, ToolRegistry, Typed, UIAdapter,
 };
+use crate::common::Timestamp;
 use crate::common::{Extensions, HomeLock};
 use crate::core::{
     AGENT_ONLY_TOOLS, AgendaItem, AgendaKind, AgendaSource, AgentDirectory, AgentSession, AgentSessionParts,
@@ -29,6 +31,10 @@ use crate::core::{
     ProactiveSessions, ProactiveTarget, PromptOptions, RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL,
     Reaction, RosterEntry, SecurityPipeline, SessionPolicy, StandardCommands, TokenAuth, TurnError,
     Validation, builtin_tools, housing_tools, memory_tools,
+};
+use crate::core::{
+    Job, JobOutput, JobRunner, Notice, NoticeWatch, Scheduler, SchedulerConfig, UtcOffset, WATCH_AGENT,
+    WatchJob, WatchReporter, watch_report,
 };
 use crate::memory::{
     InMemoryMemoryStore, MemoryRead, MemoryScope, MemoryService, MemoryStore, ScopeResolver, StaticScopes,
@@ -188,7 +194,31 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         .agenda
         .open_loops
         .then(|| Arc::new(open_loops(&config, loops.clone(), Arc::new(RuleJudge))));
+    // The scheduler runs jobs through the app and reports watches to its
+    // daemon; both reach the app through a link set once it exists.
+    let app_link: Arc<OnceLock<Weak<AppInner>>> = Arc::default();
+    let watch_agent = if registry.contains(WATCH_AGENT) {
+        WATCH_AGENT
+    } else {
+        MAIN_AGENT
+    };
+    let scheduler = Scheduler::new(
+        &config.home,
+        config.clock.clone(),
+        Arc::new(AppJobs(app_link.clone())),
+        SchedulerConfig {
+            utc_offset: UtcOffset::from_minutes(config.agenda.utc_offset_minutes)?,
+            ..SchedulerConfig::default()
+        },
+    )?
+    .with_builtin(Arc::new(
+        WatchJob::from_housing(&config.housing, Arc::new(AppJobs(app_link.clone()))).with_agent(watch_agent),
+    ));
     let inner = Arc::new_cyclic(|me: &Weak<AppInner>| AppInner {
+        scheduler: {
+            let _ = app_link.set(me.clone());
+            Arc::new(scheduler)
+        },
         proactive: Arc::new(ProactiveDaemon::new(
             Arc::new(OpenSessions(me.clone())),
             reminders,
@@ -378,6 +408,8 @@ struct AppInner {
     me: Weak<AppInner>,
     /// The reflection daemon; it sees the open sessions through a weak link.
     proactive: Arc<ProactiveDaemon>,
+    /// The scheduler (`$JARVIS_HOME/schedules/`, `housing_watch`).
+    scheduler: Arc<Scheduler>,
     notice: Option<String>,
     demo: bool,
     sessions: Mutex<HashMap<String, (Arc<AgentSession>, HubAttachment)>>,
@@ -511,12 +543,22 @@ impl AppAssembly {
         self.proactive().feedback(message_id, reaction)
     }
 
+    /// The scheduler: job files in `$JARVIS_HOME/schedules/` and the
+    /// built-in `housing_watch`; each file job runs in the session
+    /// `sched-<agent>-<job>` of its agent, and its answer reaches that
+    /// agent's open screens as `proactive_message {kind: "answer"}`. It runs
+    /// once [`AppAssembly::spawn_background`] starts it; tests call its `tick`.
+    pub fn scheduler(&self) -> &Arc<Scheduler> {
+        &self.inner.scheduler
+    }
+
     /// Starts the app's background work until `cancel` fires: the
-    /// reflection daemon (unless `JARVIS_REFLECTION__ENABLED` is off).
-    /// Servers and terminals call it once; an embedding app that wants no
-    /// unprompted messages does not.
+    /// scheduler, and the reflection daemon unless
+    /// `JARVIS_REFLECTION__ENABLED` is off. Servers and terminals call it
+    /// once; an embedding app that wants no jobs and no unprompted messages
+    /// does not.
     pub fn spawn_background(&self, cancel: CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
-        let mut tasks = Vec::new();
+        let mut tasks = vec![self.inner.scheduler.clone().spawn(cancel.clone())];
         if self.inner.config.reflection.enabled {
             tasks.push(self.proactive().clone().spawn(cancel));
         }
@@ -716,6 +758,7 @@ impl AppInner {
         if let Some(learners) = self.learners.as_ref().filter(|_| profile.thinking.enabled) {
             commands = commands.with_distiller(learners.distiller.clone());
         }
+        commands = commands.with_schedule(self.scheduler.clone());
         parts = parts.with_commands(Arc::new(commands));
         if profile.thinking.enabled {
             let mut engine = ThoughtEngine::new(
@@ -788,10 +831,117 @@ impl AgendaSource for AgendaLink {
     }
 }
 
+/// The scheduler's side of the app: it runs file jobs as their agents and
+/// hands watch results to the reflection daemon.
+#[derive(Debug)]
+struct AppJobs(Arc<OnceLock<Weak<AppInner>>>);
+
+impl AppJobs {
+    fn app(&self) -> Result<Arc<AppInner>, String> {
+        self.0
+            .get()
+            .and_then(Weak::upgrade)
+            .ok_or_else(|| "the app has shut down".to_owned())
+    }
+}
+
+#[async_trait]
+impl JobRunner for AppJobs {
+    /// Runs the job's prompt in the session `sched-<agent>-<job>` of its
+    /// agent (that agent's model, system prompt, tools and memory scope,
+    /// R-SCHED-1), as the system, and sends the answer to every open screen
+    /// of that agent's sessions as `proactive_message {kind: "answer"}`.
+    async fn run(&self, job: &Job, _slot: Timestamp) -> Result<JobOutput, String> {
+        let app = self.app()?;
+        if !app.registry.contains(&job.agent) {
+            return Err(format!("there is no agent {:?} in the team", job.agent));
+        }
+        let id = SessionId::new(format!("sched-{}-{}", job.agent, job.id)).map_err(|e| e.to_string())?;
+        app.store
+            .get_or_create(NewSession::user(id.clone(), &job.agent))
+            .await
+            .map_err(|e| e.to_string())?;
+        let session = app.open(&id).await.map_err(|e| e.to_string())?;
+        let caller = Caller::System {
+            name: format!("scheduler:{}", job.id),
+        };
+        let outcome = session
+            .prompt_with(job.prompt.clone(), PromptOptions::from(caller))
+            .await
+            .map_err(|e| e.to_string())?;
+        let text = outcome.final_message.content;
+        for target in app.sessions_of(&job.agent) {
+            target.announce(text.clone(), ProactiveKind::Answer);
+        }
+        Ok(JobOutput {
+            session_id: Some(id.to_string()),
+            text,
+        })
+    }
+}
+
+#[async_trait]
+impl WatchReporter for AppJobs {
+    /// Queues the report for the watch agent's open sessions; the daemon
+    /// delivers it (and keeps quiet for an agent with `proactive: false`).
+    // ponytail: the queue lives in the process; a crash between the report
+    // and its delivery loses that message, while the notice is already
+    // recorded as reported.
+    async fn report(&self, watch: &NoticeWatch, notices: &[Notice]) -> Result<(), String> {
+        let app = self.app()?;
+        let agent = if app.registry.contains(WATCH_AGENT) {
+            WATCH_AGENT
+        } else {
+            MAIN_AGENT
+        };
+        app.proactive.enqueue(agent, watch_report(watch, notices));
+        Ok(())
+    }
+}
+
 impl AppInner {
-    /// Every agent's promises (schedules join them once the scheduler
-    /// runs): due ones by due time, then the others oldest first.
+    /// The open people's sessions of `agent_id`, by id.
+    fn sessions_of(&self, agent_id: &str) -> Vec<Arc<AgentSession>> {
+        let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let mut found: Vec<Arc<AgentSession>> = sessions
+            .values()
+            .map(|(s, _)| s)
+            .filter(|s| s.agent_id() == agent_id && s.kind() == SessionKind::User)
+            .cloned()
+            .collect();
+        found.sort_by(|a, b| a.id().as_str().cmp(b.id().as_str()));
+        found
+    }
+
+    /// Every agent's schedules, soonest first, then their promises: due
+    /// ones by due time, then the others oldest first.
     async fn agenda(&self) -> Vec<AgendaItem> {
+        let mut items: Vec<AgendaItem> = self
+            .scheduler
+            .jobs()
+            .into_iter()
+            .filter(|info| info.job.enabled && info.next_run.is_some())
+            .map(|info| {
+                let (agent_name, color) = self.label(&info.job.agent);
+                AgendaItem {
+                    kind: AgendaKind::Schedule,
+                    id: info.job.id,
+                    agent_id: info.job.agent,
+                    agent_name,
+                    color,
+                    text: info.job.prompt,
+                    when: info.next_run,
+                    detail: Some(info.trigger),
+                    session_id: None,
+                }
+            })
+            .collect();
+        items.sort_by_key(|s| s.when.map(Timestamp::as_millis));
+        items.extend(self.promises().await);
+        items
+    }
+
+    async fn promises(&self) -> Vec<AgendaItem> {
         let loops = match self
             .loops
             .list(&LoopFilter {

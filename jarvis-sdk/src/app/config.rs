@@ -9,7 +9,8 @@ use super::error::AppError;
 use crate::agent::{AgentLoopConfig, BeforeToolCall, Durability};
 use crate::common::{Clock, IdSource, SystemClock, UniqueIds};
 use crate::core::{
-    DEFAULT_APPROVAL_TIMEOUT, DEFAULT_ASK_TIMEOUT, HOUSING_MODE_ENV, HousingConfig, SH_URL_ENV, SecurityStage,
+    DEFAULT_APPROVAL_TIMEOUT, DEFAULT_ASK_TIMEOUT, HOUSING_MODE_ENV, HousingConfig, SH_URL_ENV,
+    SecurityStage, UtcOffset,
 };
 use crate::memory::{DEFAULT_USER, MemoryConfig, MemoryStore};
 use crate::model::{Embedder, LlmConfig, Provider, ProviderKind};
@@ -151,20 +152,10 @@ impl Default for ReflectionSettings {
     }
 }
 
-/// Reads `+09:00`, `-05:30`, `Z` or `UTC` as minutes east of UTC.
+/// Reads `+09:00`, `-05:30`, `+9`, `Z` or `UTC` as minutes east of UTC
+/// (the scheduler's [`UtcOffset::parse`]).
 pub fn parse_utc_offset(text: &str) -> Option<i32> {
-    let t = text.trim();
-    if t.eq_ignore_ascii_case("z") || t.eq_ignore_ascii_case("utc") {
-        return Some(0);
-    }
-    let (sign, rest) = match t.as_bytes().first()? {
-        b'+' => (1, &t[1..]),
-        b'-' => (-1, &t[1..]),
-        _ => return None,
-    };
-    let (h, m) = rest.split_once(':').unwrap_or((rest, "0"));
-    let (h, m): (i32, i32) = (h.parse().ok()?, m.parse().ok()?);
-    ((0..=14).contains(&h) && (0..60).contains(&m)).then_some(sign * (h * 60 + m))
+    UtcOffset::parse(text).ok().map(UtcOffset::minutes)
 }
 
 /// Settings of one app.

@@ -7,7 +7,9 @@
 //! It sits above `agent` and below `app`: it may use `agent`, `memory`,
 //! `model` and `common`, never `app`. The per-session [`Sandbox`] and the
 //! built-in tools ([`builtin_tools`]) live here too, and so do the memory
-//! tools every agent gets ([`memory_tools`]).
+//! tools every agent gets ([`memory_tools`]). The [`schedule`] module is the
+//! scheduler: job files, the run ledger, the catch-up rule and the housing
+//! watch job.
 
 mod agenda;
 pub(crate) mod approval;
@@ -17,6 +19,7 @@ pub(crate) mod housing;
 mod memory_tools;
 mod proactive;
 mod sandbox;
+pub(crate) mod schedule;
 pub(crate) mod security;
 mod session;
 mod tool_policy;
@@ -39,12 +42,13 @@ pub use housing::{
     FixtureNoticeSource, HOUSING_MODE_ENV, HOUSING_REFERENCE_RATE_ENV, HOUSING_TIMEOUT_ENV,
     HousingBudgetArgs, HousingBudgetTool, HousingConfig, HousingError, HousingLoanArgs, HousingLoanTool,
     HousingProfile, HousingProfileArgs, HousingProfileTool, HousingWatchArgs, HousingWatchTool, IncomeBand,
-    LoanMonth, LoanSchedule, LoanTerms, MAX_NOTICE_LIMIT, MAX_PRINCIPAL, MAX_SEEN, MAX_YEARS,
-    MemoryProfileStore, MemoryWatchStore, Notice, NoticeAgency, NoticeArgs, NoticeError, NoticeQuery,
-    NoticeSource, NoticeTool, NoticeWatch, PROFILE_FILE, ProfileAction, ProfileStore, REFERENCE_LOAN_YEARS,
-    RepaymentMethod, SH_NOT_CONFIGURED, SH_URL_ENV, ShFeed, ShNoticeSource, UnconfiguredSource, WATCHES_FILE,
-    WatchAdded, WatchStore, amortize, check_watch, housing_tools, normalize_watch_text, sort_newest_first,
+    LoanMonth, LoanSchedule, LoanTerms, MAX_NOTICE_LIMIT, MAX_PRINCIPAL, MAX_YEARS, MemoryProfileStore,
+    MemoryWatchStore, Notice, NoticeAgency, NoticeArgs, NoticeError, NoticeQuery, NoticeSource, NoticeTool,
+    NoticeWatch, PROFILE_FILE, ProfileAction, ProfileStore, REFERENCE_LOAN_YEARS, RepaymentMethod,
+    SH_NOT_CONFIGURED, SH_URL_ENV, ShFeed, ShNoticeSource, UnconfiguredSource, WATCHES_FILE, WatchAdded,
+    WatchStore, amortize, check_watch, housing_tools, normalize_watch_text, sort_newest_first,
 };
+pub use housing::{EXTERNAL_SEEN_FILE, new_notices, watch_report};
 #[cfg(feature = "http")]
 pub use housing::{
     LH_BASE_URL, LH_BASE_URL_ENV, LH_NOTICE_PATH, LH_SERVICE_KEY_ENV, LhConfig, LhNoticeSource,
@@ -59,6 +63,14 @@ pub use proactive::{
 pub use sandbox::{
     DirEntryInfo, DirListing, EntryKind, FileContent, MAX_COMPONENT_LEN, MAX_PATH_LEN, Sandbox, SandboxError,
     validate_session_id,
+};
+pub use schedule::{
+    BrokenFile, BuiltinJob, CatchUp, CronExpr, DEFAULT_GRACE, DEFAULT_JOB_AGENT, DEFAULT_POLL_INTERVAL,
+    DEFAULT_WATCH_INTERVAL, HOUSING_WATCH_JOB, Job, JobInfo, JobOrigin, JobOutput, JobRunner, JobSpec,
+    LastRun, LedgerLoad, MAX_INTERVAL, MAX_JOB_FILE_BYTES, MAX_JOB_ID_LEN, MAX_SKIPPED_RECORDS, MIN_INTERVAL,
+    RunOutcome, RunRecord, RunReport, RunState, SCHEDULE_RUNS_FILE, SCHEDULES_DIR, ScheduleError,
+    ScheduleTick, Scheduler, SchedulerConfig, SlotRef, Trigger, UtcOffset, WATCH_AGENT, WHEN_FORMS, WatchJob,
+    WatchPass, WatchReporter, When, parse_when, validate_job_id,
 };
 pub use security::{
     Caller, SecurityError, SecurityInput, SecurityPipeline, SecurityStage, SessionPolicy, Slot, TokenAuth,

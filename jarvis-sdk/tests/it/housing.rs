@@ -25,6 +25,20 @@ use crate::support::Turn;
 
 // ---------------------------------------------------------------- helpers
 
+/// The title of the notice [`with_a_new_notice`] adds.
+pub(crate) const NEW_NOTICE_TITLE: &str = "서울 은평구 행복주택 추가 모집 공고";
+
+/// The SH `samples` and one notice more, newer than them, in Seoul.
+pub(crate) fn with_a_new_notice(samples: &FixtureNoticeSource) -> FixtureNoticeSource {
+    let mut notices = samples.notices().to_vec();
+    let mut fresh = notices[0].clone();
+    fresh.id = "sample-sh-2025-07".into();
+    fresh.title = NEW_NOTICE_TITLE.into();
+    fresh.posted = Some("2025-05-20".into());
+    notices.push(fresh);
+    FixtureNoticeSource::new(NoticeAgency::Sh, notices)
+}
+
 /// A fresh directory under the system temp dir, removed when dropped.
 struct Home(PathBuf);
 
@@ -839,16 +853,10 @@ async fn checking_a_watch_reports_each_notice_once() {
 
     // A notice appears: only it is reported, also through a new store
     // instance over the same file.
-    let mut notices = samples.notices().to_vec();
-    let mut fresh = notices[0].clone();
-    fresh.id = "sample-sh-2025-07".into();
-    fresh.title = "서울 은평구 행복주택 추가 모집 공고".into();
-    fresh.posted = Some("2025-05-20".into());
-    notices.push(fresh);
-    let grown = FixtureNoticeSource::new(NoticeAgency::Sh, notices);
+    let grown = with_a_new_notice(&samples);
     let reopened = FileWatchStore::in_home(home.path());
     let third = check_watch(&reopened, &watch.id, &grown).await.unwrap();
-    assert_eq!(titles(&third), ["서울 은평구 행복주택 추가 모집 공고"]);
+    assert_eq!(titles(&third), [NEW_NOTICE_TITLE]);
     assert!(
         check_watch(&reopened, &watch.id, &grown)
             .await

@@ -11,6 +11,7 @@ mod embed;
 mod gate;
 mod harness;
 mod housing;
+mod jobs;
 mod layers;
 mod learning;
 mod loop_concurrency;
@@ -23,6 +24,7 @@ mod proactive;
 mod providers;
 #[cfg(target_os = "linux")]
 mod sandbox;
+mod schedule;
 mod security;
 mod sessions_contract;
 mod sessions_crash;

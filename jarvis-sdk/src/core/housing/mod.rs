@@ -55,9 +55,10 @@ pub use profile::{
     PROFILE_FILE, ProfileAction, ProfileStore,
 };
 pub use sh::{SH_NOT_CONFIGURED, SH_URL_ENV, ShFeed, ShNoticeSource};
+pub use store::EXTERNAL_SEEN_FILE;
 pub use watch::{
-    FileWatchStore, HousingWatchArgs, HousingWatchTool, MAX_SEEN, MemoryWatchStore, NoticeWatch,
-    WATCHES_FILE, WatchAdded, WatchStore, check_watch, normalize_watch_text,
+    FileWatchStore, HousingWatchArgs, HousingWatchTool, MemoryWatchStore, NoticeWatch, WATCHES_FILE,
+    WatchAdded, WatchStore, check_watch, new_notices, normalize_watch_text, watch_report,
 };
 
 use crate::agent::{Tool, Typed};

@@ -1,12 +1,16 @@
-//! The small JSON files the housing stores keep under `$JARVIS_HOME`: read
-//! whole, replaced atomically, versioned with a `"v": 1` member.
+//! The files the housing stores keep under `$JARVIS_HOME`: small JSON
+//! documents read whole, replaced atomically and versioned with a `"v": 1`
+//! member, and the append-only `external_seen.jsonl` of notices already
+//! reported by watches.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
 use std::path::Path;
 
 use super::error::HousingError;
-use crate::common::write_atomic;
+use crate::common::{Timestamp, write_atomic};
 
 /// The file format version written and accepted.
 pub(crate) const FILE_VERSION: u64 = 1;
@@ -56,4 +60,135 @@ pub(crate) fn write_json<T: Serialize>(path: &Path, doc: &T) -> Result<(), Housi
     let mut bytes = serde_json::to_vec_pretty(doc).map_err(|e| io(std::io::Error::other(e)))?;
     bytes.push(b'\n');
     write_atomic(path, &bytes).map_err(io)
+}
+
+/// The file name of the log of external items already reported, under
+/// `$JARVIS_HOME` (SPEC.md §9.1).
+pub const EXTERNAL_SEEN_FILE: &str = "external_seen.jsonl";
+/// The `source` of the records `housing_watch` writes there.
+pub(crate) const WATCH_SEEN_SOURCE: &str = "housing_watch";
+
+/// One line of `external_seen.jsonl` written for a watch:
+/// `{"v":1,"source":"housing_watch","watch_id","key","at"}`.
+#[derive(Debug, Serialize, serde::Deserialize)]
+struct SeenRecord {
+    v: u64,
+    source: String,
+    watch_id: String,
+    key: String,
+    at: Timestamp,
+}
+
+/// The notice keys already reported, per watch, as read from
+/// `external_seen.jsonl` and kept up to date by [`SeenLog::append`].
+#[derive(Debug, Default)]
+pub(crate) struct SeenLog {
+    keys: HashMap<String, HashSet<String>>,
+    /// The file ends without a newline (a torn last line): the next append
+    /// starts a new line first, so the torn line stays alone and skipped.
+    torn_tail: bool,
+}
+
+impl SeenLog {
+    /// Reads the records of `housing_watch` in `path` (a missing file is an
+    /// empty log). Records of other sources are left alone; a torn or
+    /// damaged line is skipped with a warning, never fatal.
+    pub(crate) fn load(path: &Path) -> Result<Self, HousingError> {
+        let bytes = match std::fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
+            Err(source) => {
+                return Err(HousingError::Io {
+                    path: path.to_owned(),
+                    source,
+                });
+            }
+        };
+        let mut log = Self {
+            torn_tail: bytes.last().is_some_and(|b| *b != b'\n'),
+            ..Self::default()
+        };
+        for (n, line) in bytes.split(|b| *b == b'\n').enumerate() {
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let value = match serde_json::from_slice::<serde_json::Value>(line) {
+                Ok(value) => value,
+                Err(error) => {
+                    tracing::warn!(file = %path.display(), line = n + 1, %error, "external_seen: damaged line skipped");
+                    continue;
+                }
+            };
+            if value.get("source").and_then(serde_json::Value::as_str) != Some(WATCH_SEEN_SOURCE) {
+                continue;
+            }
+            match serde_json::from_value::<SeenRecord>(value) {
+                Ok(record) => {
+                    log.keys.entry(record.watch_id).or_default().insert(record.key);
+                }
+                Err(error) => {
+                    tracing::warn!(file = %path.display(), line = n + 1, %error, "external_seen: damaged line skipped")
+                }
+            }
+        }
+        Ok(log)
+    }
+
+    /// The keys reported for `watch_id`.
+    pub(crate) fn keys(&self, watch_id: &str) -> HashSet<String> {
+        self.keys.get(watch_id).cloned().unwrap_or_default()
+    }
+
+    /// Appends one record per new key (one write, then `fsync`) and adds
+    /// them to the index; keys already recorded are not written again.
+    pub(crate) fn append(
+        &mut self,
+        path: &Path,
+        watch_id: &str,
+        keys: Vec<String>,
+        at: Timestamp,
+    ) -> Result<(), HousingError> {
+        let known = self.keys.entry(watch_id.to_owned()).or_default();
+        let mut fresh: Vec<String> = Vec::new();
+        for key in keys {
+            if !known.contains(&key) && !fresh.contains(&key) {
+                fresh.push(key);
+            }
+        }
+        if fresh.is_empty() {
+            return Ok(());
+        }
+        let mut bytes = Vec::new();
+        if self.torn_tail {
+            bytes.push(b'\n');
+        }
+        for key in &fresh {
+            let record = SeenRecord {
+                v: FILE_VERSION,
+                source: WATCH_SEEN_SOURCE.to_owned(),
+                watch_id: watch_id.to_owned(),
+                key: key.clone(),
+                at,
+            };
+            bytes.extend(serde_json::to_vec(&record).unwrap_or_default());
+            bytes.push(b'\n');
+        }
+        let io = |source| HousingError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(io)?;
+        file.write_all(&bytes).map_err(io)?;
+        file.sync_data().map_err(io)?;
+        self.torn_tail = false;
+        self.keys.entry(watch_id.to_owned()).or_default().extend(fresh);
+        Ok(())
+    }
 }

@@ -1,28 +1,32 @@
 //! `housing_watch`: watches on new notices. The tool only registers a watch
 //! (idempotently: the same region and keyword twice are one watch); the
-//! scheduler, when it exists, calls [`check_watch`] for each watch of
-//! [`WatchStore::list`] against each source and tells the person what is
-//! new. Nothing is checked until then.
+//! scheduler's built-in watch job (`WatchJob`) looks for each watch of
+//! [`WatchStore::list`] in each source ([`new_notices`]), tells the person
+//! what is new and then records it as reported ([`WatchStore::mark_seen`]).
+//!
+//! What was reported is kept apart from the watches: the file store appends
+//! it to `$JARVIS_HOME/external_seen.jsonl` (SPEC.md §9.1), one line per
+//! notice, so a restart reports nothing again.
 
 use async_trait::async_trait;
 use futures::future::BoxFuture;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::UNIX_EPOCH;
 
 use super::error::HousingError;
+use super::format::notice_list;
 use super::notice::{MAX_NOTICE_LIMIT, Notice, NoticeQuery, NoticeSource};
-use super::store::{FILE_VERSION, read_json, write_json};
+use super::store::{EXTERNAL_SEEN_FILE, FILE_VERSION, SeenLog, read_json, write_json};
 use crate::agent::{ToolContext, ToolError, ToolResult, TypedTool};
-use crate::common::{Clock, SystemClock};
+use crate::common::{Clock, SystemClock, Timestamp};
 
 /// The file name of the watches under `$JARVIS_HOME`.
 pub const WATCHES_FILE: &str = "housing_watches.json";
-/// How many notice keys a watch remembers as seen; the oldest are dropped.
-pub const MAX_SEEN: usize = 500;
 const MAX_TEXT: usize = 50;
 
 /// A watch on new notices matching a region and a title keyword.
@@ -36,9 +40,6 @@ pub struct NoticeWatch {
     pub keyword: Option<String>,
     /// When it was registered, in seconds since the Unix epoch.
     pub created_at: u64,
-    /// Keys (`"LH:<id>"`) of notices already reported, oldest first.
-    #[serde(default)]
-    pub seen: Vec<String>,
 }
 
 impl NoticeWatch {
@@ -84,7 +85,7 @@ pub struct WatchAdded {
     pub created: bool,
 }
 
-/// Where watches are kept.
+/// Where watches are kept, and which notices each has already reported.
 pub trait WatchStore: Send + Sync + fmt::Debug {
     /// Every watch, in registration order.
     fn list(&self) -> BoxFuture<'_, Result<Vec<NoticeWatch>, HousingError>>;
@@ -95,7 +96,10 @@ pub trait WatchStore: Send + Sync + fmt::Debug {
         region: Option<String>,
         keyword: Option<String>,
     ) -> BoxFuture<'_, Result<WatchAdded, HousingError>>;
-    /// Records `keys` as reported for watch `id`.
+    /// The keys ([`Notice::key`]) of the notices already reported for watch `id`.
+    fn seen(&self, id: &str) -> BoxFuture<'_, Result<HashSet<String>, HousingError>>;
+    /// Records `keys` as reported for watch `id` (an error when there is no
+    /// such watch).
     fn mark_seen(&self, id: &str, keys: Vec<String>) -> BoxFuture<'_, Result<(), HousingError>>;
 }
 
@@ -122,26 +126,17 @@ impl Watches {
             region,
             keyword,
             created_at: now,
-            seen: Vec::new(),
         };
         self.watches.push(watch.clone());
         WatchAdded { watch, created: true }
     }
 
-    fn mark_seen(&mut self, id: &str, keys: Vec<String>) -> Result<(), HousingError> {
-        let watch = self
-            .watches
-            .iter_mut()
-            .find(|w| w.id == id)
-            .ok_or_else(|| HousingError::Invalid(format!("no watch with id {id}")))?;
-        for key in keys {
-            if !watch.seen.contains(&key) {
-                watch.seen.push(key);
-            }
+    fn check_exists(&self, id: &str) -> Result<(), HousingError> {
+        if self.watches.iter().any(|w| w.id == id) {
+            Ok(())
+        } else {
+            Err(HousingError::Invalid(format!("no watch with id {id}")))
         }
-        let excess = watch.seen.len().saturating_sub(MAX_SEEN);
-        watch.seen.drain(..excess);
-        Ok(())
     }
 }
 
@@ -149,10 +144,11 @@ fn unix_seconds(clock: &dyn Clock) -> u64 {
     clock.now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-/// Keeps watches in memory.
+/// Keeps watches, and what they reported, in memory.
 #[derive(Debug)]
 pub struct MemoryWatchStore {
     watches: Mutex<Watches>,
+    seen: Mutex<HashMap<String, HashSet<String>>>,
     clock: Arc<dyn Clock>,
 }
 
@@ -167,6 +163,7 @@ impl MemoryWatchStore {
     pub fn new() -> Self {
         Self {
             watches: Mutex::new(Watches::default()),
+            seen: Mutex::new(HashMap::new()),
             clock: Arc::new(SystemClock),
         }
     }
@@ -199,34 +196,79 @@ impl WatchStore for MemoryWatchStore {
         Box::pin(async move { Ok(added) })
     }
 
+    fn seen(&self, id: &str) -> BoxFuture<'_, Result<HashSet<String>, HousingError>> {
+        let keys = self
+            .seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .cloned()
+            .unwrap_or_default();
+        Box::pin(async move { Ok(keys) })
+    }
+
     fn mark_seen(&self, id: &str, keys: Vec<String>) -> BoxFuture<'_, Result<(), HousingError>> {
-        let result = self.lock().mark_seen(id, keys);
+        let result = self.lock().check_exists(id).map(|()| {
+            self.seen
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(id.to_owned())
+                .or_default()
+                .extend(keys);
+        });
         Box::pin(async move { result })
     }
 }
 
 /// Keeps watches in one JSON file (`{"v": 1, "watches": […]}`), read and
-/// replaced atomically on every change.
+/// replaced atomically on every change, and what they reported in the
+/// append-only `external_seen.jsonl` beside it (read once, then kept in
+/// memory and appended to).
 #[derive(Debug)]
 pub struct FileWatchStore {
     path: PathBuf,
+    seen_path: PathBuf,
     lock: Mutex<()>,
+    seen: Mutex<Option<SeenLog>>,
     clock: Arc<dyn Clock>,
 }
 
 impl FileWatchStore {
-    /// A store in `path`, on the system clock.
+    /// A store in `path`, with `external_seen.jsonl` in the same directory,
+    /// on the system clock.
     pub fn new(path: impl Into<PathBuf>) -> Self {
+        let path = path.into();
         Self {
-            path: path.into(),
+            seen_path: path.with_file_name(EXTERNAL_SEEN_FILE),
+            path,
             lock: Mutex::new(()),
+            seen: Mutex::new(None),
             clock: Arc::new(SystemClock),
         }
     }
 
-    /// A store in `$JARVIS_HOME/housing_watches.json`.
+    /// A store in `$JARVIS_HOME/housing_watches.json` and
+    /// `$JARVIS_HOME/external_seen.jsonl`.
     pub fn in_home(home: &Path) -> Self {
         Self::new(home.join(WATCHES_FILE))
+    }
+
+    /// The log of reported notices (`external_seen.jsonl`).
+    pub fn seen_path(&self) -> &Path {
+        &self.seen_path
+    }
+
+    /// Runs `f` on the seen log, reading the file the first time.
+    fn with_seen<T>(
+        &self,
+        f: impl FnOnce(&mut SeenLog) -> Result<T, HousingError>,
+    ) -> Result<T, HousingError> {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let log = match &mut *seen {
+            Some(log) => log,
+            empty => empty.insert(SeenLog::load(&self.seen_path)?),
+        };
+        f(log)
     }
 
     /// Uses `clock` for registration times.
@@ -280,17 +322,28 @@ impl WatchStore for FileWatchStore {
         Box::pin(async move { result })
     }
 
+    fn seen(&self, id: &str) -> BoxFuture<'_, Result<HashSet<String>, HousingError>> {
+        let result = self.with_seen(|log| Ok(log.keys(id)));
+        Box::pin(async move { result })
+    }
+
     fn mark_seen(&self, id: &str, keys: Vec<String>) -> BoxFuture<'_, Result<(), HousingError>> {
-        let result = self.update(|w| w.mark_seen(id, keys));
+        let at = Timestamp::from(self.clock.now());
+        let result = {
+            let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.read().and_then(|w| w.check_exists(id))
+        }
+        .and_then(|()| self.with_seen(|log| log.append(&self.seen_path, id, keys, at)));
         Box::pin(async move { result })
     }
 }
 
 /// The notices of `source` matching watch `id` that it has not reported
-/// yet, newest first; they are recorded as reported. The first check of a
-/// watch reports every matching notice the source lists (at most
-/// [`MAX_NOTICE_LIMIT`]).
-pub async fn check_watch(
+/// yet, newest first, **without** recording them: the caller reports them
+/// and then calls [`WatchStore::mark_seen`], so a report that fails is
+/// tried again. The first look of a watch finds every matching notice the
+/// source lists (at most [`MAX_NOTICE_LIMIT`]).
+pub async fn new_notices(
     store: &dyn WatchStore,
     id: &str,
     source: &dyn NoticeSource,
@@ -301,15 +354,37 @@ pub async fn check_watch(
         .into_iter()
         .find(|w| w.id == id)
         .ok_or_else(|| HousingError::Invalid(format!("no watch with id {id}")))?;
+    let seen = store.seen(id).await?;
     let found = source.fetch(watch.query()).await?;
-    let new: Vec<Notice> = found
-        .into_iter()
-        .filter(|n| !watch.seen.contains(&n.key()))
-        .collect();
+    Ok(found.into_iter().filter(|n| !seen.contains(&n.key())).collect())
+}
+
+/// [`new_notices`], then records them as reported at once.
+pub async fn check_watch(
+    store: &dyn WatchStore,
+    id: &str,
+    source: &dyn NoticeSource,
+) -> Result<Vec<Notice>, HousingError> {
+    let new = new_notices(store, id, source).await?;
     if !new.is_empty() {
         store.mark_seen(id, new.iter().map(Notice::key).collect()).await?;
     }
     Ok(new)
+}
+
+/// The message telling the person about `notices`, new for `watch`: a
+/// line naming the watch, then the notices as the look-up tools list them
+/// (samples marked as such).
+pub fn watch_report(watch: &NoticeWatch, notices: &[Notice]) -> String {
+    let mut agencies: Vec<&str> = notices.iter().map(|n| n.source.as_str()).collect();
+    agencies.sort_unstable();
+    agencies.dedup();
+    format!(
+        "새 공고 알림 (new notices for watch {}, {}):\n{}",
+        watch.id,
+        watch.describe(),
+        notice_list(&agencies.join("·"), &watch.query(), notices)
+    )
 }
 
 /// Arguments of `housing_watch`.
@@ -405,15 +480,37 @@ mod tests {
         assert_eq!(w.watches.len(), 1);
     }
 
-    #[test]
-    fn seen_keys_are_capped() {
-        let mut w = Watches::default();
-        let id = w.add(None, None, 0).watch.id;
-        w.mark_seen(&id, (0..MAX_SEEN + 10).map(|i| i.to_string()).collect())
+    #[tokio::test]
+    async fn seen_keys_go_to_the_log_and_survive_a_reopen() {
+        let dir = std::env::temp_dir().join(format!("jarvis-watch-seen-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = FileWatchStore::in_home(&dir);
+        let id = store.add(None, None).await.unwrap().watch.id;
+        store
+            .mark_seen(&id, vec!["LH:1".into(), "LH:1".into()])
+            .await
             .unwrap();
-        let seen = &w.watches[0].seen;
-        assert_eq!(seen.len(), MAX_SEEN);
-        assert_eq!(seen[0], "10");
-        assert!(w.mark_seen("w-nope", vec![]).is_err());
+        store
+            .mark_seen(&id, vec!["LH:1".into(), "SH:2".into()])
+            .await
+            .unwrap();
+        assert!(store.mark_seen("w-nope", vec!["LH:3".into()]).await.is_err());
+        let log = std::fs::read_to_string(store.seen_path()).unwrap();
+        assert_eq!(log.lines().count(), 2, "each key once: {log}");
+        assert!(!std::fs::read_to_string(store.path()).unwrap().contains("LH:1"));
+        let reopened = FileWatchStore::in_home(&dir);
+        let seen = reopened.seen(&id).await.unwrap();
+        assert_eq!(seen, HashSet::from(["LH:1".to_owned(), "SH:2".to_owned()]));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_memory_store_refuses_unknown_watches() {
+        let store = MemoryWatchStore::new();
+        let id = store.add(Some("서울".into()), None).await.unwrap().watch.id;
+        store.mark_seen(&id, vec!["SH:1".into()]).await.unwrap();
+        assert!(store.seen(&id).await.unwrap().contains("SH:1"));
+        assert!(store.mark_seen("w-nope", vec![]).await.is_err());
     }
 }
