@@ -22,7 +22,14 @@
 //! to the loop's start: `observe`) and memory write (from the answer's sync
 //! to the end of the turn: `record_turn`); the last two are phases of the
 //! turn, so memory off shows the little the same stretch costs without
-//! memory.
+//! memory. The thinking column is the thinking slot before the turn.
+//!
+//! One more condition turns thinking on with the Thought Router routed off
+//! (threshold 1.0, so it never thinks): the in-memory store, memory off, a
+//! `ThoughtEngine` in the slot. Its thinking column is the router's cost
+//! per turn as the turn pays it (the decision plus the `thought_route`
+//! event reaching the subscriber); the router's decision alone is timed
+//! apart, over many calls (target: the slot at most 5 µs a turn).
 //!
 //! Run with `cargo run --release -p jarvis-sdk --example turn_overhead`
 //! (add `-- --smoke` for a quick check that it works).
@@ -33,9 +40,10 @@ use jarvis_sdk::{
     AgentEvent, AgentSession, AgentSessionParts, ApprovalBroker, Caller, DEFAULT_USER, Durability, EntryBody,
     FauxProvider, FauxReply, FauxScript, Harness, HashEmbedder, InMemoryMemoryStore, JsonlOptions,
     JsonlSessionStore, LayeredApprovalRules, LoopContext, MemoryRead, MemoryService, MemorySessionStore,
-    NewSession, PostgresSessionStore, Provider, ScreenHub, SecurityError, SecurityInput, SecurityPipeline,
-    SecurityStage, SequentialIds, SessionEntry, SessionError, SessionId, SessionKind, SessionMeta,
-    SessionPolicy, SessionStore, TokenAuth, ToolGate, UIAdapter, Validation,
+    NewSession, PostgresSessionStore, Provider, RouterSignals, ScreenHub, SecurityError, SecurityInput,
+    SecurityPipeline, SecurityStage, SequentialIds, SessionEntry, SessionError, SessionId, SessionKind,
+    SessionMeta, SessionPolicy, SessionStore, ThinkingHook, ThinkingInput, ThinkingOutcome, ThoughtConfig,
+    ThoughtEngine, ThoughtRouter, TokenAuth, ToolGate, TurnReport, UIAdapter, Validation,
 };
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -169,6 +177,33 @@ impl SecurityStage for TimedStage {
     }
 }
 
+/// A thinking slot that times the one it wraps, before the turn.
+struct TimedThinking {
+    inner: Arc<dyn ThinkingHook>,
+    spent: Arc<AtomicU64>,
+}
+
+#[async_trait]
+impl ThinkingHook for TimedThinking {
+    async fn before_turn(&self, input: &ThinkingInput<'_>, ui: &dyn UIAdapter) -> ThinkingOutcome {
+        let start = Instant::now();
+        let out = self.inner.before_turn(input, ui).await;
+        add(&self.spent, start);
+        out
+    }
+    async fn after_turn(&self, report: &TurnReport) {
+        self.inner.after_turn(report).await;
+    }
+}
+
+/// The threshold no `p_think` reaches: thinking on, routed off.
+const ROUTED_OFF: f32 = 1.0;
+
+/// The prompt of turn `n`.
+fn prompt(n: usize) -> String {
+    format!("Question {n}: which housing notices close this week?")
+}
+
 /// One turn's figures, in milliseconds.
 #[derive(Debug, Clone, Copy, Default)]
 struct Sample {
@@ -179,6 +214,7 @@ struct Sample {
     security: f64,
     recall: f64,
     memory_write: f64,
+    thinking: f64,
 }
 
 fn ms(nanos: u64) -> f64 {
@@ -196,10 +232,12 @@ struct Bench {
     sessions: usize,
     memory: Option<Arc<MemoryService>>,
     phases: Arc<Phases>,
+    /// With thinking on (routed off): the time its slot took.
+    thinking: Option<Arc<AtomicU64>>,
 }
 
 impl Bench {
-    fn new(store: Arc<dyn SessionStore>, with_memory: bool) -> Self {
+    fn new(store: Arc<dyn SessionStore>, with_memory: bool, with_thinking: bool) -> Self {
         let phases = Arc::new(Phases::default());
         let timed = Arc::new(Timed {
             inner: store,
@@ -234,6 +272,7 @@ impl Bench {
             sessions: 0,
             memory,
             phases,
+            thinking: with_thinking.then(Arc::default),
         }
     }
 
@@ -270,15 +309,23 @@ impl Bench {
         if let Some(memory) = &self.memory {
             harness = harness.with_memory(memory.clone(), DEFAULT_USER, MemoryRead::own_only());
         }
-        let session = Arc::new(AgentSession::new(AgentSessionParts::new(
-            id,
-            "main",
-            SessionKind::User,
-            security,
-            harness,
-            screens,
-            broker,
-        )));
+        let mut parts =
+            AgentSessionParts::new(id, "main", SessionKind::User, security, harness, screens, broker);
+        if let Some(spent) = &self.thinking {
+            let engine = ThoughtEngine::new(
+                self.provider.clone(),
+                self.timed.clone(),
+                ThoughtConfig {
+                    threshold: ROUTED_OFF,
+                    ..ThoughtConfig::default()
+                },
+            );
+            parts = parts.with_thinking(Arc::new(TimedThinking {
+                inner: Arc::new(engine),
+                spent: spent.clone(),
+            }));
+        }
+        let session = Arc::new(AgentSession::new(parts));
         // The one subscriber stays attached for the session's life.
         self.attached.push(session.attach(self.events.clone()));
         session
@@ -290,10 +337,12 @@ impl Bench {
         self.timed.write.store(0, Ordering::Relaxed);
         self.events.spent.store(0, Ordering::Relaxed);
         self.security.store(0, Ordering::Relaxed);
+        if let Some(spent) = &self.thinking {
+            spent.store(0, Ordering::Relaxed);
+        }
         self.phases.reset();
-        let prompt = format!("Question {n}: which housing notices close this week?");
         let start = Instant::now();
-        session.prompt(prompt, Caller::Local).await.unwrap();
+        session.prompt(prompt(n), Caller::Local).await.unwrap();
         let end = Instant::now();
         let total = end - start;
         let gap = |from: &Mutex<Option<Instant>>, to: Option<Instant>| match (*from.lock().unwrap(), to) {
@@ -310,6 +359,10 @@ impl Bench {
             security: ms(self.security.load(Ordering::Relaxed)),
             recall,
             memory_write,
+            thinking: self
+                .thinking
+                .as_ref()
+                .map_or(0.0, |t| ms(t.load(Ordering::Relaxed))),
         }
     }
 
@@ -347,6 +400,7 @@ struct Row {
     security: f64,
     recall: f64,
     memory_write: f64,
+    thinking: f64,
 }
 
 fn row(samples: &[Sample]) -> Row {
@@ -359,6 +413,7 @@ fn row(samples: &[Sample]) -> Row {
         security: pick(|s| s.security),
         recall: pick(|s| s.recall),
         memory_write: pick(|s| s.memory_write),
+        thinking: pick(|s| s.thinking),
     }
 }
 
@@ -390,8 +445,9 @@ async fn measure(
     plan: Plan,
     long: bool,
     memory: bool,
+    thinking: bool,
 ) -> Condition {
-    let mut bench = Bench::new(store, memory);
+    let mut bench = Bench::new(store, memory, thinking);
     bench.session(plan.warmup).await;
     let (mut early, mut late) = (Vec::new(), Vec::new());
     for _ in 0..plan.sessions {
@@ -425,11 +481,31 @@ async fn measure(
     }
     for (label, r) in &rows {
         println!(
-            "turn_overhead {key} {label}: total {:.4} ms (history read {:.4}, history write {:.4}, events {:.4}, security {:.4}, recall {:.4}, memory write {:.4})",
-            r.total, r.read, r.write, r.events, r.security, r.recall, r.memory_write
+            "turn_overhead {key} {label}: total {:.4} ms (history read {:.4}, history write {:.4}, events {:.4}, security {:.4}, recall {:.4}, memory write {:.4}, thinking {:.4})",
+            r.total, r.read, r.write, r.events, r.security, r.recall, r.memory_write, r.thinking
         );
     }
     Condition { name, rows }
+}
+
+/// Seconds per routing decision, over `calls` decisions on the turns'
+/// prompts (the router alone: no session, no event).
+fn router_decision(calls: usize) -> f64 {
+    let router = ThoughtRouter::new(ROUTED_OFF);
+    let prompts: Vec<String> = (1..=200).map(prompt).collect();
+    let start = Instant::now();
+    let mut thinks = 0usize;
+    for i in 0..calls {
+        let route = router.route(&RouterSignals {
+            prompt: &prompts[i % prompts.len()],
+            due_loops: 0,
+            recent_failures: 0,
+        });
+        thinks += usize::from(std::hint::black_box(route).think);
+    }
+    let per_call = start.elapsed().as_secs_f64() / calls.max(1) as f64;
+    assert_eq!(thinks, 0, "routed off never thinks");
+    per_call
 }
 
 fn main() {
@@ -472,6 +548,7 @@ fn main() {
         plan,
         true,
         false,
+        false,
     )));
     let jsonl = JsonlSessionStore::open_with(home.path().join("memory-on"), options).unwrap();
     conditions.push(runtime.block_on(measure(
@@ -481,6 +558,7 @@ fn main() {
         plan,
         true,
         true,
+        false,
     )));
 
     let durable = JsonlSessionStore::open(home.path().join("fsync-on")).unwrap();
@@ -495,6 +573,7 @@ fn main() {
         quick,
         false,
         false,
+        false,
     )));
 
     let memory = MemorySessionStore::new();
@@ -505,7 +584,20 @@ fn main() {
         plan,
         true,
         false,
+        false,
     )));
+
+    let memory = MemorySessionStore::new();
+    conditions.push(runtime.block_on(measure(
+        "thinking",
+        "in-memory, thinking on, routed off",
+        Arc::new(memory),
+        plan,
+        false,
+        false,
+        true,
+    )));
+    let decision = router_decision(if smoke { 20_000 } else { 1_000_000 });
 
     match TempPostgres::start() {
         Ok(cluster) => {
@@ -519,6 +611,7 @@ fn main() {
                 plan,
                 true,
                 false,
+                false,
             )));
         }
         Err(reason) if std::env::var(REQUIRE_POSTGRES_ENV).is_ok_and(|v| v == "1") => {
@@ -530,14 +623,14 @@ fn main() {
 
     println!();
     println!(
-        "| condition | window | total | history read | history write | events | security | recall | memory write |"
+        "| condition | window | total | history read | history write | events | security | recall | memory write | thinking |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for c in &conditions {
         for (label, r) in &c.rows {
             println!(
-                "| {} | {label} | {:.4} ms | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} |",
-                c.name, r.total, r.read, r.write, r.events, r.security, r.recall, r.memory_write
+                "| {} | {label} | {:.4} ms | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} |",
+                c.name, r.total, r.read, r.write, r.events, r.security, r.recall, r.memory_write, r.thinking
             );
         }
     }
@@ -560,6 +653,21 @@ fn main() {
         "turn_overhead memory: {} memory on {with_memory:.4} ms, memory off {late:.4} ms: memory adds {memory_adds:.4} ms (target <= 0.050 ms)",
         jsonl[1].0
     );
+    // The in-memory store with thinking off and on, same window.
+    let (off, on) = (&conditions[3].rows[1].1, &conditions[4].rows[1].1);
+    let slot_us = on.thinking * 1e3;
+    println!(
+        "turn_overhead router: thinking on, routed off: {slot_us:.3} us per turn in the thinking slot at {} (the decision and the thought_route event reaching the subscriber; \
+         the decision alone, timed apart: {:.3} us); turn total {:.4} ms vs {:.4} ms with thinking off (target: slot <= 5 us)",
+        conditions[4].rows[1].0,
+        decision * 1e6,
+        on.total,
+        off.total
+    );
+    if slot_us > 5.0 && !smoke {
+        eprintln!("target missed: the Thought Router must cost at most 5 us per turn when it routes off");
+        std::process::exit(1);
+    }
     let missed = late > 0.1 || late > 1.5 * first || long > 1.5 * first;
     if missed && !smoke {
         eprintln!(

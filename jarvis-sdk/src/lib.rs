@@ -76,6 +76,10 @@ mod model;
 pub mod testing;
 
 pub use agent::{
+    APPLIES_TO, DEFAULT_REFLECTION_TEMPLATE, DISTILL_INSTRUCTION, DISTILL_PROMPT, DistillConfig, Distiller,
+    LearnError, ProcedureDraft, REFLECTION_INSTRUCTION, Reflection, ReflectionConfig, Reflector, parse_facts,
+};
+pub use agent::{
     AgentError, AgentEvent, AgentIdentity, AgentLoopConfig, AllowAll, ApprovalDecision, ApprovalRequest,
     Approver, BeforeToolCall, Durability, ENTRY_SCHEMA_VERSION, EntryBody, FINAL_TOOL_NAME, FanoutAdapter,
     FinalArgs, FinalMessage, FinalTool, GateDecision, GateStage, GateVerdict, Harness, HarnessConfig,
@@ -100,9 +104,10 @@ pub use agent::{
 pub use agent::{PostgresOpenLoopStore, PostgresSessionStore};
 pub use app::{
     ALWAYS_ATTACHED, AgendaSettings, AgentProfile, AgentRegistry, AppAssembly, AppConfig, AppError,
-    BUILTIN_TEAM, BrandConfig, JARVIS_SYSTEM_PROMPT, MAIN_AGENT, MemorySettings, Palette, ReflectionSettings,
-    SessionObserver, Skipped, StoreBackend, THOUGHT_TEMPLATE_FILE, TeamContext, ThinkingSettings, build_app,
-    load_team, parse_definition, parse_utc_offset, seed_team_dir, valid_agent_id, wordmark,
+    BUILTIN_TEAM, BrandConfig, JARVIS_SYSTEM_PROMPT, MAIN_AGENT, MemorySettings, Palette,
+    REFLECTION_TEMPLATE_FILE, ReflectionSettings, SessionObserver, Skipped, StoreBackend,
+    THOUGHT_TEMPLATE_FILE, TeamContext, ThinkingSettings, build_app, load_team, parse_definition,
+    parse_utc_offset, seed_team_dir, valid_agent_id, wordmark,
 };
 pub use common::{
     CivilTime, Clock, Extensions, HOME_LOCK_FILE, HomeLock, HomeLockError, IdSource, LockHolder, ManualClock,
@@ -163,6 +168,10 @@ pub use memory::{
     SearchQuery, SectionBudgets, SectionKind, StaticScopes, TurnRecord, USER_MODEL_FILE, UserModel,
     UserModelFile, WRITE_RULES, WorkingConfig, WorkingItem, WorkingMemory, WriteRule, last_turns,
     validate_procedure_name, write_rule,
+};
+pub use memory::{
+    DistillMark, DistillReport, DistilledFact, ForgetReport, ForgottenSecret, MAX_FACT_VALUE_CHARS,
+    MIN_FORGET_CHARS, contains_forgotten, episode_request, fact_digest, normalise_fact,
 };
 #[cfg(feature = "anthropic")]
 pub use model::{

@@ -166,6 +166,22 @@ impl EventStream {
         }
         out
     }
+
+    /// The `(text, message_id)` of each `proactive_message` of `kind`
+    /// already delivered; drains every event.
+    pub fn drain_proactive(&mut self, kind: crate::agent::ProactiveKind) -> Vec<(String, String)> {
+        self.drain()
+            .into_iter()
+            .filter_map(|e| match e {
+                AgentEvent::ProactiveMessage {
+                    text,
+                    kind: k,
+                    message_id,
+                } if k == kind => Some((text, message_id)),
+                _ => None,
+            })
+            .collect()
+    }
 }
 
 /// A tool made from a synchronous closure.

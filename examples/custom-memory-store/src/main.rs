@@ -4,15 +4,16 @@
 //!
 //! The run shows what the trait buys: a fact remembered and a turn episode
 //! written by the first app are recalled by a second app that opens the
-//! same file after the first one is gone. The model is the offline demo
-//! model, so it runs anywhere.
+//! same file after the first one is gone; then the second app forgets the
+//! fact, which deletes it from the file for good. The model is the offline
+//! demo model, so it runs anywhere.
 //!
 //! Run with `cargo run -p example-custom-memory-store`.
 
 use async_trait::async_trait;
 use jarvis_sdk::{
     AppConfig, Caller, DEFAULT_USER, Layer, MemoryError, MemoryFilter, MemoryRecord, MemoryScope,
-    MemoryStore, SearchHit, SearchQuery, WorkingMemory, build_app, cosine,
+    MemoryStore, SearchHit, SearchQuery, WorkingMemory, build_app, cosine, write_atomic,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -30,6 +31,10 @@ enum Op {
     Put { record: Box<MemoryRecord> },
     /// Records rehearsed once more.
     Touch { ids: Vec<String> },
+    /// Records deleted (forgetting). The log is compacted right after, so
+    /// the lines that wrote them are gone from the file; this line makes
+    /// replay remove them should the process stop before that.
+    Delete { ids: Vec<String> },
     /// A session's working memory replaced.
     Working { memory: Box<WorkingMemory> },
 }
@@ -56,6 +61,11 @@ impl State {
                     if let Some(record) = self.records.get_mut(id) {
                         record.rehearsal = record.rehearsal.saturating_add(1);
                     }
+                }
+            }
+            Op::Delete { ids } => {
+                for id in &ids {
+                    self.records.remove(id);
                 }
             }
             Op::Working { memory } => {
@@ -110,16 +120,45 @@ impl FileMemoryStore {
         })
     }
 
-    /// Appends `op` to the log, then applies it.
+    /// Appends `op` to the log, then applies it (holding the log, so a
+    /// compaction sees every line written before it).
     fn write(&self, op: Op) -> Result<(), MemoryError> {
         let mut line = serde_json::to_vec(&op).map_err(|e| self.error(e))?;
         line.push(b'\n');
-        {
-            let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
-            log.write_all(&line).map_err(|e| self.error(e))?;
-            log.flush().map_err(|e| self.error(e))?;
-        }
+        let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        log.write_all(&line).map_err(|e| self.error(e))?;
+        log.flush().map_err(|e| self.error(e))?;
         self.state.lock().unwrap_or_else(|e| e.into_inner()).apply(op);
+        Ok(())
+    }
+
+    /// Rewrites the log as one line per live record and working memory
+    /// (atomically), so deleted records leave no trace in the file.
+    fn compact(&self) -> Result<(), MemoryError> {
+        let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        let mut bytes = Vec::new();
+        {
+            let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let records = state
+                .records
+                .values()
+                .cloned()
+                .map(|r| Op::Put { record: Box::new(r) });
+            let working = state
+                .working
+                .values()
+                .cloned()
+                .map(|m| Op::Working { memory: Box::new(m) });
+            for op in records.chain(working) {
+                serde_json::to_writer(&mut bytes, &op).map_err(|e| self.error(e))?;
+                bytes.push(b'\n');
+            }
+        }
+        write_atomic(&self.path, &bytes).map_err(|e| self.error(e))?;
+        *log = OpenOptions::new()
+            .append(true)
+            .open(&self.path)
+            .map_err(|e| self.error(e))?;
         Ok(())
     }
 
@@ -199,6 +238,18 @@ impl MemoryStore for FileMemoryStore {
         self.write(Op::Touch { ids: ids.to_vec() })
     }
 
+    async fn delete(&self, ids: &[String]) -> Result<usize, MemoryError> {
+        let present = {
+            let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            ids.iter().filter(|id| state.records.contains_key(*id)).count()
+        };
+        if present > 0 {
+            self.write(Op::Delete { ids: ids.to_vec() })?;
+            self.compact()?;
+        }
+        Ok(present)
+    }
+
     async fn stale(&self, embedder: &str, limit: usize) -> Result<Vec<MemoryRecord>, MemoryError> {
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let mut out: Vec<MemoryRecord> = state
@@ -271,5 +322,28 @@ async fn main() -> anyhow::Result<()> {
         "the fact did not survive the restart"
     );
     anyhow::ensure!(episodes.len() == 1, "expected the first app's turn episode");
+
+    // Forgetting deletes the fact through `MemoryStore::delete`: the log is
+    // compacted, so the date leaves the file, and it cannot be remembered again.
+    let forgot = memory.forget(&scope, "2027-03-31").await?;
+    let after = memory
+        .recall(&scope, "lease end date", Layer::Semantic, 3)
+        .await?;
+    let on_disk = std::fs::read_to_string(store.path())?;
+    println!(
+        "forgot {} record(s); recalled after: {}; the log still names the date: {}",
+        forgot.records,
+        after.len(),
+        on_disk.contains("2027-03-31")
+    );
+    anyhow::ensure!(after.is_empty(), "the forgotten fact was recalled");
+    anyhow::ensure!(
+        !on_disk.contains("2027-03-31"),
+        "the forgotten fact is still in the log"
+    );
+    anyhow::ensure!(
+        memory.remember(&scope, "Lease ends 2027-03-31").await.is_err(),
+        "a forgotten fact was remembered again"
+    );
     Ok(())
 }

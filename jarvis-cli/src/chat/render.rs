@@ -228,7 +228,7 @@ impl Renderer {
                 // A reminder or a watch result the agent brings up itself.
                 ProactiveKind::Proactive => self.note(&format!("» {text}")),
                 // The answer of a job that went on in the background.
-                _ => {
+                ProactiveKind::Answer => {
                     self.fresh();
                     let _ = writeln!(self.answer, "{text}");
                 }

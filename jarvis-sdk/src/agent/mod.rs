@@ -42,6 +42,10 @@ pub use session::{
     SessionEntry, SessionError, SessionId, SessionKind, SessionMeta, SessionStore, validate_agent_id,
 };
 pub use thinking::{
+    APPLIES_TO, DEFAULT_REFLECTION_TEMPLATE, DISTILL_INSTRUCTION, DISTILL_PROMPT, DistillConfig, Distiller,
+    LearnError, ProcedureDraft, REFLECTION_INSTRUCTION, Reflection, ReflectionConfig, Reflector, parse_facts,
+};
+pub use thinking::{
     DEFAULT_THINK_THRESHOLD, DEFAULT_THOUGHT_TEMPLATE, FRAME_INSTRUCTION, NoThinking, Route, RouteFeatures,
     RouterSignals, ThinkingHook, ThinkingInput, ThinkingOutcome, ThoughtConfig, ThoughtDecision,
     ThoughtEngine, ThoughtFrame, ThoughtRouter, TurnReport,

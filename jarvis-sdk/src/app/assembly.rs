@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use tokio_util::sync::CancellationToken;
 
 use super::config::{AppConfig, StoreBackend};
@@ -13,13 +13,16 @@ use super::definition::{TeamContext, load_team, parse_definition, seed_team_dir}
 use super::error::AppError;
 use super::profile::{AgentProfile, MAIN_AGENT, Palette};
 use super::registry::AgentRegistry;
+use crate::agent::ProactiveKind;
 use crate::agent::{
-    AgentEvent, AgentIdentity, Approver, DEFAULT_THOUGHT_TEMPLATE, Harness, HarnessConfig, HubAttachment,
-    JsonlOpenLoopStore, JsonlOptions, JsonlSessionStore, LoopContext, LoopError, LoopFilter, LoopJudge,
-    MemoryOpenLoopStore, ModelJudge, ModelSettings, NewSession, OpenLoopStore, OpenLoops, RuleJudge,
-    ScreenHub, SessionEntry, SessionId, SessionKind, SessionMeta, SessionStore, ThoughtConfig, ThoughtEngine,
-    Tool, ToolGate, ToolRegistry, Typed, UIAdapter,
+    AgentEvent, AgentIdentity, Approver, DEFAULT_REFLECTION_TEMPLATE, DEFAULT_THOUGHT_TEMPLATE,
+    DistillConfig, Distiller, Harness, HarnessConfig, HubAttachment, JsonlOpenLoopStore, JsonlOptions,
+    JsonlSessionStore, LoopContext, LoopError, LoopFilter, LoopJudge, MemoryOpenLoopStore, ModelJudge,
+    ModelSettings, NewSession, OpenLoopStore, OpenLoops, ReflectionConfig, Reflector, RuleJudge, ScreenHub,
+    SessionEntry, SessionId, SessionKind, SessionMeta, SessionStore, ThoughtConfig, ThoughtEngine, Tool,
+    ToolGate, ToolRegistry, Typed, UIAdapter,
 };
+use crate::common::Timestamp;
 use crate::common::{Extensions, HomeLock};
 use crate::core::{
     AGENT_ONLY_TOOLS, AgendaItem, AgendaKind, AgendaSource, AgentDirectory, AgentSession, AgentSessionParts,
@@ -29,7 +32,13 @@ use crate::core::{
     Reaction, RosterEntry, SecurityPipeline, SessionPolicy, StandardCommands, TokenAuth, TurnError,
     Validation, builtin_tools, housing_tools, memory_tools,
 };
-use crate::memory::{InMemoryMemoryStore, MemoryRead, MemoryService, MemoryStore, StaticScopes};
+use crate::core::{
+    Job, JobOutput, JobRunner, Notice, NoticeWatch, Scheduler, SchedulerConfig, UtcOffset, WATCH_AGENT,
+    WatchJob, WatchReporter, watch_report,
+};
+use crate::memory::{
+    InMemoryMemoryStore, MemoryRead, MemoryScope, MemoryService, MemoryStore, ScopeResolver, StaticScopes,
+};
 use crate::model::{HashEmbedder, Provider};
 
 /// Sees the events of every session of the app, peer sessions included
@@ -98,6 +107,10 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     }
 
     write_if_missing(&config.home.join(THOUGHT_TEMPLATE_FILE), DEFAULT_THOUGHT_TEMPLATE)?;
+    write_if_missing(
+        &config.home.join(REFLECTION_TEMPLATE_FILE),
+        DEFAULT_REFLECTION_TEMPLATE,
+    )?;
     let memory = if config.memory.enabled {
         Some(memory_service(&config).await?)
     } else {
@@ -146,16 +159,20 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     others.sort_by(|a, b| a.id.cmp(&b.id));
     let registry = AgentRegistry::new(main, others, skipped);
 
+    let mut learners = None;
     if let Some(service) = &memory {
-        let scopes = registry
-            .agents()
-            .iter()
-            .fold(StaticScopes::new(&config.memory.user), |s, p| {
-                s.with_read(&p.id, p.memory_read.clone())
-            });
-        for tool in memory_tools(service.clone(), Arc::new(scopes)) {
+        let scopes: Arc<dyn ScopeResolver> = Arc::new(
+            registry
+                .agents()
+                .iter()
+                .fold(StaticScopes::new(&config.memory.user), |s, p| {
+                    s.with_read(&p.id, p.memory_read.clone())
+                }),
+        );
+        for tool in memory_tools(service.clone(), scopes.clone()) {
             register(&mut tools, tool)?;
         }
+        learners = Some(learners_for(&config, &provider, service, scopes));
     }
 
     let link = DirectoryLink::new();
@@ -177,7 +194,31 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         .agenda
         .open_loops
         .then(|| Arc::new(open_loops(&config, loops.clone(), Arc::new(RuleJudge))));
+    // The scheduler runs jobs through the app and reports watches to its
+    // daemon; both reach the app through a link set once it exists.
+    let app_link: Arc<OnceLock<Weak<AppInner>>> = Arc::default();
+    let watch_agent = if registry.contains(WATCH_AGENT) {
+        WATCH_AGENT
+    } else {
+        MAIN_AGENT
+    };
+    let scheduler = Scheduler::new(
+        &config.home,
+        config.clock.clone(),
+        Arc::new(AppJobs(app_link.clone())),
+        SchedulerConfig {
+            utc_offset: UtcOffset::from_minutes(config.agenda.utc_offset_minutes)?,
+            ..SchedulerConfig::default()
+        },
+    )?
+    .with_builtin(Arc::new(
+        WatchJob::from_housing(&config.housing, Arc::new(AppJobs(app_link.clone()))).with_agent(watch_agent),
+    ));
     let inner = Arc::new_cyclic(|me: &Weak<AppInner>| AppInner {
+        scheduler: {
+            let _ = app_link.set(me.clone());
+            Arc::new(scheduler)
+        },
         proactive: Arc::new(ProactiveDaemon::new(
             Arc::new(OpenSessions(me.clone())),
             reminders,
@@ -199,6 +240,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         tools,
         security,
         memory,
+        learners,
         loops,
         sessions: Mutex::default(),
         delegating: Mutex::default(),
@@ -245,6 +287,45 @@ async fn memory_service(config: &AppConfig) -> Result<Arc<MemoryService>, AppErr
     Ok(Arc::new(service))
 }
 
+/// The reflector and the distiller every agent's thought engine shares
+/// (per agent state lives inside them), with the app's model and JARVIS's
+/// thinking settings (SPEC.md §17.3 #2).
+fn learners_for(
+    config: &AppConfig,
+    provider: &Arc<dyn Provider>,
+    memory: &Arc<MemoryService>,
+    scopes: Arc<dyn ScopeResolver>,
+) -> Learners {
+    let settings = &config.thinking;
+    let reflection = ReflectionConfig {
+        overflow_threshold: settings.reflect_after,
+        learn_from_success: settings.learn_procedures,
+        template: Some(config.home.join(REFLECTION_TEMPLATE_FILE)),
+        model: config.llm.model.clone(),
+        ..ReflectionConfig::default()
+    };
+    let distill = DistillConfig {
+        every_turns: settings.distil_every,
+        model: config.llm.model.clone(),
+        ..DistillConfig::default()
+    };
+    Learners {
+        reflector: Arc::new(Reflector::new(
+            provider.clone(),
+            memory.clone(),
+            scopes.clone(),
+            reflection,
+        )),
+        distiller: Arc::new(Distiller::new(provider.clone(), memory.clone(), scopes, distill)),
+    }
+}
+
+/// The learners of an app with memory.
+struct Learners {
+    reflector: Arc<Reflector>,
+    distiller: Arc<Distiller>,
+}
+
 /// Where open loops are kept: Postgres with the Postgres backend,
 /// `$JARVIS_HOME/openloops.jsonl` with JSONL, the process otherwise.
 async fn open_loop_store(config: &AppConfig) -> Result<Arc<dyn OpenLoopStore>, AppError> {
@@ -265,6 +346,9 @@ async fn open_loop_store(config: &AppConfig) -> Result<Arc<dyn OpenLoopStore>, A
 
 /// The inner thought template, in `$JARVIS_HOME` (people may edit it).
 pub const THOUGHT_TEMPLATE_FILE: &str = "inner_thought.md";
+
+/// The reflection template, in `$JARVIS_HOME` (people may edit it).
+pub const REFLECTION_TEMPLATE_FILE: &str = "inner_thought_reflection.md";
 
 /// Writes `text` to `path` unless the file exists (people's edits stay).
 fn write_if_missing(path: &Path, text: &str) -> Result<(), AppError> {
@@ -317,12 +401,15 @@ struct AppInner {
     rules: Arc<LayeredApprovalRules>,
     security: SecurityPipeline,
     memory: Option<Arc<MemoryService>>,
+    learners: Option<Learners>,
     loops: Arc<dyn OpenLoopStore>,
     /// The app itself, for the parts of its sessions that reach back (the
     /// AGENDA of `/agenda`) without keeping it alive.
     me: Weak<AppInner>,
     /// The reflection daemon; it sees the open sessions through a weak link.
     proactive: Arc<ProactiveDaemon>,
+    /// The scheduler (`$JARVIS_HOME/schedules/`, `housing_watch`).
+    scheduler: Arc<Scheduler>,
     notice: Option<String>,
     demo: bool,
     sessions: Mutex<HashMap<String, (Arc<AgentSession>, HubAttachment)>>,
@@ -401,6 +488,32 @@ impl AppAssembly {
         self.inner.memory.as_ref()
     }
 
+    /// The reflector every agent's thought engine runs after turns
+    /// (procedure learning, failure reflection), unless memory is off.
+    pub fn reflector(&self) -> Option<&Arc<Reflector>> {
+        self.inner.learners.as_ref().map(|l| &l.reflector)
+    }
+
+    /// The user-model distiller, unless memory is off: it runs every N
+    /// turns of an agent whose thinking is on, and on demand
+    /// ([`Distiller::distil_now`] with the scope from
+    /// [`AppAssembly::memory_scope`]).
+    pub fn distiller(&self) -> Option<&Arc<Distiller>> {
+        self.inner.learners.as_ref().map(|l| &l.distiller)
+    }
+
+    /// The memory scope of `agent`'s session `session_id` (the app's
+    /// memory user and the agent's `memory.read`), unless memory is off or
+    /// the agent is unknown.
+    pub fn memory_scope(&self, agent: &str, session_id: &str) -> Option<MemoryScope> {
+        self.inner.memory.as_ref()?;
+        let profile = self.inner.registry.get(agent)?;
+        Some(
+            MemoryScope::new(self.inner.config.memory.user.clone(), agent, session_id)
+                .with_read(profile.memory_read.clone()),
+        )
+    }
+
     /// Every tool of the app (each agent sees its own subset).
     pub fn tools(&self) -> &ToolRegistry {
         &self.inner.tools
@@ -430,12 +543,22 @@ impl AppAssembly {
         self.proactive().feedback(message_id, reaction)
     }
 
+    /// The scheduler: job files in `$JARVIS_HOME/schedules/` and the
+    /// built-in `housing_watch`; each file job runs in the session
+    /// `sched-<agent>-<job>` of its agent, and its answer reaches that
+    /// agent's open screens as `proactive_message {kind: "answer"}`. It runs
+    /// once [`AppAssembly::spawn_background`] starts it; tests call its `tick`.
+    pub fn scheduler(&self) -> &Arc<Scheduler> {
+        &self.inner.scheduler
+    }
+
     /// Starts the app's background work until `cancel` fires: the
-    /// reflection daemon (unless `JARVIS_REFLECTION__ENABLED` is off).
-    /// Servers and terminals call it once; an embedding app that wants no
-    /// unprompted messages does not.
+    /// scheduler, and the reflection daemon unless
+    /// `JARVIS_REFLECTION__ENABLED` is off. Servers and terminals call it
+    /// once; an embedding app that wants no jobs and no unprompted messages
+    /// does not.
     pub fn spawn_background(&self, cancel: CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
-        let mut tasks = Vec::new();
+        let mut tasks = vec![self.inner.scheduler.clone().spawn(cancel.clone())];
         if self.inner.config.reflection.enabled {
             tasks.push(self.proactive().clone().spawn(cancel));
         }
@@ -631,9 +754,14 @@ impl AppInner {
         if let Some(memory) = &self.memory {
             commands = commands.with_memory(memory.clone(), self.config.memory.user.clone());
         }
+        // Distillation is a model call: only where the agent's thinking is on.
+        if let Some(learners) = self.learners.as_ref().filter(|_| profile.thinking.enabled) {
+            commands = commands.with_distiller(learners.distiller.clone());
+        }
+        commands = commands.with_schedule(self.scheduler.clone());
         parts = parts.with_commands(Arc::new(commands));
         if profile.thinking.enabled {
-            let engine = ThoughtEngine::new(
+            let mut engine = ThoughtEngine::new(
                 self.provider.clone(),
                 self.store.clone(),
                 ThoughtConfig {
@@ -643,6 +771,11 @@ impl AppInner {
                     ..ThoughtConfig::default()
                 },
             );
+            if let Some(learners) = &self.learners {
+                engine = engine
+                    .with_reflector(learners.reflector.clone())
+                    .with_distiller(learners.distiller.clone());
+            }
             parts = parts.with_thinking(Arc::new(engine));
         }
         Ok((AgentSession::with_dual(parts, self.config.dual.clone()), screens))
@@ -698,10 +831,117 @@ impl AgendaSource for AgendaLink {
     }
 }
 
+/// The scheduler's side of the app: it runs file jobs as their agents and
+/// hands watch results to the reflection daemon.
+#[derive(Debug)]
+struct AppJobs(Arc<OnceLock<Weak<AppInner>>>);
+
+impl AppJobs {
+    fn app(&self) -> Result<Arc<AppInner>, String> {
+        self.0
+            .get()
+            .and_then(Weak::upgrade)
+            .ok_or_else(|| "the app has shut down".to_owned())
+    }
+}
+
+#[async_trait]
+impl JobRunner for AppJobs {
+    /// Runs the job's prompt in the session `sched-<agent>-<job>` of its
+    /// agent (that agent's model, system prompt, tools and memory scope,
+    /// R-SCHED-1), as the system, and sends the answer to every open screen
+    /// of that agent's sessions as `proactive_message {kind: "answer"}`.
+    async fn run(&self, job: &Job, _slot: Timestamp) -> Result<JobOutput, String> {
+        let app = self.app()?;
+        if !app.registry.contains(&job.agent) {
+            return Err(format!("there is no agent {:?} in the team", job.agent));
+        }
+        let id = SessionId::new(format!("sched-{}-{}", job.agent, job.id)).map_err(|e| e.to_string())?;
+        app.store
+            .get_or_create(NewSession::user(id.clone(), &job.agent))
+            .await
+            .map_err(|e| e.to_string())?;
+        let session = app.open(&id).await.map_err(|e| e.to_string())?;
+        let caller = Caller::System {
+            name: format!("scheduler:{}", job.id),
+        };
+        let outcome = session
+            .prompt_with(job.prompt.clone(), PromptOptions::from(caller))
+            .await
+            .map_err(|e| e.to_string())?;
+        let text = outcome.final_message.content;
+        for target in app.sessions_of(&job.agent) {
+            target.announce(text.clone(), ProactiveKind::Answer);
+        }
+        Ok(JobOutput {
+            session_id: Some(id.to_string()),
+            text,
+        })
+    }
+}
+
+#[async_trait]
+impl WatchReporter for AppJobs {
+    /// Queues the report for the watch agent's open sessions; the daemon
+    /// delivers it (and keeps quiet for an agent with `proactive: false`).
+    // ponytail: the queue lives in the process; a crash between the report
+    // and its delivery loses that message, while the notice is already
+    // recorded as reported.
+    async fn report(&self, watch: &NoticeWatch, notices: &[Notice]) -> Result<(), String> {
+        let app = self.app()?;
+        let agent = if app.registry.contains(WATCH_AGENT) {
+            WATCH_AGENT
+        } else {
+            MAIN_AGENT
+        };
+        app.proactive.enqueue(agent, watch_report(watch, notices));
+        Ok(())
+    }
+}
+
 impl AppInner {
-    /// Every agent's promises (schedules join them once the scheduler
-    /// runs): due ones by due time, then the others oldest first.
+    /// The open people's sessions of `agent_id`, by id.
+    fn sessions_of(&self, agent_id: &str) -> Vec<Arc<AgentSession>> {
+        let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let mut found: Vec<Arc<AgentSession>> = sessions
+            .values()
+            .map(|(s, _)| s)
+            .filter(|s| s.agent_id() == agent_id && s.kind() == SessionKind::User)
+            .cloned()
+            .collect();
+        found.sort_by(|a, b| a.id().as_str().cmp(b.id().as_str()));
+        found
+    }
+
+    /// Every agent's schedules, soonest first, then their promises: due
+    /// ones by due time, then the others oldest first.
     async fn agenda(&self) -> Vec<AgendaItem> {
+        let mut items: Vec<AgendaItem> = self
+            .scheduler
+            .jobs()
+            .into_iter()
+            .filter(|info| info.job.enabled && info.next_run.is_some())
+            .map(|info| {
+                let (agent_name, color) = self.label(&info.job.agent);
+                AgendaItem {
+                    kind: AgendaKind::Schedule,
+                    id: info.job.id,
+                    agent_id: info.job.agent,
+                    agent_name,
+                    color,
+                    text: info.job.prompt,
+                    when: info.next_run,
+                    detail: Some(info.trigger),
+                    session_id: None,
+                }
+            })
+            .collect();
+        items.sort_by_key(|s| s.when.map(Timestamp::as_millis));
+        items.extend(self.promises().await);
+        items
+    }
+
+    async fn promises(&self) -> Vec<AgendaItem> {
         let loops = match self
             .loops
             .list(&LoopFilter {

@@ -386,6 +386,22 @@ impl AppConfig {
                     ))
                 })?;
         }
+        for (name, field) in [
+            (
+                "JARVIS_THINKING__REFLECT_AFTER",
+                &mut config.thinking.reflect_after,
+            ),
+            ("JARVIS_THINKING__DISTIL_EVERY", &mut config.thinking.distil_every),
+        ] {
+            if let Some(value) = var(name) {
+                *field = value.parse::<usize>().map_err(|_| {
+                    AppError::Config(format!("{name}={value} is not a whole number of turns"))
+                })?;
+            }
+        }
+        if let Some(on) = var("JARVIS_THINKING__LEARN_PROCEDURES") {
+            config.thinking.learn_procedures = truthy(&on);
+        }
         // The offline demo finds notices on a fresh machine: with the demo
         // model playing and no housing source configured, the bundled sample
         // notices (each marked as a sample) stand in for LH and SH.

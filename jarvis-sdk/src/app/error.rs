@@ -25,6 +25,9 @@ pub enum AppError {
     /// The memory store failed while the app started.
     #[error(transparent)]
     Memory(#[from] MemoryError),
+    /// The scheduler could not start (its run ledger).
+    #[error(transparent)]
+    Schedule(#[from] crate::core::ScheduleError),
     /// No agent of the team has this id.
     #[error("app: there is no agent {0:?} in the team")]
     UnknownAgent(String),

@@ -12,7 +12,9 @@ mod error;
 mod profile;
 mod registry;
 
-pub use assembly::{AppAssembly, SessionObserver, THOUGHT_TEMPLATE_FILE, build_app};
+pub use assembly::{
+    AppAssembly, REFLECTION_TEMPLATE_FILE, SessionObserver, THOUGHT_TEMPLATE_FILE, build_app,
+};
 pub use config::{
     AgendaSettings, AppConfig, BrandConfig, JARVIS_SYSTEM_PROMPT, MemorySettings, ReflectionSettings,
     StoreBackend, parse_utc_offset,

@@ -21,14 +21,33 @@ pub struct Palette {
 
 /// Thinking settings; definition files do not expose them yet, so every
 /// agent shares JARVIS's (SPEC.md §17.3 #2).
+///
+/// With thinking on and memory on, the engine also learns after turns:
+/// failure reflection and procedure learning (R-LOOP-17) and user-model
+/// distillation (R-MEM-6). With thinking off none of them runs after turns.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ThinkingSettings {
     /// Whether the Thought Router and the inner thought engine run before
-    /// turns (`JARVIS_THINKING__ENABLED`; default off: thinking costs a model
-    /// call whenever the router says think).
+    /// turns, and the learners after them (`JARVIS_THINKING__ENABLED`;
+    /// default off: thinking costs a model call whenever the router says
+    /// think).
     pub enabled: bool,
     /// The router's threshold (`JARVIS_THINKING__THRESHOLD`, default 0.5).
     pub threshold: f32,
+    /// Overflowed turns of one kind of task (since its procedure was last
+    /// written) after which reflection rewrites the procedure into smaller
+    /// steps (`JARVIS_THINKING__REFLECT_AFTER`, default 3; 0 turns failure
+    /// reflection off).
+    pub reflect_after: usize,
+    /// Whether a successful turn with two or more tool calls may teach the
+    /// agent a procedure for a kind of task it has none for
+    /// (`JARVIS_THINKING__LEARN_PROCEDURES`, default on).
+    pub learn_procedures: bool,
+    /// Distil facts about the person into the user model every this many
+    /// finished turns of an agent (`JARVIS_THINKING__DISTIL_EVERY`, default
+    /// 10; 0: only on demand).
+    pub distil_every: usize,
 }
 
 impl Default for ThinkingSettings {
@@ -36,6 +55,9 @@ impl Default for ThinkingSettings {
         Self {
             enabled: false,
             threshold: crate::agent::DEFAULT_THINK_THRESHOLD,
+            reflect_after: 3,
+            learn_procedures: true,
+            distil_every: 10,
         }
     }
 }

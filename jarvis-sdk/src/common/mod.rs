@@ -20,4 +20,5 @@ pub use extensions::Extensions;
 pub use fs::write_atomic;
 pub use lock::{HOME_LOCK_FILE, HomeLock, HomeLockError, LockHolder};
 pub use text::{bigram_jaccard, char_len, truncate_chars, truncate_with_marker};
+pub(crate) use text::{error_chain, fnv1a64, one_line};
 pub use time::{CivilTime, Timestamp, TimestampError};

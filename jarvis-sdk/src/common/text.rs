@@ -32,6 +32,39 @@ pub fn truncate_with_marker(s: &str, max: usize) -> String {
     }
 }
 
+/// `text` on one line (every whitespace run one space, trimmed), cut to
+/// `max` characters with `…`.
+pub(crate) fn one_line(text: &str, max: usize) -> String {
+    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    truncate_with_marker(&line, max)
+}
+
+/// An error and its sources as one line: `outer: cause: root cause`
+/// (a source already contained in an earlier message is left out).
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = s.source();
+    }
+    parts.join(": ")
+}
+
+/// 64-bit FNV-1a of `bytes`: a fixed, platform-independent hash for ids and
+/// digests (not a cryptographic one).
+pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &byte in bytes {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}
+
 /// |A ∩ B| / |A ∪ B| over the sets of adjacent character pairs.
 pub fn bigram_jaccard(a: &str, b: &str) -> f64 {
     let grams = |s: &str| -> std::collections::BTreeSet<(char, char)> {
@@ -57,6 +90,13 @@ mod tests {
         assert_eq!(truncate_chars(s, 2), "가나");
         assert_eq!(truncate_chars(s, 9), s);
         assert_eq!(truncate_chars("", 3), "");
+    }
+
+    #[test]
+    fn fnv1a64_matches_the_published_vectors() {
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! Slash commands (SPEC.md §17.1 #12): `/remember`, `/schedule`, `/agenda`,
-//! `/help`. A command is answered by Jarvis itself and never reaches the
+//! Slash commands (SPEC.md §17.1 #12): `/remember`, `/forget`, `/distil`,
+//! `/schedule`, `/agenda`, `/help`. A command is answered by Jarvis itself and never reaches the
 //! model; its reply is shown like an answer but is not recorded in the
 //! session, so it never enters the model's window either.
 //!
@@ -13,6 +13,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::agenda::AgendaSource;
+use crate::agent::Distiller;
 use crate::memory::{MemoryScope, MemoryService};
 
 /// Who typed the command.
@@ -57,6 +58,7 @@ pub trait ScheduleCommand: Send + Sync {
 /// scheduler) make their commands answer that they are off.
 pub struct StandardCommands {
     memory: Option<(Arc<MemoryService>, String)>,
+    distiller: Option<Arc<Distiller>>,
     schedule: Option<Arc<dyn ScheduleCommand>>,
     agenda: Option<Arc<dyn AgendaSource>>,
     offset_minutes: i32,
@@ -66,6 +68,7 @@ impl fmt::Debug for StandardCommands {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StandardCommands")
             .field("memory", &self.memory.is_some())
+            .field("distiller", &self.distiller.is_some())
             .field("schedule", &self.schedule.is_some())
             .field("agenda", &self.agenda.is_some())
             .finish()
@@ -73,11 +76,21 @@ impl fmt::Debug for StandardCommands {
 }
 
 /// `(name, usage, what it does)` of every command, for `/help`.
-pub const COMMANDS: [(&str, &str, &str); 4] = [
+pub const COMMANDS: [(&str, &str, &str); 6] = [
     (
         "remember",
         "/remember <fact>",
         "keeps a fact about you in the profile every agent reads",
+    ),
+    (
+        "forget",
+        "/forget <text>",
+        "removes every fact about you that contains <text> and never keeps it again",
+    ),
+    (
+        "distil",
+        "/distil",
+        "distils facts about you from this agent's recent conversations into the user model now",
     ),
     (
         "schedule",
@@ -101,6 +114,7 @@ impl StandardCommands {
     pub fn new() -> Self {
         Self {
             memory: None,
+            distiller: None,
             schedule: None,
             agenda: None,
             offset_minutes: 0,
@@ -110,6 +124,13 @@ impl StandardCommands {
     /// `/remember` writes to `memory` for `user`.
     pub fn with_memory(mut self, memory: Arc<MemoryService>, user: impl Into<String>) -> Self {
         self.memory = Some((memory, user.into()));
+        self
+    }
+
+    /// `/distil` distils through `distiller` (without one, it answers that
+    /// distillation is off).
+    pub fn with_distiller(mut self, distiller: Arc<Distiller>) -> Self {
+        self.distiller = Some(distiller);
         self
     }
 
@@ -126,17 +147,78 @@ impl StandardCommands {
         self
     }
 
+    /// The memory and the scope of `ctx`, or the reply saying memory is off.
+    fn memory(&self, ctx: &CommandContext<'_>) -> Result<(&MemoryService, MemoryScope), String> {
+        let (memory, user) = self
+            .memory
+            .as_ref()
+            .ok_or("메모리가 꺼져 있어요. (Memory is off.)")?;
+        Ok((
+            memory,
+            MemoryScope::new(user.clone(), ctx.agent_id, ctx.session_id),
+        ))
+    }
+
     async fn remember(&self, ctx: &CommandContext<'_>, fact: &str) -> String {
-        let Some((memory, user)) = &self.memory else {
-            return "메모리가 꺼져 있어 기억할 수 없어요. (Memory is off.)".into();
+        let (memory, scope) = match self.memory(ctx) {
+            Ok(found) => found,
+            Err(off) => return off,
         };
         if fact.is_empty() {
             return "사용법 (usage): /remember <fact>".into();
         }
-        let scope = MemoryScope::new(user.clone(), ctx.agent_id, ctx.session_id);
         match memory.remember(&scope, fact).await {
             Ok(_) => format!("기억했어요 (remembered): {fact}"),
             Err(e) => format!("기억하지 못했어요 (not remembered): {e}"),
+        }
+    }
+
+    /// `/forget`: the reply never repeats the text.
+    async fn forget(&self, ctx: &CommandContext<'_>, text: &str) -> String {
+        let (memory, scope) = match self.memory(ctx) {
+            Ok(found) => found,
+            Err(off) => return off,
+        };
+        if text.is_empty() {
+            return "사용법 (usage): /forget <text>".into();
+        }
+        match memory.forget(&scope, text).await {
+            Ok(done) => format!(
+                "잊었어요: 사용자 모델 항목 {}개와 프로필 기록 {}개를 지웠고, 앞으로 기억하지 않아요. \
+                 (Forgotten: {} user-model entries and {} profile records removed; it will not be kept again.)",
+                done.entries, done.records, done.entries, done.records
+            ),
+            Err(e) => format!("잊지 못했어요 (not forgotten): {e}"),
+        }
+    }
+
+    async fn distil(&self, ctx: &CommandContext<'_>) -> String {
+        let Some(distiller) = &self.distiller else {
+            return "사용자 모델 정리가 꺼져 있어요 (생각이나 메모리가 꺼짐). \
+                    (Distillation is off: thinking or memory is off.)"
+                .into();
+        };
+        let scope = match self.memory(ctx) {
+            Ok((_, scope)) => scope,
+            Err(off) => return off,
+        };
+        match distiller.distil_now(&scope).await {
+            Ok(done) => format!(
+                "정리했어요: 일화 {}개에서 새 사실 {}개 (이미 있던 것 {}개, 잊은 것이라 뺀 것 {}개). \
+                 (Distilled {} episodes: {} new facts, {} already known, {} refused as forgotten.)",
+                done.episodes,
+                done.added,
+                done.duplicates,
+                done.refused_forgotten,
+                done.episodes,
+                done.added,
+                done.duplicates,
+                done.refused_forgotten
+            ),
+            Err(e) => format!(
+                "정리하지 못했어요 (not distilled): {}",
+                crate::common::error_chain(&e)
+            ),
         }
     }
 
@@ -181,6 +263,8 @@ impl SlashCommands for StandardCommands {
         let (name, rest) = parse_command(text)?;
         Some(match name.as_str() {
             "remember" => self.remember(ctx, rest).await,
+            "forget" => self.forget(ctx, rest).await,
+            "distil" | "distill" => self.distil(ctx).await,
             "schedule" => self.schedule(ctx, rest).await,
             "agenda" => self.agenda().await,
             "help" => help(),
@@ -231,7 +315,11 @@ mod tests {
             "{unknown}"
         );
         assert_eq!(commands.handle(&ctx, "안녕").await, None);
-        let off = commands.handle(&ctx, "/remember x").await.unwrap();
-        assert!(off.contains("Memory is off"), "{off}");
+        for command in ["/remember x", "/forget xy"] {
+            let off = commands.handle(&ctx, command).await.unwrap();
+            assert!(off.contains("Memory is off"), "{command}: {off}");
+        }
+        let off = commands.handle(&ctx, "/distil").await.unwrap();
+        assert!(off.contains("Distillation is off"), "{off}");
     }
 }

@@ -532,12 +532,24 @@ impl AgentSession {
     // the person quotes it; recording would put an assistant message
     // without a user turn into the history.
     pub fn notify(&self, text: impl Into<String>) -> String {
+        self.announce(text, ProactiveKind::Proactive)
+    }
+
+    /// Sends `text` to every screen of the session as a `proactive_message`
+    /// of `kind` (a scheduled job's answer, for instance) and answers its
+    /// message id. Nothing is recorded in this session.
+    pub fn announce(&self, text: impl Into<String>, kind: ProactiveKind) -> String {
         let inner = &self.inner;
         let job = inner.next_job.fetch_add(1, Ordering::Relaxed);
-        let message_id = format!("{}-proactive-{job}", inner.parts.id);
+        let label = match kind {
+            ProactiveKind::Filler => "filler",
+            ProactiveKind::Answer => "answer",
+            ProactiveKind::Proactive => "proactive",
+        };
+        let message_id = format!("{}-{label}-{job}", inner.parts.id);
         let _ = inner.parts.screens.on_event(&AgentEvent::ProactiveMessage {
             text: text.into(),
-            kind: ProactiveKind::Proactive,
+            kind,
             message_id: message_id.clone(),
         });
         message_id

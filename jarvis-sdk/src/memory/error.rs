@@ -19,6 +19,22 @@ pub enum MemoryError {
         /// The write path it came from.
         source_name: String,
     },
+    /// A memory contains something the user asked to forget.
+    #[error(
+        "memory: refused to write a memory that contains something the user asked to forget (source {source_name:?})"
+    )]
+    Forgotten {
+        /// The write path it came from.
+        source_name: String,
+    },
+    /// A text to forget is too short to forget safely.
+    #[error(
+        "memory: will not forget a text shorter than {min} characters (every fact containing it would be refused)"
+    )]
+    ForgetTooShort {
+        /// The fewest characters allowed.
+        min: usize,
+    },
     /// A name (a procedure, a task pattern) that is not allowed.
     #[error("memory: invalid {what} name {name}: {reason}")]
     InvalidName {

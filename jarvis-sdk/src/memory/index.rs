@@ -252,6 +252,17 @@ impl Index {
         self.by_id.remove(&id);
     }
 
+    /// Removes the record with `id`; false when there is none.
+    pub(crate) fn remove(&mut self, id: &str) -> bool {
+        match self.by_id.get(id) {
+            Some(&(part, row)) => {
+                self.remove_at(part, row);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The record with `id`.
     pub(crate) fn get(&self, id: &str) -> Option<MemoryRecord> {
         let &(part, row) = self.by_id.get(id)?;
@@ -490,14 +501,21 @@ mod tests {
             all.push(r.clone());
             index.upsert(r);
         }
+        // Remove a few (from the middle, the end and a tile boundary of a
+        // partition): the rows that move into their places keep their vectors.
+        for id in ["r4", "r16", "r50"] {
+            assert!(index.remove(id));
+            assert!(!index.remove(id), "already gone");
+        }
+        all.retain(|r| !["r4", "r16", "r50"].contains(&r.id.as_str()));
         // Move a few records to another agent (another partition) and back.
-        for i in [0u64, 17, 52] {
-            let mut r = all[i as usize].clone();
+        for i in [0usize, 17, 49] {
+            let mut r = all[i].clone();
             r.agent_id = "other".into();
             index.upsert(r.clone());
-            all[i as usize] = r;
+            all[i] = r;
         }
-        assert_eq!(index.len(), 53);
+        assert_eq!(index.len(), 50);
         let q = vector(999, 40);
         let filter = MemoryFilter::for_user("u").layer(Layer::Episodic, Agents::only(["main", "other"]));
         let hits = index.search(&query(filter.clone(), q.clone(), 7));

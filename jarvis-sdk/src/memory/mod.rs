@@ -19,12 +19,16 @@
 //! | `working.rs` | [`WorkingMemory`] and its rule |
 //! | `inject.rs` | [`MemoryContext`]: sections, budgets, the last 3 turns |
 //! | `service.rs` | [`MemoryService`]: writing, recall, `observe`, `record_turn` |
+//! | `learn.rs` | forgetting, and the facts distillation proposes ([`MemoryService::forget`], [`MemoryService::add_distilled_facts`]) |
+//! | `forget.rs` | what is kept of a forgotten text (a digest) and the window check |
 //! | `user_model.rs` | `$JARVIS_HOME/user_model.json` |
 //! | `procedures.rs` | `$JARVIS_HOME/procedures/<agent_id>/<name>.md` |
 
 mod error;
+mod forget;
 mod index;
 mod inject;
+mod learn;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod procedures;
@@ -37,7 +41,11 @@ mod user_model;
 mod working;
 
 pub use error::MemoryError;
+pub use forget::{ForgottenSecret, MIN_FORGET_CHARS, contains_forgotten, fact_digest, normalise_fact};
 pub use inject::{MemoryContext, MemorySection, SectionBudgets, SectionKind, last_turns};
+#[cfg(test)]
+pub(crate) use learn::test_episode;
+pub use learn::{DistillReport, DistilledFact, ForgetReport, MAX_FACT_VALUE_CHARS, episode_request};
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresMemoryStore;
 pub use procedures::{
@@ -53,5 +61,5 @@ pub use rules::{
 pub use scope::{DEFAULT_USER, MemoryRead, MemoryScope, READ_SELF, ScopeResolver, StaticScopes};
 pub use service::{MemoryConfig, MemoryService, RecallK, RecallWeights, Recalled, TurnRecord};
 pub use store::{InMemoryMemoryStore, MemoryStore};
-pub use user_model::{USER_MODEL_FILE, UserModel, UserModelFile};
+pub use user_model::{DistillMark, USER_MODEL_FILE, UserModel, UserModelFile};
 pub use working::{WorkingConfig, WorkingItem, WorkingMemory};

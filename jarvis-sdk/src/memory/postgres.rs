@@ -66,6 +66,11 @@ ALTER TABLE jarvis_ltm_entries
 ALTER SEQUENCE jarvis_ltm_entries_seq OWNED BY jarvis_ltm_entries.seq;
 CREATE INDEX IF NOT EXISTS jarvis_ltm_entries_by_seq ON jarvis_ltm_entries (seq);
 CREATE INDEX IF NOT EXISTS jarvis_ltm_entries_by_scope ON jarvis_ltm_entries (user_id, layer, agent_id, kind);
+CREATE TABLE IF NOT EXISTS jarvis_ltm_deleted (
+    id TEXT PRIMARY KEY,
+    seq BIGINT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jarvis_ltm_deleted_by_seq ON jarvis_ltm_deleted (seq);
 CREATE TABLE IF NOT EXISTS jarvis_working_memory (
     session_id TEXT PRIMARY KEY
 );
@@ -106,6 +111,15 @@ struct Mirror {
 /// sequence (`seq`), so rows become visible in `seq` order; before each
 /// read the mirror fetches the rows with a `seq` above the highest it has
 /// seen. Writes of other instances are therefore seen by the next read.
+/// **Deletes** ([`MemoryStore::delete`], which forgetting uses) remove the
+/// rows and, in the same transaction, leave a tombstone in
+/// `jarvis_ltm_deleted (id, seq)` stamped from the same sequence; a mirror
+/// that reads a tombstone drops the record, so another process stops
+/// answering it at its next read. A tombstone keeps only the record's id,
+/// never its text. One statement reads new rows and new tombstones, so both
+/// come from one snapshot and are applied in `seq` order (a record written
+/// again after its delete comes back).
+///
 /// Rows whose embedding is missing or comes from another embedder (legacy
 /// rows) are not searched until
 /// [`MemoryService::reembed_stale`](super::MemoryService::reembed_stale)
@@ -227,7 +241,11 @@ impl PostgresMemoryStore {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM jarvis_ltm_entries WHERE seq > $1 ORDER BY seq"
+                "SELECT {COLUMNS}, false AS gone FROM jarvis_ltm_entries WHERE seq > $1 \
+                 UNION ALL \
+                 SELECT id, '', '', '', '', '', '', '{{}}'::jsonb, now(), 0, NULL::real[], '', seq, true \
+                 FROM jarvis_ltm_deleted WHERE seq > $1 \
+                 ORDER BY seq"
             ))
             .await
             .map_err(db("read new memories"))?;
@@ -240,6 +258,13 @@ impl PostgresMemoryStore {
         }
         let mut mirror = self.mirror();
         for row in &rows {
+            if row.try_get::<_, bool>(13).unwrap_or(false) {
+                if let (Ok(id), Ok(seq)) = (row.try_get::<_, String>(0), row.try_get::<_, i64>(12)) {
+                    mirror.index.remove(&id);
+                    mirror.last_seq = mirror.last_seq.max(seq);
+                }
+                continue;
+            }
             match record_from_row(row) {
                 Ok((record, seq)) => {
                     mirror.index.upsert(record);
@@ -257,22 +282,24 @@ impl PostgresMemoryStore {
     }
 
     /// Runs `write` in a transaction holding the write lock, then refreshes.
-    async fn write<F>(&self, op: &'static str, write: F) -> Result<(), MemoryError>
+    async fn write<T, F>(&self, op: &'static str, write: F) -> Result<T, MemoryError>
     where
         F: for<'t> FnOnce(
             &'t deadpool_postgres::Transaction<'t>,
-        ) -> futures::future::BoxFuture<'t, Result<(), tokio_postgres::Error>>,
+        ) -> futures::future::BoxFuture<'t, Result<T, tokio_postgres::Error>>,
     {
-        {
+        let out = {
             let mut client = self.client().await?;
             let tx = client.transaction().await.map_err(db(op))?;
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK])
                 .await
                 .map_err(db(op))?;
-            write(&tx).await.map_err(db(op))?;
+            let out = write(&tx).await.map_err(db(op))?;
             tx.commit().await.map_err(db(op))?;
-        }
-        self.refresh().await
+            out
+        };
+        self.refresh().await?;
+        Ok(out)
     }
 }
 
@@ -429,6 +456,37 @@ impl MemoryStore for PostgresMemoryStore {
                 )
                 .await
                 .map(|_| ())
+            })
+        })
+        .await
+    }
+
+    // ponytail: tombstones are never pruned; they are a few bytes each and
+    // only forgetting writes them.
+    async fn delete(&self, ids: &[String]) -> Result<usize, MemoryError> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let ids = ids.to_vec();
+        self.write("forget memories", |tx| {
+            Box::pin(async move {
+                let gone: Vec<String> = tx
+                    .query(
+                        "DELETE FROM jarvis_ltm_entries WHERE id = ANY($1) RETURNING id",
+                        &[&ids],
+                    )
+                    .await?
+                    .iter()
+                    .map(|row| row.get(0))
+                    .collect();
+                tx.execute(
+                    "INSERT INTO jarvis_ltm_deleted (id, seq) \
+                     SELECT id, nextval('jarvis_ltm_entries_seq') FROM unnest($1::text[]) AS id \
+                     ON CONFLICT (id) DO UPDATE SET seq = EXCLUDED.seq",
+                    &[&gone],
+                )
+                .await?;
+                Ok(gone.len())
             })
         })
         .await

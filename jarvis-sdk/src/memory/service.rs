@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::error::{MemoryError, printable};
+use super::forget::{ForgottenSecret, contains_forgotten};
 use super::inject::{MemoryContext, SectionBudgets, SectionKind};
+use super::learn::ANSWER_MARK;
 use super::procedures::{ProcedureLibrary, name_problem};
 use super::record::{Agents, Layer, MemoryFilter, MemoryRecord, SearchHit, SearchQuery};
 use super::rules::{
@@ -244,6 +246,8 @@ pub struct MemoryService {
     /// The last prompt embedded by `observe`, which `record_turn` embeds
     /// again at the end of the same turn.
     last_prompt: Mutex<Option<(String, Vec<f32>)>>,
+    /// What was forgotten, when there is no user-model file to keep it in.
+    pub(super) forgotten_here: Mutex<Vec<ForgottenSecret>>,
 }
 
 impl fmt::Debug for MemoryService {
@@ -270,6 +274,7 @@ impl MemoryService {
             procedures: None,
             synced: Mutex::new(HashSet::new()),
             last_prompt: Mutex::new(None),
+            forgotten_here: Mutex::new(Vec::new()),
         }
     }
 
@@ -323,7 +328,7 @@ impl MemoryService {
         self.user_model.as_ref()
     }
 
-    fn now(&self) -> Timestamp {
+    pub(super) fn now(&self) -> Timestamp {
         Timestamp::from_system_time(self.clock.now())
     }
 
@@ -400,7 +405,9 @@ impl MemoryService {
     /// Writes a memory from the write path `source` in `scope`; the layer
     /// and kind come from [`WRITE_RULES`](super::WRITE_RULES). Writing a
     /// user-profile fact the user already has (the same text) rehearses the
-    /// existing record instead of adding a copy.
+    /// existing record instead of adding a copy. A user-profile fact that
+    /// contains something the user asked to forget is refused
+    /// ([`MemoryError::Forgotten`]).
     pub async fn write(
         &self,
         scope: &MemoryScope,
@@ -409,8 +416,11 @@ impl MemoryService {
         metadata: Value,
     ) -> Result<MemoryRecord, MemoryError> {
         let text = self.clean_text(source, text)?;
-        let embedding = self.embed_one(&text).await?;
         let rule = write_rule(source);
+        if rule.layer == Layer::Semantic {
+            self.refuse_forgotten(source, &text)?;
+        }
+        let embedding = self.embed_one(&text).await?;
         if rule.layer == Layer::Semantic
             && let Some(existing) = self.same_fact(scope, rule.kind, &text, &embedding).await?
         {
@@ -449,7 +459,36 @@ impl MemoryService {
             .find(|r| r.text == text))
     }
 
-    /// `/remember`: a fact for the user profile (semantic, shared).
+    /// What the user asked to forget: the user-model file's `forgotten` list
+    /// (and, for a service without a `JARVIS_HOME`, what was forgotten in
+    /// this process).
+    // ponytail: a damaged user-model file reads as empty, so its list counts
+    // as empty too until a person fixes the file (it is never overwritten).
+    pub fn forgotten(&self) -> Vec<ForgottenSecret> {
+        let mut out = self.user_model().forgotten;
+        out.extend(
+            self.forgotten_here
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .cloned(),
+        );
+        out
+    }
+
+    /// Fails with [`MemoryError::Forgotten`] when `text` contains something
+    /// the user asked to forget.
+    pub(super) fn refuse_forgotten(&self, source: &str, text: &str) -> Result<(), MemoryError> {
+        if contains_forgotten(text, &self.forgotten()) {
+            return Err(MemoryError::Forgotten {
+                source_name: source.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// `/remember`: a fact for the user profile (semantic, shared); refused
+    /// when it contains something the user asked to forget.
     pub async fn remember(&self, scope: &MemoryScope, text: &str) -> Result<MemoryRecord, MemoryError> {
         self.write(scope, SOURCE_REMEMBER, text, Value::Null).await
     }
@@ -457,7 +496,7 @@ impl MemoryService {
     /// Writes or replaces a named record (task pattern, procedure,
     /// user-model entry) whose id comes from its name, keeping its
     /// rehearsal count.
-    async fn put_named(
+    pub(super) async fn put_named(
         &self,
         scope: &MemoryScope,
         source: &str,
@@ -540,11 +579,15 @@ impl MemoryService {
             .unwrap_or_default()
     }
 
-    /// User-model distillation: merges `entries` into the user model file
+    /// Sets user-model entries: merges `entries` into the user model file
     /// (an empty value removes its key) and writes each entry to the user
     /// profile (semantic, source `user_model`). `[핵심 사실]` shows the
     /// file's entries; the records keep what was distilled, for services
-    /// without a `JARVIS_HOME`.
+    /// without a `JARVIS_HOME`. Nothing is written when an entry contains
+    /// something the user asked to forget ([`MemoryError::Forgotten`]).
+    /// Distillation goes through
+    /// [`add_distilled_facts`](Self::add_distilled_facts), which also keeps
+    /// provenance and never duplicates.
     pub async fn update_user_model(
         &self,
         scope: &MemoryScope,
@@ -554,6 +597,11 @@ impl MemoryService {
             .user_model
             .as_ref()
             .ok_or(MemoryError::NoHome { what: "user model" })?;
+        for (key, value) in &entries {
+            if !value.trim().is_empty() {
+                self.refuse_forgotten(SOURCE_USER_MODEL, &format!("{key}: {}", value.trim()))?;
+            }
+        }
         let model = file.update(self.now(), |model| {
             for (key, value) in &entries {
                 if value.trim().is_empty() {
@@ -827,7 +875,7 @@ impl MemoryService {
             prompt.to_owned()
         } else {
             format!(
-                "{prompt}\n→ {}",
+                "{prompt}{ANSWER_MARK}{}",
                 truncate_with_marker(answer, self.config.episode_answer_chars)
             )
         };

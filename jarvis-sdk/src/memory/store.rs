@@ -13,6 +13,10 @@ use super::working::WorkingMemory;
 
 /// A store of long-term memory records and per-session working memory.
 ///
+/// Required: `put`, `get`, `list`, `search`, `touch`, `delete`, `stale` and
+/// the two working-memory methods; `get_texts` and `search_many` have
+/// defaults built on them.
+///
 /// Stores keep records as they are given; the rules (which layer, who may
 /// read, how recall ranks) belong to [`MemoryService`](super::MemoryService).
 /// Implementations are shared as `Arc<dyn MemoryStore>`.
@@ -55,6 +59,14 @@ pub trait MemoryStore: Send + Sync + Debug {
     /// Adds one rehearsal to each record named in `ids`, once however often
     /// it is named (unknown ids are ignored).
     async fn touch(&self, ids: &[String]) -> Result<(), MemoryError>;
+
+    /// Removes the records named in `ids` for good (unknown ids are
+    /// ignored) and answers how many were removed. Forgetting
+    /// ([`MemoryService::forget`](super::MemoryService::forget)) relies on
+    /// it, so every store must really delete: after it returns, no read of
+    /// this store, nor of another process sharing its database, may answer
+    /// them again.
+    async fn delete(&self, ids: &[String]) -> Result<usize, MemoryError>;
 
     /// At most `limit` records whose embedding is missing or comes from an
     /// embedder other than `embedder` (see
@@ -135,6 +147,11 @@ impl MemoryStore for InMemoryMemoryStore {
             }
         }
         Ok(())
+    }
+
+    async fn delete(&self, ids: &[String]) -> Result<usize, MemoryError> {
+        let mut index = self.index();
+        Ok(ids.iter().filter(|id| index.remove(id)).count())
     }
 
     async fn stale(&self, embedder: &str, limit: usize) -> Result<Vec<MemoryRecord>, MemoryError> {

@@ -12,6 +12,7 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 
 use super::error::MemoryError;
+use super::forget::ForgottenSecret;
 use crate::common::{Timestamp, write_atomic};
 
 /// The file name under `JARVIS_HOME`.
@@ -29,9 +30,39 @@ pub struct UserModel {
     /// When it was last written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Timestamp>,
+    /// Provenance of distilled entries: by key, the ids of the episodes the
+    /// entry was distilled from.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub provenance: BTreeMap<String, Vec<String>>,
+    /// What the person asked to forget, as digests (never the text).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forgotten: Vec<ForgottenSecret>,
+    /// Per agent, how far distillation has read its episodes.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub distilled: BTreeMap<String, DistillMark>,
     /// Other keys found in the file, kept when it is rewritten.
     #[serde(flatten)]
     pub other: Map<String, Value>,
+}
+
+/// How far distillation has read one agent's episodes: the newest
+/// episode's time, and the ids of the episodes read with exactly that time
+/// (so episodes written in the same millisecond are neither read twice nor
+/// skipped).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DistillMark {
+    /// The time of the newest episode read.
+    pub through: Timestamp,
+    /// The episodes read whose time is `through`.
+    #[serde(default)]
+    pub episodes: Vec<String>,
+}
+
+impl DistillMark {
+    /// Whether an episode with this time and id was not read yet.
+    pub fn is_after(&self, created_at: Timestamp, id: &str) -> bool {
+        created_at > self.through || (created_at == self.through && !self.episodes.iter().any(|e| e == id))
+    }
 }
 
 fn version() -> u32 {
@@ -60,8 +91,18 @@ type Cached = (Option<SystemTime>, u64, UserModel);
 /// ```
 ///
 /// `entries` maps a short key to what is known; they open the
-/// `[핵심 사실]` section in key order. Other top-level keys are kept as they
-/// are when the file is rewritten.
+/// `[핵심 사실]` section in key order. Distillation adds three more keys
+/// (each left out while empty):
+///
+/// - `provenance`: `{key: [episode ids]}`, the episodes each distilled entry
+///   came from;
+/// - `forgotten`: `[{digest, chars, at}]`, what the person asked to forget,
+///   as a digest and a length, never the text (see
+///   [`ForgottenSecret`]);
+/// - `distilled`: `{agent_id: {through, episodes}}`, how far distillation has
+///   read each agent's episodes ([`DistillMark`]).
+///
+/// Other top-level keys are kept as they are when the file is rewritten.
 ///
 /// Reading is tolerant: a missing file is an empty model, and a damaged one
 /// (not JSON, not an object, `entries` not a map of strings) is an empty

@@ -24,6 +24,10 @@ pub enum Purpose {
     Judgement,
     /// The inner thought engine.
     Thought,
+    /// Reflection after a turn: procedure learning and failure reflection.
+    Reflection,
+    /// User-model distillation: facts about the person from episodes.
+    Distillation,
 }
 
 impl Purpose {
@@ -36,6 +40,8 @@ impl Purpose {
             Purpose::Continuation => "continuation",
             Purpose::Judgement => "judgement",
             Purpose::Thought => "thought",
+            Purpose::Reflection => "reflection",
+            Purpose::Distillation => "distillation",
         }
     }
 }

@@ -82,18 +82,7 @@ impl Fixture {
 }
 
 fn proactive_texts(events: &mut EventStream) -> Vec<(String, String)> {
-    events
-        .drain()
-        .into_iter()
-        .filter_map(|e| match e {
-            AgentEvent::ProactiveMessage {
-                text,
-                kind: ProactiveKind::Proactive,
-                message_id,
-            } => Some((text, message_id)),
-            _ => None,
-        })
-        .collect()
+    events.drain_proactive(ProactiveKind::Proactive)
 }
 
 const FALLBACK: &str = "fallback: { text: \"네.\" }\n";
@@ -374,14 +363,18 @@ fn the_daemon_and_the_dual_threshold_come_from_the_environment() {
 }
 
 #[tokio::test]
-async fn background_work_starts_only_when_enabled() {
+async fn the_daemon_starts_only_when_enabled_and_everything_stops_on_cancel() {
     let home = tempfile::tempdir().unwrap();
     let mut config =
         AppConfig::embedded(home.path()).with_provider(Arc::new(FauxProvider::from_yaml(FALLBACK).unwrap()));
     config.reflection.enabled = false;
     let app = build_app(config).await.unwrap();
     let cancel = tokio_util::sync::CancellationToken::new();
-    assert!(app.spawn_background(cancel.clone()).is_empty());
+    assert_eq!(
+        app.spawn_background(cancel.clone()).len(),
+        1,
+        "the scheduler alone"
+    );
     drop(app);
 
     let home = tempfile::tempdir().unwrap();
@@ -389,7 +382,7 @@ async fn background_work_starts_only_when_enabled() {
         AppConfig::embedded(home.path()).with_provider(Arc::new(FauxProvider::from_yaml(FALLBACK).unwrap()));
     let app = build_app(config).await.unwrap();
     let tasks = app.spawn_background(cancel.clone());
-    assert_eq!(tasks.len(), 1);
+    assert_eq!(tasks.len(), 2, "the scheduler and the reflection daemon");
     cancel.cancel();
     for task in tasks {
         task.await.unwrap();

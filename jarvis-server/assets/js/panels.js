@@ -75,6 +75,7 @@ export function renderAgenda(list, items, agents) {
     const agent = agentOf(agents, item.agent_id);
     const li = el("li");
     li.dataset.agent = item.agent_id;
+    li.dataset.kind = item.kind;
     const label = li.appendChild(el("span", "agenda-label", item.agent_name || agent.name));
     label.style.setProperty("--agent", item.color || agent.palette.primary);
     li.appendChild(el("span", "agenda-kind", item.kind === "schedule" ? "SCHEDULE" : "PROMISE"));

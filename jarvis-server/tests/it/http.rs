@@ -120,8 +120,19 @@ async fn agents_sessions_fork_agenda_and_health() {
         (Some("karen"), k["id"].as_str())
     );
 
+    // A fresh app's AGENDA: KAREN's built-in notice watch, nothing else.
     let (status, _, agenda) = call(&state, get("/api/agenda")).await;
-    assert_eq!((status, agenda), (StatusCode::OK, json!({"items": []})));
+    assert_eq!(status, StatusCode::OK);
+    let items = agenda["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{agenda}");
+    assert_eq!(
+        (&items[0]["kind"], &items[0]["id"], &items[0]["agent_id"]),
+        (&json!("schedule"), &json!("housing_watch"), &json!("karen"))
+    );
+    assert!(
+        items[0]["when"].is_string() && items[0]["detail"] == "every 30m",
+        "{agenda}"
+    );
     let (status, _, health) = call(&state, get("/healthz")).await;
     assert_eq!((status, &health["status"]), (StatusCode::OK, &json!("ok")));
     assert_eq!(health["pid"], std::process::id());

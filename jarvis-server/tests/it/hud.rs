@@ -491,7 +491,7 @@ async fn two_working_agents_fill_the_orb_with_both_colours_and_pulse_the_arrow()
     browser
         .wait_js(
             "the AGENDA shows both agents' promises",
-            "return document.querySelectorAll('#agenda-list li[data-agent]').length",
+            "return document.querySelectorAll('#agenda-list li[data-kind=\"promise\"]').length",
             |v| v == 2,
         )
         .await;
@@ -783,7 +783,16 @@ async fn panels_list_sessions_and_the_agenda_in_agent_colours_and_set_shows_the_
     else {
         return;
     };
-    let hud = Hud::faux("fallback: { text: ok }").await;
+    // A weekly job of J.A.R.V.I.S.'s, so the AGENDA has a schedule too.
+    let home = TempHome::new();
+    std::fs::create_dir_all(home.0.join("schedules")).unwrap();
+    std::fs::write(
+        home.0.join("schedules/weekly-report.yaml"),
+        "agent: main\nprompt: Summarise the week\ncron: \"0 9 * * mon\"\n",
+    )
+    .unwrap();
+    let faux = Arc::new(FauxProvider::from_yaml("fallback: { text: ok }").unwrap());
+    let hud = Hud::start_in(home, faux).await;
     let app = hud.app();
     let karen = app.create_session(Some("karen")).await.unwrap();
     app.open_loops()
@@ -810,7 +819,7 @@ async fn panels_list_sessions_and_the_agenda_in_agent_colours_and_set_shows_the_
     let labels = browser
         .wait_js(
             "the AGENDA lists both promises",
-            "return [...document.querySelectorAll('#agenda-list li[data-agent]')].map(li =>
+            "return [...document.querySelectorAll('#agenda-list li[data-kind=\"promise\"]')].map(li =>
                 [li.dataset.agent, li.querySelector('.agenda-label').textContent,
                  getComputedStyle(li.querySelector('.agenda-label')).color])",
             |v| v.as_array().is_some_and(|a| a.len() == 2),
@@ -825,6 +834,17 @@ async fn panels_list_sessions_and_the_agenda_in_agent_colours_and_set_shows_the_
             json!(["main", "J.A.R.V.I.S.", rgb(CYAN)])
         ]
     );
+    let schedule = browser
+        .js(
+            "const li = [...document.querySelectorAll('#agenda-list li[data-kind=\"schedule\"]')]
+                .find(li => li.textContent.includes('Summarise the week'));
+             return li ? [li.dataset.agent, li.querySelector('.agenda-label').textContent,
+                          getComputedStyle(li.querySelector('.agenda-label')).color,
+                          li.querySelector('.agenda-kind').textContent] : null",
+            vec![],
+        )
+        .await;
+    assert_eq!(schedule, json!(["main", "J.A.R.V.I.S.", rgb(CYAN), "SCHEDULE"]));
     // `agenda_changed` refreshes the card.
     app.open_loops()
         .open(open_loop("l-3", "default-main", "main", "Call the bank"))
@@ -838,7 +858,7 @@ async fn panels_list_sessions_and_the_agenda_in_agent_colours_and_set_shows_the_
     browser
         .wait_js(
             "the AGENDA refreshes",
-            "return document.querySelectorAll('#agenda-list li[data-agent]').length",
+            "return document.querySelectorAll('#agenda-list li[data-kind=\"promise\"]').length",
             |v| v == 3,
         )
         .await;

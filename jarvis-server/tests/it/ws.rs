@@ -297,12 +297,19 @@ async fn a_due_promise_reaches_the_screen_and_its_dismissal_teaches_that_agent()
         .json()
         .await
         .unwrap();
-    assert_eq!(agenda["items"][0]["agent_id"], "karen", "{agenda}");
+    let promise = agenda["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["kind"] == "promise")
+        .unwrap_or_else(|| panic!("{agenda}"))
+        .clone();
+    assert_eq!(promise["agent_id"], "karen", "{agenda}");
     assert_eq!(
-        agenda["items"][0]["color"],
+        promise["color"],
         app.registry().get("karen").unwrap().palette.primary
     );
-    assert_eq!(agenda["items"][0]["kind"], "promise");
+    assert_eq!(promise["session_id"], "s-karen");
 
     let report = app.proactive().tick().await;
     assert_eq!(report.sent.len(), 1, "{report:?}");

@@ -17,13 +17,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::call::{ask, json_object, read_template};
+use super::distill::Distiller;
+use super::reflect::Reflector;
 use super::router::{RouterSignals, ThoughtRouter};
-use super::{ThinkingHook, ThinkingInput, ThinkingOutcome};
+use super::{ThinkingHook, ThinkingInput, ThinkingOutcome, TurnReport};
 use crate::agent::event::AgentEvent;
 use crate::agent::harness::history_messages;
 use crate::agent::session::{SessionId, SessionStore};
 use crate::agent::ui::UIAdapter;
-use crate::model::{ChatRequest, Message, Provider, ProviderExt, Purpose};
+use crate::model::{ChatRequest, Message, Provider, Purpose};
 
 /// The template written to `$JARVIS_HOME/inner_thought.md` when it is missing.
 pub const DEFAULT_THOUGHT_TEMPLATE: &str = "\
@@ -96,13 +99,7 @@ impl ThoughtFrame {
     /// Parses and validates a frame from a model's answer: the first JSON
     /// object in it (models often wrap it in a code fence).
     pub fn parse(text: &str) -> Result<(ThoughtFrame, Value), String> {
-        let start = text.find('{').ok_or("no JSON object in the answer")?;
-        let end = text.rfind('}').ok_or("no JSON object in the answer")?;
-        if end < start {
-            return Err("no JSON object in the answer".into());
-        }
-        let value: Value =
-            serde_json::from_str(&text[start..=end]).map_err(|e| format!("invalid JSON: {e}"))?;
+        let value = json_object(text)?;
         let frame: ThoughtFrame =
             serde_json::from_value(value.clone()).map_err(|e| format!("not a thought frame: {e}"))?;
         if frame.interpretation.trim().is_empty() || frame.interpretation.chars().count() > 2_000 {
@@ -164,11 +161,18 @@ impl Default for ThoughtConfig {
 }
 
 /// The inner thought engine; see the [module docs](self).
+///
+/// After a turn ([`ThinkingHook::after_turn`]) it runs its learners, when it
+/// carries them: the [`Reflector`] (procedure learning and failure
+/// reflection), then the [`Distiller`] (user-model distillation every N
+/// turns). Each logs its failures and never fails or delays a turn.
 pub struct ThoughtEngine {
     router: ThoughtRouter,
     provider: Arc<dyn Provider>,
     store: Arc<dyn SessionStore>,
     config: ThoughtConfig,
+    reflector: Option<Arc<Reflector>>,
+    distiller: Option<Arc<Distiller>>,
 }
 
 impl std::fmt::Debug for ThoughtEngine {
@@ -177,6 +181,8 @@ impl std::fmt::Debug for ThoughtEngine {
             .field("router", &self.router)
             .field("provider", &self.provider.name())
             .field("config", &self.config)
+            .field("reflector", &self.reflector.is_some())
+            .field("distiller", &self.distiller.is_some())
             .finish()
     }
 }
@@ -189,16 +195,34 @@ impl ThoughtEngine {
             provider,
             store,
             config,
+            reflector: None,
+            distiller: None,
         }
     }
 
+    /// Runs `reflector` after every turn (procedure learning, failure
+    /// reflection). Share one reflector among the sessions of an app, so
+    /// two sessions of an agent never reflect on the same kind at once.
+    pub fn with_reflector(mut self, reflector: Arc<Reflector>) -> Self {
+        self.reflector = Some(reflector);
+        self
+    }
+
+    /// Hands every finished turn to `distiller` (user-model distillation
+    /// every N turns of the agent). Share one distiller among the sessions
+    /// of an app, so the count is per agent.
+    pub fn with_distiller(mut self, distiller: Arc<Distiller>) -> Self {
+        self.distiller = Some(distiller);
+        self
+    }
+
+    /// The router it decides with.
+    pub fn router(&self) -> &ThoughtRouter {
+        &self.router
+    }
+
     fn template(&self) -> String {
-        self.config
-            .template
-            .as_ref()
-            .and_then(|path| std::fs::read_to_string(path).ok())
-            .filter(|t| !t.trim().is_empty())
-            .unwrap_or_else(|| DEFAULT_THOUGHT_TEMPLATE.to_owned())
+        read_template(self.config.template.as_deref(), DEFAULT_THOUGHT_TEMPLATE)
     }
 
     async fn think(&self, input: &ThinkingInput<'_>) -> Result<(ThoughtFrame, Value), String> {
@@ -224,11 +248,10 @@ impl ThoughtEngine {
             .with_purpose(Purpose::Thought)
             .with_metadata(input.agent_id, input.session_id)
             .with_instruction(FRAME_INSTRUCTION);
-        let response = tokio::time::timeout(self.config.timeout, self.provider.complete(request))
+        let text = ask(&*self.provider, request, self.config.timeout, "thought")
             .await
-            .map_err(|_| format!("the thought call took longer than {:?}", self.config.timeout))?
-            .map_err(|e| e.to_string())?;
-        ThoughtFrame::parse(&response.text)
+            .map_err(|e| crate::common::error_chain(&e))?;
+        ThoughtFrame::parse(&text)
     }
 }
 
@@ -267,6 +290,22 @@ impl ThinkingHook for ThoughtEngine {
                 let _ = ui.on_event(&AgentEvent::ThoughtEnd { ok: false });
                 ThinkingOutcome::default()
             }
+        }
+    }
+
+    async fn after_turn(&self, report: &TurnReport) {
+        if let Some(reflector) = &self.reflector {
+            match reflector.reflect(report).await {
+                Ok(reflection) => tracing::debug!(agent = %report.agent_id, ?reflection, "reflection"),
+                Err(e) => tracing::warn!(
+                    agent = %report.agent_id,
+                    "reflection wrote nothing: {}",
+                    crate::common::error_chain(&e)
+                ),
+            }
+        }
+        if let Some(distiller) = &self.distiller {
+            distiller.after_turn(report).await;
         }
     }
 }

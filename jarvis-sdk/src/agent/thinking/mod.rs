@@ -3,13 +3,32 @@
 //! the harness; what it returns travels to the model as an unrecorded note
 //! for that turn. [`NoThinking`] leaves the slot empty; [`ThoughtEngine`]
 //! fills it with the Thought Router ([`ThoughtRouter`]) and the inner
-//! thought engine.
+//! thought engine, and learns after turns when it carries a [`Reflector`]
+//! (procedure learning, failure reflection) and a [`Distiller`] (user-model
+//! distillation).
+//!
+//! | file | what |
+//! |---|---|
+//! | `router.rs` | [`ThoughtRouter`]: think or not, without a model call |
+//! | `engine.rs` | [`ThoughtEngine`]: the thought call, the frame, the learners after a turn |
+//! | `reflect.rs` | [`Reflector`]: procedures learned and rewritten (R-LOOP-17) |
+//! | `distill.rs` | [`Distiller`]: facts about the person into the user model (R-MEM-6) |
+//! | `call.rs` | the template, the timed call and the JSON answer they share; [`LearnError`] |
 
+mod call;
+mod distill;
 mod engine;
+mod reflect;
 mod router;
 
+pub use call::LearnError;
+pub use distill::{DISTILL_INSTRUCTION, DISTILL_PROMPT, DistillConfig, Distiller, parse_facts};
 pub use engine::{
     DEFAULT_THOUGHT_TEMPLATE, FRAME_INSTRUCTION, ThoughtConfig, ThoughtDecision, ThoughtEngine, ThoughtFrame,
+};
+pub use reflect::{
+    APPLIES_TO, DEFAULT_REFLECTION_TEMPLATE, ProcedureDraft, REFLECTION_INSTRUCTION, Reflection,
+    ReflectionConfig, Reflector,
 };
 pub use router::{DEFAULT_THINK_THRESHOLD, Route, RouteFeatures, RouterSignals, ThoughtRouter};
 
@@ -93,6 +112,37 @@ impl TurnReport {
             overflows: outcome.overflows,
             stop_reason: outcome.final_message.stop_reason,
         }
+    }
+
+    /// A report of a turn of `agent_id` in `session_id` that answered
+    /// `answer` to `prompt` with no tools, no overflow and `stop` (set the
+    /// rest with the `with_*` methods): for reflecting on turns that did not
+    /// run here, and for tests.
+    pub fn of(agent_id: &str, session_id: &str, prompt: &str, answer: &str) -> Self {
+        Self {
+            agent_id: agent_id.to_owned(),
+            session_id: session_id.to_owned(),
+            prompt: prompt.to_owned(),
+            answer: answer.to_owned(),
+            tools: Vec::new(),
+            tool_calls: 0,
+            overflows: 0,
+            stop_reason: StopReason::Stop,
+        }
+    }
+
+    /// Sets the tools used (each once) and the number of tool calls.
+    pub fn with_tools(mut self, tools: Vec<String>, tool_calls: usize) -> Self {
+        self.tools = tools;
+        self.tool_calls = tool_calls;
+        self
+    }
+
+    /// Sets the overflows and how the turn ended.
+    pub fn with_ending(mut self, overflows: u8, stop_reason: StopReason) -> Self {
+        self.overflows = overflows;
+        self.stop_reason = stop_reason;
+        self
     }
 
     /// Whether the turn failed or overflowed (the router's

@@ -47,13 +47,8 @@ impl NoticeWatch {
     /// [`normalize_watch_text`] does): `w-` and 16 hex digits of an FNV-1a
     /// hash, stable across runs and platforms.
     pub fn id_for(region: Option<&str>, keyword: Option<&str>) -> String {
-        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
         let text = format!("{}\u{1f}{}", region.unwrap_or(""), keyword.unwrap_or(""));
-        for byte in text.bytes() {
-            hash ^= u64::from(byte);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
-        format!("w-{hash:016x}")
+        format!("w-{:016x}", crate::common::fnv1a64(text.as_bytes()))
     }
 
     /// The query this watch runs.

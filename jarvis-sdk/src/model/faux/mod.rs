@@ -9,7 +9,7 @@
 //!     reply: { tool_calls: [ { name: sh_notice, arguments: { region: "서울" } } ] }
 //!     times: 1
 //!   # `when` keys, all optional: agent (agent id); purpose (step | nudge | summary | continuation |
-//!   # judgement | thought); last_user (regex on the last user message of the recorded history, not on
+//!   # judgement | thought | reflection | distillation); last_user (regex on the last user message of the recorded history, not on
 //!   # injected instructions); last_role (user | assistant | tool: the last recorded message); has_tools (bool)
 //! replies:          # then consumed in order, once each, with a separate cursor per session
 //!   - { text: "Hello there", chunks: 3 }                  # text split by characters into 3 deltas

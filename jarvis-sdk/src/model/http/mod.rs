@@ -279,7 +279,7 @@ impl HttpClient {
         } else {
             "the request failed"
         };
-        let message = format!("{what}: {}", error_chain(&e));
+        let message = format!("{what}: {}", crate::common::error_chain(&e));
         ProviderError::transport(self.provider, message, Some(Box::new(e)))
     }
 
@@ -444,24 +444,11 @@ pub(crate) fn error_message(body: &str) -> String {
 
 /// `text` with whitespace collapsed, cut to `max` characters.
 pub(crate) fn excerpt(text: &str, max: usize) -> String {
-    let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if collapsed.is_empty() {
+    let line = crate::common::one_line(text, max);
+    if line.is_empty() {
         return "(empty body)".to_owned();
     }
-    crate::common::truncate_with_marker(&collapsed, max)
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        source = s.source();
-    }
-    parts.join(": ")
+    line
 }
 
 /// Joins a base URL and a path without doubling or losing the slash.

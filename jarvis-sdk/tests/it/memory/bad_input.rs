@@ -29,9 +29,10 @@ async fn a_damaged_user_model_is_read_as_empty_and_never_overwritten() {
     std::fs::write(&path, "{\"entries\": [\"not a map\"]}").unwrap();
     let service = service(home.path());
     let scope = MemoryScope::new("u", "main", "s");
+    // Writing a fact reads the model first (for what was forgotten).
+    let (logs, _guard) = capture();
     service.remember(&scope, "the user drinks tea").await.unwrap();
 
-    let (logs, _guard) = capture();
     let context = service.observe(&scope, "does the user drink tea").await.unwrap();
     assert_eq!(
         context.section(SectionKind::KeyFacts).unwrap().items,
