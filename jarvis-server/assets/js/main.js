@@ -276,7 +276,9 @@ async function switchAgent(step) {
   const seq = ++hud.switchSeq;
   try {
     const sessions = await api.sessions();
-    let top = sessions.find((s) => s.agent_id === target.id && !isPeer(s));
+        // Not a delegation, and not a scheduled job's session (`sched-…`): its
+    // answers reach the agent's open sessions anyway.
+    let top = sessions.find((s) => s.agent_id === target.id && !isPeer(s) && !String(s.id).startsWith("sched-"));
     if (!top) top = await api.createSession(target.id);
     if (seq !== hud.switchSeq) return;
     await attach(top.id, target.id);

@@ -390,9 +390,19 @@ async fn agents_switch_by_arrow_drag_and_keys_to_their_top_session_and_the_scree
         "default-main"
     );
 
-    // A newer K.A.R.E.N. session, and a peer session newer still: the peer
-    // session is never a switch target.
+    // A newer K.A.R.E.N. session, and a scheduled job's session and a peer
+    // session newer still: neither of those is ever a switch target.
     let newer = hud.app().create_session(Some("karen")).await.unwrap();
+    let store = hud.app().store();
+    let mut sched = store
+        .create(NewSession::user("sched-karen-weekly".parse().unwrap(), "karen"))
+        .await
+        .unwrap();
+    // Strictly newer than `newer` (the list breaks ties by id): touch it
+    // until the clock has moved on.
+    while sched.updated_at <= newer.updated_at {
+        sched = store.set_title(&sched.id, Some("weekly".into())).await.unwrap();
+    }
     hud.app()
         .store()
         .create(NewSession::peer(
