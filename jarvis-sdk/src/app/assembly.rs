@@ -865,12 +865,22 @@ impl JobRunner for AppJobs {
         let caller = Caller::System {
             name: format!("scheduler:{}", job.id),
         };
+        // Nobody watches the job's own session: a tool that needs approval
+        // asks on the screens of the agent's open session, as a delegated
+        // turn asks on its caller's (with none open, it is denied when the
+        // request times out).
+        let screens = app.sessions_of(&job.agent);
+        let mut options = PromptOptions::from(caller);
+        options.approver = screens
+            .iter()
+            .find(|s| s.id() != &id)
+            .map(|s| Arc::new(s.broker().clone()) as Arc<dyn Approver>);
         let outcome = session
-            .prompt_with(job.prompt.clone(), PromptOptions::from(caller))
+            .prompt_with(job.prompt.clone(), options)
             .await
             .map_err(|e| e.to_string())?;
         let text = outcome.final_message.content;
-        for target in app.sessions_of(&job.agent) {
+        for target in screens {
             target.announce(text.clone(), ProactiveKind::Answer);
         }
         Ok(JobOutput {

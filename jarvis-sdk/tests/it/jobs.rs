@@ -16,6 +16,10 @@ const SCRIPT: &str = r#"
 rules:
   - when: { agent: karen, last_user: "공고 요약" }
     reply: { text: "이번 주 새 공고는 두 건입니다." }
+  - when: { agent: main, last_user: "메모", last_role: user }
+    reply: { tool_calls: [ { name: write_file, arguments: { path: "daily.txt", content: "오늘의 메모" } } ] }
+  - when: { agent: main, last_role: tool }
+    reply: { text: "메모를 남겼어요." }
 fallback: { text: "네." }
 "#;
 
@@ -176,4 +180,55 @@ async fn a_new_notice_for_a_watch_reaches_karens_session_once() {
     f.advance_to(next);
     assert_eq!(f.app.scheduler().tick().await.runs.len(), 1);
     assert_eq!(f.app.proactive().queued("karen"), 0);
+}
+
+#[tokio::test]
+async fn a_jobs_approval_is_asked_on_the_agents_open_screen() {
+    let f = fixture(HousingConfig::in_memory()).await;
+    let (main, mut events, _m) = f.open("main").await;
+    let asked = Arc::new(jarvis_sdk::testing::RecordingAdapter::new());
+    let _r = main.attach(asked.clone());
+    let _answer = main.attach(Arc::new(crate::team::AnswerAll(
+        f.app.clone(),
+        main.id().clone(),
+        jarvis_sdk::ApprovalDecision::Allow,
+    )));
+    let reply = main
+        .prompt("/schedule in 10 minutes 메모 남겨 줘", Caller::Local)
+        .await
+        .unwrap();
+    assert!(
+        reply.final_message.content.contains("[main]"),
+        "{}",
+        reply.final_message.content
+    );
+    let job = f
+        .app
+        .scheduler()
+        .jobs()
+        .into_iter()
+        .find(|j| !j.job.is_builtin())
+        .unwrap()
+        .job;
+
+    f.advance_to(Timestamp::from_millis(monday_morning().as_millis() + 10 * 60_000));
+    let tick = f.app.scheduler().tick().await;
+    let run = tick.runs.iter().find(|r| r.job == job.id).expect("the job ran");
+    assert!(matches!(run.outcome, RunOutcome::Done(_)), "{run:?}");
+
+    let requests = asked.approval_requests();
+    assert_eq!(
+        requests.len(),
+        1,
+        "the write was asked for on JARVIS's open screen"
+    );
+    assert_eq!(requests[0].tool_name, "write_file");
+    assert_eq!(answers(&mut events), ["메모를 남겼어요."]);
+    let written = f
+        .app
+        .home()
+        .join("sandboxes")
+        .join(format!("sched-main-{}", job.id))
+        .join("daily.txt");
+    assert_eq!(std::fs::read_to_string(written).unwrap(), "오늘의 메모");
 }

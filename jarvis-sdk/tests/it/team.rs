@@ -814,7 +814,12 @@ async fn memory_read_naming_an_agent_the_team_lacks_is_dropped_and_the_agent_loa
 
 /// Answers every approval request of a session with `decision`, on a task
 /// of its own (screens must not block).
-struct AnswerAll(AppAssembly, SessionId, ApprovalDecision);
+/// A screen that answers every approval request of session `.1` with `.2`.
+pub(crate) struct AnswerAll(
+    pub(crate) AppAssembly,
+    pub(crate) SessionId,
+    pub(crate) ApprovalDecision,
+);
 
 impl UIAdapter for AnswerAll {
     fn on_approval_request(&self, request: &ApprovalRequest) {
