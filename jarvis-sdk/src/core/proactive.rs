@@ -149,6 +149,9 @@ struct Sent {
     feedback: Arc<dyn FeedbackLearner>,
 }
 
+// ponytail: the daemon's state lives in the process. After a restart a due
+// promise (not a request, which its reminder closes) may be reminded once
+// more, and queued messages not yet delivered are gone.
 #[derive(Debug, Default)]
 struct State {
     last_sent: HashMap<String, Timestamp>,
