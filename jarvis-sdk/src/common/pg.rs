@@ -1,4 +1,4 @@
-//! What every Postgres store shares (feature `postgres`): a connection
+//! What every Postgres store shares (sessions, memory, open loops) (feature `postgres`): a connection
 //! pool from a connection string, a description of the target for error
 //! messages that never shows the password, and the failures of getting a
 //! connection, which each store maps into its own error type.

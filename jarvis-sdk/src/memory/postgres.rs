@@ -6,11 +6,11 @@
 
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
+use deadpool_postgres::Pool;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
+use tokio_postgres::Row;
 use tokio_postgres::types::Json;
-use tokio_postgres::{NoTls, Row};
 
 use super::error::{BoxError, MemoryError};
 use super::index::Index;
@@ -19,6 +19,7 @@ use super::rules::sql_case;
 use super::store::MemoryStore;
 use super::working::WorkingMemory;
 use crate::common::Timestamp;
+use crate::common::pg::{PgSetupError, build_pool, connection};
 
 /// Key of the advisory lock migrations hold (`jarvis` in ASCII, then 2).
 const MIGRATION_LOCK: i64 = 0x6a61_7276_6973_0002;
@@ -159,31 +160,7 @@ impl PostgresMemoryStore {
     /// Fails with [`MemoryError::Unreachable`], naming host, port and
     /// database (never the password), when no connection can be made.
     pub async fn connect(url: &str) -> Result<Self, MemoryError> {
-        let mut config: tokio_postgres::Config = url.parse().map_err(|e| MemoryError::Unreachable {
-            target: "(the connection string could not be read)".into(),
-            source: Box::new(e),
-        })?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(Duration::from_secs(10));
-        }
-        let target: Arc<str> = describe(&config).into();
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(8)
-            .runtime(Runtime::Tokio1)
-            .create_timeout(Some(Duration::from_secs(15)))
-            .wait_timeout(Some(Duration::from_secs(30)))
-            .build()
-            .map_err(|e| MemoryError::Database {
-                op: "build the connection pool",
-                source: Box::new(e),
-            })?;
+        let (pool, target) = build_pool(url, 8).map_err(setup_error)?;
         let store = Self {
             pool,
             target,
@@ -214,20 +191,7 @@ impl PostgresMemoryStore {
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, MemoryError> {
-        self.pool.get().await.map_err(|e| match e {
-            PoolError::Backend(e) => MemoryError::Unreachable {
-                target: self.target.to_string(),
-                source: Box::new(e),
-            },
-            PoolError::Timeout(t) => MemoryError::Unreachable {
-                target: self.target.to_string(),
-                source: format!("timed out ({t:?})").into(),
-            },
-            other => MemoryError::Database {
-                op: "get a connection",
-                source: other.to_string().into(),
-            },
-        })
+        connection(&self.pool, &self.target).await.map_err(setup_error)
     }
 
     fn mirror(&self) -> MutexGuard<'_, Mirror> {
@@ -339,33 +303,11 @@ fn record_from_row(row: &Row) -> Result<(MemoryRecord, i64), String> {
     ))
 }
 
-/// Host, port, database and user of `config`, for error messages.
-fn describe(config: &tokio_postgres::Config) -> String {
-    use tokio_postgres::config::Host;
-    let hosts: Vec<String> = config
-        .get_hosts()
-        .iter()
-        .map(|h| match h {
-            Host::Tcp(name) => name.clone(),
-            Host::Unix(path) => path.display().to_string(),
-        })
-        .collect();
-    let ports: Vec<String> = config.get_ports().iter().map(u16::to_string).collect();
-    format!(
-        "host={} port={} dbname={} user={}",
-        if hosts.is_empty() {
-            "(default)".into()
-        } else {
-            hosts.join(",")
-        },
-        if ports.is_empty() {
-            "5432".into()
-        } else {
-            ports.join(",")
-        },
-        config.get_dbname().unwrap_or("(default)"),
-        config.get_user().unwrap_or("(default)"),
-    )
+fn setup_error(e: PgSetupError) -> MemoryError {
+    match e {
+        PgSetupError::Unreachable { target, source } => MemoryError::Unreachable { target, source },
+        PgSetupError::Other { op, source } => MemoryError::Database { op, source },
+    }
 }
 
 async fn upsert<C: GenericClient>(client: &C, record: &MemoryRecord) -> Result<(), tokio_postgres::Error> {
