@@ -1,7 +1,8 @@
-//! What every Postgres store shares (sessions, memory, open loops) (feature `postgres`): a connection
-//! pool from a connection string, a description of the target for error
-//! messages that never shows the password, and the failures of getting a
-//! connection, which each store maps into its own error type.
+//! What the Postgres stores of sessions, memory and open loops share
+//! (feature `postgres`): a connection pool from a connection string, a
+//! description of the target for error messages that never shows the
+//! password, migrations under an advisory lock, and the failures of getting
+//! a connection, which each store maps into its own error type.
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime};
 use std::sync::Arc;
@@ -79,6 +80,29 @@ pub(crate) async fn connection(pool: &Pool, target: &str) -> Result<Object, PgSe
             source: other.to_string().into(),
         },
     })
+}
+
+/// Runs `migrations` in one transaction holding the advisory lock `lock`,
+/// so several processes starting at once migrate one after the other.
+pub(crate) async fn migrate_locked(
+    client: &mut Object,
+    lock: i64,
+    migrations: &str,
+) -> Result<(), PgSetupError> {
+    let db = |op: &'static str| {
+        move |e: tokio_postgres::Error| PgSetupError::Other {
+            op,
+            source: Box::new(e),
+        }
+    };
+    let tx = client.transaction().await.map_err(db("start the migration"))?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&lock])
+        .await
+        .map_err(db("lock the schema for migration"))?;
+    tx.batch_execute(migrations)
+        .await
+        .map_err(db("migrate the schema"))?;
+    tx.commit().await.map_err(db("commit the migration"))
 }
 
 /// Host, port, database and user of `config`, for error messages.

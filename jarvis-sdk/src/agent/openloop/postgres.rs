@@ -15,7 +15,7 @@ use tokio_postgres::Row;
 
 use super::{LoopError, LoopFilter, LoopKind, OpenLoop, OpenLoopStore};
 use crate::common::Timestamp;
-use crate::common::pg::{BoxError, PgSetupError, build_pool, connection};
+use crate::common::pg::{BoxError, PgSetupError, build_pool, connection, migrate_locked};
 
 /// Key of the advisory lock the migrations hold (`jarvis` in ASCII, then 3).
 const MIGRATION_LOCK: i64 = 0x6a61_7276_6973_0003;
@@ -105,14 +105,9 @@ impl PostgresOpenLoopStore {
     /// processes run it at once.
     pub async fn migrate(&self) -> Result<(), LoopError> {
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(db("start the migration"))?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        migrate_locked(&mut client, MIGRATION_LOCK, MIGRATIONS)
             .await
-            .map_err(db("lock the schema for migration"))?;
-        tx.batch_execute(MIGRATIONS)
-            .await
-            .map_err(db("migrate the schema"))?;
-        tx.commit().await.map_err(db("commit the migration"))
+            .map_err(setup_error)
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, LoopError> {

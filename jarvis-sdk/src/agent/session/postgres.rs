@@ -31,7 +31,7 @@ use super::{
     ENTRY_SCHEMA_VERSION, EntryBody, NewSession, SessionEntry, SessionError, SessionId, SessionKind,
     SessionMeta, SessionStore, fork_meta, normalize_title, now,
 };
-use crate::common::pg::{PgSetupError, build_pool, connection};
+use crate::common::pg::{PgSetupError, build_pool, connection, migrate_locked};
 use crate::common::{Clock, SystemClock, Timestamp};
 
 /// Key of the advisory lock the migrations hold (`jarvis` in ASCII, then 1).
@@ -110,14 +110,9 @@ impl PostgresSessionStore {
     /// processes run it at once; [`connect`](Self::connect) runs it.
     pub async fn migrate(&self) -> Result<(), SessionError> {
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(db("start the migration"))?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        migrate_locked(&mut client, MIGRATION_LOCK, MIGRATIONS)
             .await
-            .map_err(db("lock the schema for migration"))?;
-        tx.batch_execute(MIGRATIONS)
-            .await
-            .map_err(db("migrate the schema"))?;
-        tx.commit().await.map_err(db("commit the migration"))
+            .map_err(setup_error)
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, SessionError> {
