@@ -197,11 +197,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     // The scheduler runs jobs through the app and reports watches to its
     // daemon; both reach the app through a link set once it exists.
     let app_link: Arc<OnceLock<Weak<AppInner>>> = Arc::default();
-    let watch_agent = if registry.contains(WATCH_AGENT) {
-        WATCH_AGENT
-    } else {
-        MAIN_AGENT
-    };
+
     let scheduler = Scheduler::new(
         &config.home,
         config.clock.clone(),
@@ -212,7 +208,8 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         },
     )?
     .with_builtin(Arc::new(
-        WatchJob::from_housing(&config.housing, Arc::new(AppJobs(app_link.clone()))).with_agent(watch_agent),
+        WatchJob::from_housing(&config.housing, Arc::new(AppJobs(app_link.clone())))
+            .with_agent(watch_agent(&registry)),
     ));
     let inner = Arc::new_cyclic(|me: &Weak<AppInner>| AppInner {
         scheduler: {
@@ -782,6 +779,15 @@ impl AppInner {
     }
 }
 
+/// KAREN, who hears of `housing_watch`, or JARVIS in a team without her.
+fn watch_agent(registry: &AgentRegistry) -> &'static str {
+    if registry.contains(WATCH_AGENT) {
+        WATCH_AGENT
+    } else {
+        MAIN_AGENT
+    }
+}
+
 /// Open loops over the app's `store`, judged by `judge`.
 fn open_loops(config: &AppConfig, store: Arc<dyn OpenLoopStore>, judge: Arc<dyn LoopJudge>) -> OpenLoops {
     OpenLoops::new(store, judge, config.clock.clone(), config.ids.clone())
@@ -798,22 +804,17 @@ impl ProactiveSessions for OpenSessions {
         let Some(app) = self.0.upgrade() else {
             return Vec::new();
         };
-        let sessions = app.sessions.lock().unwrap_or_else(|e| e.into_inner());
-        let mut targets: Vec<ProactiveTarget> = sessions
-            .values()
-            .filter(|(s, _)| s.kind() == SessionKind::User)
-            .filter_map(|(s, _)| {
-                let profile = app.registry.get(s.agent_id())?;
+        app.user_sessions(|_| true)
+            .into_iter()
+            .filter_map(|session| {
+                let profile = app.registry.get(session.agent_id())?;
                 Some(ProactiveTarget {
-                    session: s.clone(),
                     proactive: profile.proactive,
                     feedback: profile.feedback.clone(),
+                    session,
                 })
             })
-            .collect();
-        // A stable order, so a queued message goes to the same session each run.
-        targets.sort_by(|a, b| a.session.id().as_str().cmp(b.session.id().as_str()));
-        targets
+            .collect()
     }
 }
 
@@ -869,7 +870,7 @@ impl JobRunner for AppJobs {
         // asks on the screens of the agent's open session, as a delegated
         // turn asks on its caller's (with none open, it is denied when the
         // request times out).
-        let screens = app.sessions_of(&job.agent);
+        let screens = app.user_sessions(|agent| agent == job.agent);
         let mut options = PromptOptions::from(caller);
         options.approver = screens
             .iter()
@@ -899,24 +900,22 @@ impl WatchReporter for AppJobs {
     // recorded as reported.
     async fn report(&self, watch: &NoticeWatch, notices: &[Notice]) -> Result<(), String> {
         let app = self.app()?;
-        let agent = if app.registry.contains(WATCH_AGENT) {
-            WATCH_AGENT
-        } else {
-            MAIN_AGENT
-        };
-        app.proactive.enqueue(agent, watch_report(watch, notices));
+        app.proactive
+            .enqueue(watch_agent(&app.registry), watch_report(watch, notices));
         Ok(())
     }
 }
 
 impl AppInner {
-    /// The open people's sessions of `agent_id`, by id.
-    fn sessions_of(&self, agent_id: &str) -> Vec<Arc<AgentSession>> {
+    /// The open people's sessions (never peer sessions) whose agent
+    /// `agent` accepts, by id: a stable order, so a queued message goes to
+    /// the same session each run.
+    fn user_sessions(&self, agent: impl Fn(&str) -> bool) -> Vec<Arc<AgentSession>> {
         let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         let mut found: Vec<Arc<AgentSession>> = sessions
             .values()
             .map(|(s, _)| s)
-            .filter(|s| s.agent_id() == agent_id && s.kind() == SessionKind::User)
+            .filter(|s| s.kind() == SessionKind::User && agent(s.agent_id()))
             .cloned()
             .collect();
         found.sort_by(|a, b| a.id().as_str().cmp(b.id().as_str()));
