@@ -100,12 +100,16 @@ pub use agent::{
     LoopKind, MemoryOpenLoopStore, ModelJudge, NewLoop, OPEN_LOOPS_FILE, OpenLoop, OpenLoopStore, OpenLoops,
     RuleJudge, cancels, detect, due_time, has_cue,
 };
+pub use agent::{
+    INTERRUPTED_RESULT, JournalError, JournalStep, JournaledApproval, LoopState, PendingTurn,
+    TURN_JOURNAL_FILE, TurnBegin, TurnJournal, TurnOptions, TurnRecorder, descendants,
+};
 #[cfg(feature = "postgres")]
 pub use agent::{PostgresOpenLoopStore, PostgresSessionStore};
 pub use app::{
     ALWAYS_ATTACHED, AgendaSettings, AgentProfile, AgentRegistry, AppAssembly, AppConfig, AppError,
-    BUILTIN_TEAM, BrandConfig, JARVIS_SYSTEM_PROMPT, MAIN_AGENT, MemorySettings, Palette,
-    REFLECTION_TEMPLATE_FILE, ReflectionSettings, SessionObserver, Skipped, StoreBackend,
+    BUILTIN_TEAM, BrandConfig, DEFAULT_MAX_LOADED_SESSIONS, JARVIS_SYSTEM_PROMPT, MAIN_AGENT, MemorySettings,
+    Palette, REFLECTION_TEMPLATE_FILE, ReflectionSettings, SessionObserver, Skipped, StoreBackend,
     THOUGHT_TEMPLATE_FILE, TeamContext, ThinkingSettings, build_app, load_team, parse_definition,
     parse_utc_offset, seed_team_dir, valid_agent_id, wordmark,
 };
@@ -126,9 +130,10 @@ pub use core::{
     WatchStore, amortize, check_watch, housing_tools, normalize_watch_text, sort_newest_first,
 };
 pub use core::{
-    AgendaItem, AgendaKind, AgendaSource, COMMANDS, CommandContext, CountingFeedback, FeedbackLearner,
-    ProactiveConfig, ProactiveDaemon, ProactiveSessions, ProactiveTarget, Reaction, ScheduleCommand,
-    SlashCommands, StandardCommands, TickReport, parse_command, reminder_text,
+    AgendaItem, AgendaKind, AgendaSource, AgentStance, COMMANDS, CommandContext, CountingFeedback,
+    DEFAULT_OUTBOX_CAPACITY, FeedbackLearner, OUTBOX_FILE, Outbox, OutboxError, OutboxItem, ProactiveConfig,
+    ProactiveDaemon, ProactiveSessions, ProactiveTarget, Reaction, ScheduleCommand, SlashCommands,
+    StandardCommands, TickReport, parse_command, reminder_id, reminder_text,
 };
 pub use core::{
     AgentDirectory, AgentSession, AgentSessionParts, AgentToolPolicy, ApprovalBroker, ApprovalError,
@@ -136,8 +141,8 @@ pub use core::{
     DEFAULT_ASK_TIMEOUT, Delegation, DelegationChain, DelegationError, DirectoryLink, DualConfig, DualReply,
     LayeredApprovalRules, MAX_CHAIN, PEER_REQUEST_RULE, PromptOptions, RECENT_TURNS, RosterEntry,
     RuleDecision, RuleSource, SecurityError, SecurityInput, SecurityPipeline, SecurityStage,
-    SessionAttachment, SessionPolicy, Slot, TokenAuth, TurnError, Validation, ValidationConfig,
-    bigram_jaccard, html_escape, is_bounce,
+    SessionAttachment, SessionPolicy, Slot, Supervisor, TaskHealth, TaskStatus, TokenAuth, TurnError,
+    Validation, ValidationConfig, bigram_jaccard, html_escape, is_bounce,
 };
 pub use core::{
     BrokenFile, BuiltinJob, CatchUp, CronExpr, DEFAULT_GRACE, DEFAULT_JOB_AGENT, DEFAULT_POLL_INTERVAL,
@@ -183,8 +188,8 @@ pub use model::{
     StreamDecoder, TokioSleeper, decode_chunks,
 };
 pub use model::{
-    AssistantMessage, ChatRequest, DEMO_SCRIPT, Embedder, EmbedderExt, FAUX_SCRIPT_ENV, FauxError,
-    FauxProvider, FauxReply, FauxRule, FauxScript, FauxToolCall, FauxWhen, FinishReason,
+    AssistantMessage, ChatRequest, DEMO_SCRIPT, Embedder, EmbedderExt, FAUX_REQUEST_LOG_ENV, FAUX_SCRIPT_ENV,
+    FauxError, FauxProvider, FauxReply, FauxRule, FauxScript, FauxToolCall, FauxWhen, FinishReason,
     HASH_EMBEDDER_DIMENSIONS, HashEmbedder, Message, ModelResponse, Provider, ProviderError, ProviderEvent,
     ProviderExt, ProviderStream, Purpose, RequestMetadata, ResponseAssembler, Role, ThinkingBlock, ToolCall,
     ToolChoice, ToolResultMessage, ToolSpec, Usage, UserMessage, cosine,

@@ -20,10 +20,19 @@ use crate::protocol::{AgentInfo, CreateSession, Health, SessionDetail, codes};
 use crate::state::ServerState;
 
 /// `GET /healthz`.
-pub(crate) async fn healthz() -> Json<Health> {
+pub(crate) async fn healthz(State(state): State<ServerState>) -> Json<Health> {
+    let health = state.app().background_health();
     Json(Health {
         status: "ok".to_owned(),
         pid: std::process::id(),
+        background: health
+            .iter()
+            .map(|(name, h)| (name.clone(), h.status.as_str().to_owned()))
+            .collect(),
+        background_failures: health
+            .iter()
+            .map(|(name, h)| (name.clone(), h.failures))
+            .collect(),
     })
 }
 

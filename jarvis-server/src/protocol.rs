@@ -14,6 +14,7 @@ use jarvis_sdk::{
     AgentEvent, AgentProfile, ApprovalDecision, ApprovalRequest, Palette, Reaction, SessionEntry, SessionMeta,
 };
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// WebSocket close code: the token is missing or wrong.
 pub const CLOSE_UNAUTHORIZED: u16 = 4401;
@@ -57,6 +58,9 @@ pub mod codes {
     pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
     /// The request's `Host` or `Origin` is not one this server answers.
     pub const FORBIDDEN_ORIGIN: &str = "forbidden_origin";
+    /// A turn of this session was cut short by a restart (sent once, to the
+    /// first screen that opens the session afterwards).
+    pub const INTERRUPTED: &str = "interrupted";
 }
 
 /// A message the server adds to the harness events.
@@ -236,6 +240,14 @@ pub struct Health {
     pub status: String,
     /// The server's process id (the CLI matches it with the server file).
     pub pid: u32,
+    /// The background work, by task (`scheduler`, `reflection`): `ok`, or
+    /// `restarting` after a failure.
+    #[serde(default)]
+    pub background: BTreeMap<String, String>,
+    /// Failures of each background task since the server started (a panic,
+    /// or a scheduled job that failed), each logged with its name.
+    #[serde(default)]
+    pub background_failures: BTreeMap<String, u64>,
 }
 
 /// The body of every HTTP error: `{"error": {"code", "message"}}`.

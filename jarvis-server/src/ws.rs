@@ -135,6 +135,9 @@ async fn connection(state: ServerState, socket: WebSocket, request: Opening) {
     let _attached = session.attach(Arc::new(ConnectionScreen {
         outbox: outbox.clone(),
     }));
+    if let Some(note) = session.take_interrupted() {
+        outbox.error(codes::INTERRUPTED, note);
+    }
     let ended = CancellationToken::new();
     let (sink, mut stream) = socket.split();
     let writer = tokio::spawn(write_loop(
@@ -258,7 +261,23 @@ impl Connection<'_> {
                     .error(codes::BAD_REQUEST, format!("not a client message: {error}"));
             }
         };
+        // Sessions other than a person's own are read-only for people: the
+        // turns there belong to an agent, a job or a caller, and their
+        // approval requests are answered on the screens they are shown on.
+        let read_only = self.session.kind().is_read_only();
         match message {
+            ClientMessage::Prompt { .. } | ClientMessage::Abort | ClientMessage::Approval { .. }
+                if read_only =>
+            {
+                self.outbox.error(
+                    codes::FORBIDDEN,
+                    format!(
+                        "{} is a {} session: it can be read, not written, aborted or approved in",
+                        self.session.id(),
+                        self.session.kind().as_str()
+                    ),
+                );
+            }
             ClientMessage::Prompt { text } => self.prompt(text).await,
             ClientMessage::Approval { request_id, decision } => {
                 if !self.session.broker().decide(&request_id, decision.into()) {

@@ -20,6 +20,10 @@ pub enum AgentEvent {
         agent_name: String,
         /// The session the turn runs in.
         session_id: String,
+        /// The turn began before a restart and goes on where it stopped
+        /// (it was waiting for a person); only sent when `true`.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        resumed: bool,
     },
     /// A step begins; numbered from 1 and counting on through a continuation.
     TurnStart {
@@ -193,6 +197,9 @@ pub enum StopReason {
     Error,
     /// The turn was aborted; the answer is the last assistant text of the turn.
     Aborted,
+    /// The process stopped (a crash, a kill) while the turn ran; it was
+    /// closed at the next start with what it had recorded and no answer.
+    Interrupted,
 }
 
 #[cfg(test)]

@@ -18,6 +18,8 @@ use std::sync::Arc;
 pub struct ToolCallInfo<'a> {
     /// The session the call belongs to.
     pub session_id: &'a str,
+    /// The turn the call belongs to (empty outside a journaled turn).
+    pub turn_id: &'a str,
     /// The agent making the call.
     pub agent_id: &'a str,
     /// The call's id.

@@ -1,31 +1,50 @@
 //! [`Harness`]: one turn of one session, from the store and back.
 //!
 //! A turn reads the session's recent window from its [`SessionStore`],
-//! records the user message, runs [`run_agent_loop`], records what the loop
-//! produced between turn markers, and asks the store to make the turn
-//! durable ([`SessionStore::sync`]). Security and thinking wrap around this
-//! in the layers above; the harness knows no HTTP and no screen beyond the
-//! [`UIAdapter`](super::ui::UIAdapter) in its [`LoopContext`].
+//! runs [`run_agent_loop`]'s loop, and writes the whole turn to the history
+//! as **one contiguous block** when it ends (`turn_start`, the prompt, what
+//! the loop produced, `turn_end`), then asks the store to make it durable
+//! ([`SessionStore::sync`]). Only then does `agent_end` go out: an answer a
+//! person saw is in the history as far as the store's durability setting
+//! promises. Two turns of one session that overlap (a job in the background
+//! and the person's next prompt) never interleave: each block lands whole,
+//! in the order the turns end.
+//!
+//! While the turn runs, what it has done so far is kept in the
+//! [`TurnJournal`] (the prompt, each step, each tool result, approval
+//! requests and decisions), so a crash loses nothing:
+//! [`Harness::resume_turn`] picks up a turn that was waiting for a person,
+//! and [`PendingTurn::interrupted_block`] closes any other.
+//!
+//! Security and thinking wrap around this in the layers above; the harness
+//! knows no HTTP and no screen beyond the [`UIAdapter`](super::ui::UIAdapter)
+//! in its [`LoopContext`].
 //!
 //! With memory on ([`Harness::with_memory`], R-MEM-2) the harness calls the
 //! [`MemoryService`] around the loop: before it, `observe` recalls once for
 //! the prompt and the loop applies the answer before every model call;
 //! after it, `record_turn` writes the turn episode (tools used, duration,
 //! steps, overflows, `overflow: true` when `overflows ≥ 1`, stop reason)
-//! and updates working memory. The scope is the session's: the harness's
-//! agent, the session, the user and `memory.read` given to `with_memory`.
-//! Memory failures never fail a turn: they are logged and the turn runs
-//! (or is kept) without memory.
+//! and updates working memory. The episode is written while the history
+//! block is being synced (so it adds nothing to the turn unless it is
+//! slower than the sync), and both are done before `agent_end`: the next
+//! turn's recall sees it, and a crash after `agent_end` loses neither. The scope is the
+//! session's: the harness's agent, the session, the user and `memory.read`
+//! given to `with_memory`. Memory failures never fail a turn: they are
+//! logged and the turn runs (or is kept) without memory.
 
 use std::fmt;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::error::AgentError;
-use super::run::{AgentLoopConfig, LoopContext, LoopOutcome, run_agent_loop};
+use super::event::AgentEvent;
+use super::journal::{PendingTurn, TurnBegin, TurnJournal};
+use super::run::{AgentLoopConfig, LoopContext, LoopOutcome, LoopState, Resume, TurnRecorder, run_loop};
 use super::session::{EntryBody, SessionEntry, SessionError, SessionId, SessionStore};
+use crate::common::{Clock, SystemClock, Timestamp};
 use crate::memory::{MemoryRead, MemoryScope, MemoryService, TurnRecord};
-use crate::model::Message;
+use crate::model::{Message, ToolResultMessage};
 
 /// Settings of a [`Harness`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +76,33 @@ impl HarnessConfig {
     /// Sets the turns the model receives (at least 1).
     pub fn with_history_turns(mut self, turns: usize) -> Self {
         self.history_turns = turns.max(1);
+        self
+    }
+}
+
+/// How a turn stands among others, for the journal.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TurnOptions {
+    /// The turn that delegated this one (`ask_agent`).
+    pub parent_turn: Option<String>,
+    /// Whether the turn may be resumed after a restart when it stops for a
+    /// person (a person's turn in their own session).
+    pub resumable: bool,
+}
+
+impl TurnOptions {
+    /// Options of a turn a person started in their own session.
+    pub fn resumable() -> Self {
+        Self {
+            parent_turn: None,
+            resumable: true,
+        }
+    }
+
+    /// Sets the delegating turn.
+    pub fn with_parent(mut self, parent: Option<String>) -> Self {
+        self.parent_turn = parent.filter(|p| !p.is_empty());
         self
     }
 }
@@ -93,6 +139,8 @@ pub struct Harness {
     ctx: LoopContext,
     config: HarnessConfig,
     memory: Option<HarnessMemory>,
+    journal: Arc<TurnJournal>,
+    clock: Arc<dyn Clock>,
 }
 
 /// The memory a harness uses: the service and the scope's user and reads.
@@ -110,18 +158,39 @@ impl fmt::Debug for Harness {
             .field("ctx", &self.ctx)
             .field("config", &self.config)
             .field("memory", &self.memory)
+            .field("journal", &self.journal.path())
             .finish()
     }
 }
 
+/// Journals what a turn records as it goes.
+struct JournalRecorder {
+    journal: Arc<TurnJournal>,
+    turn_id: String,
+}
+
+impl TurnRecorder for JournalRecorder {
+    fn step(&self, message: &Message, state: &LoopState) {
+        self.journal.step(&self.turn_id, message, state);
+    }
+
+    fn result(&self, result: &ToolResultMessage) {
+        self.journal.result(&self.turn_id, result);
+    }
+}
+
 impl Harness {
-    /// A harness over `store` running the loop with `ctx` and default settings.
+    /// A harness over `store` running the loop with `ctx` and default
+    /// settings; turns in progress are journaled in memory only until
+    /// [`with_journal`](Self::with_journal) names a journal.
     pub fn new(store: Arc<dyn SessionStore>, ctx: LoopContext) -> Self {
         Self {
             store,
             ctx,
             config: HarnessConfig::default(),
             memory: None,
+            journal: Arc::new(TurnJournal::in_memory()),
+            clock: Arc::new(SystemClock),
         }
     }
 
@@ -142,6 +211,19 @@ impl Harness {
             user: user.into(),
             read,
         });
+        self
+    }
+
+    /// Journals turns in progress in `journal` (the app's, shared by every
+    /// harness of a home).
+    pub fn with_journal(mut self, journal: Arc<TurnJournal>) -> Self {
+        self.journal = journal;
+        self
+    }
+
+    /// The clock the journal's times come from (default the system clock).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
         self
     }
 
@@ -173,12 +255,16 @@ impl Harness {
         &self.ctx
     }
 
+    /// The journal of turns in progress.
+    pub fn journal(&self) -> &Arc<TurnJournal> {
+        &self.journal
+    }
+
     /// Runs one turn of `session` on `prompt` and answers what the loop
     /// produced. `cancel` aborts the turn as in [`run_agent_loop`]; an
     /// aborted turn is recorded like any other.
     ///
-    /// Entries recorded: `turn_start` and the user message before the loop
-    /// runs, then in one batch the loop's new messages and `turn_end`.
+    /// [`run_agent_loop`]: super::run_agent_loop
     pub async fn run_turn(
         &self,
         session: &SessionId,
@@ -198,7 +284,94 @@ impl Harness {
         adjust: impl FnOnce(&mut LoopContext),
         cancel: &CancellationToken,
     ) -> Result<LoopOutcome, AgentError> {
+        self.run_turn_in(session, prompt, TurnOptions::default(), adjust, cancel)
+            .await
+    }
+
+    /// [`Harness::run_turn_with`], with the turn's place among others
+    /// (its delegating turn, whether it may resume after a restart).
+    ///
+    /// The history receives, when the turn ends, one block: `turn_start`
+    /// (with the turn's id), the user message, the loop's new messages and
+    /// `turn_end`; `agent_end` goes out after the block is synced.
+    pub async fn run_turn_in(
+        &self,
+        session: &SessionId,
+        prompt: impl Into<String>,
+        options: TurnOptions,
+        adjust: impl FnOnce(&mut LoopContext),
+        cancel: &CancellationToken,
+    ) -> Result<LoopOutcome, AgentError> {
         self.config.loop_config.validate()?;
+        self.check_session(session).await?;
+        let mut history = self.window(session).await?;
+        let prompt: String = prompt.into();
+        let turn_id = self.ctx.ids.next_id("t-");
+        self.journal.begin(TurnBegin {
+            turn_id: turn_id.clone(),
+            session_id: session.to_string(),
+            agent_id: self.ctx.identity.agent_id.clone(),
+            at: Timestamp::from_system_time(self.clock.now()),
+            prompt: prompt.clone(),
+            parent: options.parent_turn,
+            resumable: options.resumable,
+        });
+        history.push(Message::user(prompt.clone()));
+        let ctx = self.turn_context(session, &turn_id, adjust);
+        self.drive(session, &turn_id, prompt, ctx, history, None, cancel)
+            .await
+    }
+
+    /// Picks up `pending`, a turn of `session` that was waiting for a
+    /// person when the process stopped: its recorded steps are its history,
+    /// calls already settled keep their results, `settled` adds results for
+    /// the calls that will not run again (see
+    /// [`PendingTurn::settle_for_resume`]), and the rest run through the
+    /// gate (the approver finds its request in the journal and asks with
+    /// the same id). The turn ends as any other: one block, then `agent_end`;
+    /// it starts with `agent_start {resumed: true}`.
+    pub async fn resume_turn(
+        &self,
+        pending: &PendingTurn,
+        settled: Vec<ToolResultMessage>,
+        adjust: impl FnOnce(&mut LoopContext),
+        cancel: &CancellationToken,
+    ) -> Result<LoopOutcome, AgentError> {
+        self.config.loop_config.validate()?;
+        let session = SessionId::new(pending.begin.session_id.as_str())?;
+        self.check_session(&session).await?;
+        let Some(last) = pending.steps.last() else {
+            return Err(AgentError::InvalidConfig(
+                "a turn can only resume from a recorded step".into(),
+            ));
+        };
+        let turn_id = pending.turn_id().to_owned();
+        let prompt = pending.begin.prompt.clone();
+        let mut history = self.window(&session).await?;
+        history.push(Message::user(prompt.clone()));
+        let turn_start = history.len();
+        for step in &pending.steps[..pending.steps.len() - 1] {
+            history.push(step.message.clone());
+            history.extend(step.results.iter().cloned().map(Message::Tool));
+        }
+        history.push(last.message.clone());
+        for result in &settled {
+            self.journal.result(&turn_id, result);
+        }
+        let mut known = last.results.clone();
+        known.extend(settled);
+        let resume = Resume {
+            turn_start,
+            state: last.state.clone(),
+            known,
+        };
+        let ctx = self.turn_context(&session, &turn_id, adjust);
+        self.drive(&session, &turn_id, prompt, ctx, history, Some(resume), cancel)
+            .await
+    }
+
+    /// Checks that `session` exists and is this harness's agent's.
+    async fn check_session(&self, session: &SessionId) -> Result<(), AgentError> {
         let meta = self
             .store
             .get(session)
@@ -212,22 +385,45 @@ impl Harness {
             }
             .into());
         }
+        Ok(())
+    }
+
+    /// The messages of the turns before this one the model sees.
+    async fn window(&self, session: &SessionId) -> Result<Vec<Message>, AgentError> {
         let previous = self.config.history_turns.max(1) - 1;
         let window = self.store.recent(session, previous).await?;
-        let mut history = history_messages(&window);
-        let prompt: String = prompt.into();
-        let user = Message::user(prompt.clone());
-        self.store
-            .append(
-                session,
-                vec![EntryBody::TurnStart, EntryBody::message(user.clone())],
-            )
-            .await?;
-        history.push(user);
+        Ok(history_messages(&window))
+    }
 
+    fn turn_context(
+        &self,
+        session: &SessionId,
+        turn_id: &str,
+        adjust: impl FnOnce(&mut LoopContext),
+    ) -> LoopContext {
         let mut ctx = self.ctx.clone();
         ctx.identity.session_id = session.to_string();
+        ctx.turn_id = turn_id.to_owned();
+        ctx.recorder = Some(Arc::new(JournalRecorder {
+            journal: self.journal.clone(),
+            turn_id: turn_id.to_owned(),
+        }));
         adjust(&mut ctx);
+        ctx
+    }
+
+    /// Recall, the loop, then the turn's block, the episode and `agent_end`.
+    #[allow(clippy::too_many_arguments)]
+    async fn drive(
+        &self,
+        session: &SessionId,
+        turn_id: &str,
+        prompt: String,
+        mut ctx: LoopContext,
+        history: Vec<Message>,
+        resume: Option<Resume>,
+        cancel: &CancellationToken,
+    ) -> Result<LoopOutcome, AgentError> {
         let memory = self.memory.as_ref().zip(self.memory_scope(session));
         let started = memory.as_ref().map(|(m, _)| m.service.clock().now());
         if let Some((m, scope)) = &memory {
@@ -239,39 +435,75 @@ impl Harness {
                 ),
             }
         }
-        let outcome = run_agent_loop(&ctx, &self.config.loop_config, history, cancel).await?;
+        let outcome = match run_loop(&ctx, &self.config.loop_config, history, resume, cancel).await {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                self.journal.end(turn_id);
+                return Err(e);
+            }
+        };
 
-        let mut batch: Vec<EntryBody> = Vec::with_capacity(outcome.new_messages.len() + 1);
-        batch.extend(outcome.new_messages.iter().cloned().map(EntryBody::message));
-        batch.push(EntryBody::TurnEnd {
+        // The episode is written while the block is synced.
+        let episode = match (&memory, started) {
+            (Some((m, scope)), Some(started)) => {
+                let duration = m
+                    .service
+                    .clock()
+                    .now()
+                    .duration_since(started)
+                    .unwrap_or_default();
+                let stop_reason = serde_json::to_value(outcome.final_message.stop_reason)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                let turn = TurnRecord::new(prompt.clone(), outcome.final_message.content.clone())
+                    .with_tools(tools_used(&outcome.new_messages))
+                    .with_outcome(duration, outcome.turns, outcome.overflows, stop_reason);
+                let (service, scope) = (m.service.clone(), scope.clone());
+                let session = session.clone();
+                Some(tokio::spawn(async move {
+                    if let Err(e) = service.record_turn(&scope, turn).await {
+                        tracing::warn!(
+                            session_id = %session,
+                            "harness: the turn episode could not be written: {e}"
+                        );
+                    }
+                }))
+            }
+            _ => None,
+        };
+
+        let mut block: Vec<EntryBody> = Vec::with_capacity(outcome.new_messages.len() + 3);
+        block.push(EntryBody::turn_start(turn_id));
+        block.push(EntryBody::message(Message::user(prompt)));
+        block.extend(outcome.new_messages.iter().cloned().map(EntryBody::message));
+        block.push(EntryBody::TurnEnd {
             stop_reason: outcome.final_message.stop_reason,
             turns: outcome.turns,
             overflows: outcome.overflows,
         });
-        self.store.append(session, batch).await?;
-        self.store.sync(session).await?;
-
-        if let (Some((m, scope)), Some(started)) = (&memory, started) {
-            let duration = m
-                .service
-                .clock()
-                .now()
-                .duration_since(started)
-                .unwrap_or_default();
-            let stop_reason = serde_json::to_value(outcome.final_message.stop_reason)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default();
-            let turn = TurnRecord::new(prompt, outcome.final_message.content.clone())
-                .with_tools(tools_used(&outcome.new_messages))
-                .with_outcome(duration, outcome.turns, outcome.overflows, stop_reason);
-            if let Err(e) = m.service.record_turn(scope, turn).await {
-                tracing::warn!(
-                    session_id = %session,
-                    "harness: the turn episode could not be written: {e}"
-                );
+        let commit = async {
+            self.store.append(session, block).await?;
+            self.store.sync(session).await
+        };
+        let episode = async {
+            if let Some(episode) = episode {
+                let _ = episode.await;
             }
+        };
+        let (committed, ()) = tokio::join!(commit, episode);
+        if let Err(e) = &committed {
+            // The journal keeps the turn: the next start closes it as
+            // interrupted with what it recorded.
+            tracing::error!(session_id = %session, error = %e, "harness: the turn could not be recorded");
+            let _ = ctx.ui.on_event(&AgentEvent::AgentError {
+                message: format!("the turn could not be recorded: {e}"),
+            });
+        } else {
+            self.journal.end(turn_id);
         }
+        let _ = ctx.ui.on_event(&outcome.end_event());
+        committed?;
         Ok(outcome)
     }
 }
@@ -413,7 +645,7 @@ mod tests {
                 v: 1,
                 seq: 0,
                 ts: Timestamp::EPOCH,
-                body: EntryBody::TurnStart,
+                body: EntryBody::TurnStart { turn_id: None },
             },
         );
         assert_eq!(history_messages(&list), vec![Message::user("u")]);

@@ -10,6 +10,7 @@ mod error;
 mod event;
 mod gate;
 mod harness;
+mod journal;
 mod openloop;
 mod run;
 mod session;
@@ -23,7 +24,11 @@ pub use gate::{
     AllowAll, ApprovalDecision, ApprovalRequest, Approver, BeforeToolCall, GateDecision, GateStage,
     GateVerdict, ToolCallInfo, ToolGate, ToolPolicy,
 };
-pub use harness::{Harness, HarnessConfig};
+pub use harness::{Harness, HarnessConfig, TurnOptions};
+pub use journal::{
+    INTERRUPTED_RESULT, JournalError, JournalStep, JournaledApproval, PendingTurn, TURN_JOURNAL_FILE,
+    TurnBegin, TurnJournal, descendants,
+};
 #[cfg(feature = "postgres")]
 pub use openloop::PostgresOpenLoopStore;
 pub use openloop::{
@@ -32,7 +37,10 @@ pub use openloop::{
     RuleJudge, cancels, detect, due_time, has_cue,
 };
 pub use run::prompts;
-pub use run::{AgentIdentity, AgentLoopConfig, LoopContext, LoopOutcome, ModelSettings, run_agent_loop};
+pub use run::{
+    AgentIdentity, AgentLoopConfig, LoopContext, LoopOutcome, LoopState, ModelSettings, TurnRecorder,
+    run_agent_loop,
+};
 #[cfg(feature = "postgres")]
 pub use session::PostgresSessionStore;
 pub(crate) use session::session_id_problem;

@@ -27,6 +27,9 @@ pub struct ToolContext {
     pub agent_id: String,
     /// The call's id.
     pub tool_call_id: String,
+    /// The turn the call belongs to (empty outside a journaled turn); a
+    /// delegation names it as the delegated turn's parent.
+    pub turn_id: String,
     /// Fires when the turn is aborted; long tools should stop early.
     pub cancel: CancellationToken,
     /// Values the code that started the turn passed along (see
@@ -41,6 +44,7 @@ impl ToolContext {
             session_id: session_id.into(),
             agent_id: agent_id.into(),
             tool_call_id: String::new(),
+            turn_id: String::new(),
             cancel: CancellationToken::new(),
             extensions: Extensions::new(),
         }
@@ -55,6 +59,12 @@ impl ToolContext {
     /// Sets the call id.
     pub fn with_call_id(mut self, id: impl Into<String>) -> Self {
         self.tool_call_id = id.into();
+        self
+    }
+
+    /// Sets the turn id.
+    pub fn with_turn_id(mut self, id: impl Into<String>) -> Self {
+        self.turn_id = id.into();
         self
     }
 

@@ -89,7 +89,9 @@ impl UIAdapter for FanoutAdapter {
 }
 
 /// A fan-out whose subscribers come and go while turns run: every screen
-/// attached to a session receives the same events.
+/// attached to a session receives the same events. A screen that attaches
+/// while a turn runs first receives that turn's `agent_start` (so it knows
+/// a turn is under way, and whether it was resumed after a restart).
 #[derive(Clone, Default)]
 pub struct ScreenHub {
     inner: Arc<HubInner>,
@@ -99,6 +101,10 @@ pub struct ScreenHub {
 struct HubInner {
     screens: std::sync::Mutex<Vec<(u64, Arc<dyn UIAdapter>)>>,
     next: std::sync::atomic::AtomicU64,
+    /// Turns started and not ended, and the latest `agent_start`. Held while
+    /// a start or an end is delivered and while a screen attaches, so a new
+    /// screen sees a turn's start exactly when it will see its end.
+    flight: std::sync::Mutex<(usize, Option<AgentEvent>)>,
 }
 
 impl std::fmt::Debug for ScreenHub {
@@ -137,14 +143,20 @@ impl ScreenHub {
         Self::default()
     }
 
-    /// Attaches `screen` until the returned attachment is dropped.
+    /// Attaches `screen` until the returned attachment is dropped; it first
+    /// receives the `agent_start` of a turn under way, if one is.
     pub fn attach(&self, screen: Arc<dyn UIAdapter>) -> HubAttachment {
         let id = self.inner.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let flight = self.inner.flight.lock().unwrap_or_else(|e| e.into_inner());
+        if let (1.., Some(start)) = &*flight {
+            let _ = screen.on_event(start);
+        }
         self.inner
             .screens
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push((id, screen));
+        drop(flight);
         HubAttachment {
             hub: Arc::downgrade(&self.inner),
             id,
@@ -170,12 +182,27 @@ impl ScreenHub {
 impl UIAdapter for ScreenHub {
     /// A screen asking to stop aborts the turn for everyone.
     fn on_event(&self, event: &AgentEvent) -> ControlFlow<()> {
+        let mut flight = None;
+        if let AgentEvent::AgentStart { .. } | AgentEvent::AgentEnd { .. } = event {
+            let mut guard = self.inner.flight.lock().unwrap_or_else(|e| e.into_inner());
+            match event {
+                AgentEvent::AgentStart { .. } => *guard = (guard.0 + 1, Some(event.clone())),
+                _ => {
+                    guard.0 = guard.0.saturating_sub(1);
+                    if guard.0 == 0 {
+                        guard.1 = None;
+                    }
+                }
+            }
+            flight = Some(guard);
+        }
         let mut flow = ControlFlow::Continue(());
         for screen in self.screens() {
             if screen.on_event(event).is_break() {
                 flow = ControlFlow::Break(());
             }
         }
+        drop(flight);
         flow
     }
 

@@ -18,23 +18,24 @@ use crate::agent::{
     AgentEvent, AgentIdentity, Approver, DEFAULT_REFLECTION_TEMPLATE, DEFAULT_THOUGHT_TEMPLATE,
     DistillConfig, Distiller, Harness, HarnessConfig, HubAttachment, JsonlOpenLoopStore, JsonlOptions,
     JsonlSessionStore, LoopContext, LoopError, LoopFilter, LoopJudge, MemoryOpenLoopStore, ModelJudge,
-    ModelSettings, NewSession, OpenLoopStore, OpenLoops, ReflectionConfig, Reflector, RuleJudge, ScreenHub,
-    SessionEntry, SessionId, SessionKind, SessionMeta, SessionStore, ThoughtConfig, ThoughtEngine, Tool,
-    ToolGate, ToolRegistry, Typed, UIAdapter,
+    ModelSettings, NewSession, OpenLoopStore, OpenLoops, PendingTurn, ReflectionConfig, Reflector, RuleJudge,
+    ScreenHub, SessionEntry, SessionId, SessionKind, SessionMeta, SessionStore, TURN_JOURNAL_FILE,
+    ThoughtConfig, ThoughtEngine, Tool, ToolGate, ToolRegistry, TurnJournal, Typed, UIAdapter, descendants,
 };
 use crate::common::Timestamp;
 use crate::common::{Extensions, HomeLock};
 use crate::core::{
     AGENT_ONLY_TOOLS, AgendaItem, AgendaKind, AgendaSource, AgentDirectory, AgentSession, AgentSessionParts,
     AgentToolPolicy, ApprovalBroker, AskAgentTool, Boundaries, BuiltinConfig, Caller, CountingFeedback,
-    Delegation, DelegationError, DirectoryLink, LayeredApprovalRules, PEER_REQUEST_RULE, ProactiveDaemon,
-    ProactiveSessions, ProactiveTarget, PromptOptions, RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL,
-    Reaction, RosterEntry, SecurityPipeline, SessionPolicy, StandardCommands, TokenAuth, TurnError,
-    Validation, builtin_tools, housing_tools, memory_tools,
+    DEFAULT_OUTBOX_CAPACITY, Delegation, DelegationError, DirectoryLink, LayeredApprovalRules, OUTBOX_FILE,
+    Outbox, OutboxItem, PEER_REQUEST_RULE, ProactiveDaemon, ProactiveSessions, ProactiveTarget,
+    PromptOptions, RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, Reaction, RosterEntry, SecurityPipeline,
+    SessionPolicy, StandardCommands, TokenAuth, TurnError, Validation, builtin_tools, housing_tools,
+    memory_tools,
 };
 use crate::core::{
-    Job, JobOutput, JobRunner, Notice, NoticeWatch, Scheduler, SchedulerConfig, UtcOffset, WATCH_AGENT,
-    WatchJob, WatchReporter, watch_report,
+    AgentStance, Job, JobOutput, JobRunner, Notice, NoticeWatch, Scheduler, SchedulerConfig, Supervisor,
+    TaskHealth, UtcOffset, WATCH_AGENT, WatchJob, WatchReporter, watch_report,
 };
 use crate::memory::{
     InMemoryMemoryStore, MemoryRead, MemoryScope, MemoryService, MemoryStore, ScopeResolver, StaticScopes,
@@ -117,6 +118,15 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         None
     };
     let loops = open_loop_store(&config).await?;
+    // Turns in progress when the process last stopped are closed or
+    // resumed once the app stands (below).
+    let (journal, pending_turns) = TurnJournal::open(config.home.join(TURN_JOURNAL_FILE))
+        .map_err(|e| AppError::Config(e.to_string()))?;
+    let journal = Arc::new(journal);
+    let outbox = Arc::new(
+        Outbox::open(config.home.join(OUTBOX_FILE), DEFAULT_OUTBOX_CAPACITY)
+            .map_err(|e| AppError::Config(e.to_string()))?,
+    );
 
     // Tools: the built-in ones, KAREN's, and ask_agent once the team is known.
     let mut tools = ToolRegistry::new();
@@ -219,6 +229,8 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         proactive: Arc::new(ProactiveDaemon::new(
             Arc::new(OpenSessions(me.clone())),
             reminders,
+            outbox,
+            store.clone(),
             config.clock.clone(),
             config.reflection.daemon.clone(),
         )),
@@ -239,7 +251,11 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         memory,
         learners,
         loops,
+        journal,
+        supervisor: Arc::default(),
+        interrupted: Mutex::default(),
         sessions: Mutex::default(),
+        uses: std::sync::atomic::AtomicU64::new(0),
         delegating: Mutex::default(),
         observers: Observers::default(),
         _lock: lock,
@@ -247,6 +263,8 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
 
     let directory: Arc<dyn AgentDirectory> = inner.clone();
     link.connect(Arc::downgrade(&directory));
+    inner.recover(pending_turns).await;
+    inner.reconcile_watch_reports().await;
     Ok(AppAssembly { inner })
 }
 
@@ -341,6 +359,11 @@ async fn open_loop_store(config: &AppConfig) -> Result<Arc<dyn OpenLoopStore>, A
     })
 }
 
+/// The name of the scheduler's background task.
+const BACKGROUND_SCHEDULER: &str = "scheduler";
+/// The name of the reflection daemon's background task.
+const BACKGROUND_REFLECTION: &str = "reflection";
+
 /// The inner thought template, in `$JARVIS_HOME` (people may edit it).
 pub const THOUGHT_TEMPLATE_FILE: &str = "inner_thought.md";
 
@@ -409,7 +432,17 @@ struct AppInner {
     scheduler: Arc<Scheduler>,
     notice: Option<String>,
     demo: bool,
-    sessions: Mutex<HashMap<String, (Arc<AgentSession>, HubAttachment)>>,
+    /// Turns in progress (`$JARVIS_HOME/turns.jsonl`).
+    journal: Arc<TurnJournal>,
+    /// Keeps the background work running.
+    supervisor: Arc<Supervisor>,
+    /// Sessions whose turn a restart cut short, with the note for the first
+    /// screen that attaches (handed to the session when it is built).
+    interrupted: Mutex<HashMap<String, String>>,
+    /// The sessions built, with the order they were last used in.
+    sessions: Mutex<HashMap<String, Loaded>>,
+    /// Counts uses of sessions, for the least recently used order.
+    uses: std::sync::atomic::AtomicU64,
     delegating: Mutex<BTreeSet<(String, String)>>,
     observers: Observers,
     _lock: Arc<HomeLock>,
@@ -555,17 +588,38 @@ impl AppAssembly {
     /// once; an embedding app that wants no jobs and no unprompted messages
     /// does not.
     pub fn spawn_background(&self, cancel: CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
-        let mut tasks = vec![self.inner.scheduler.clone().spawn(cancel.clone())];
+        let supervisor = &self.inner.supervisor;
+        let scheduler = self.inner.scheduler.clone();
+        let token = cancel.clone();
+        let mut tasks = vec![supervisor.spawn(BACKGROUND_SCHEDULER, cancel.clone(), move || {
+            scheduler.clone().run(token.clone())
+        })];
         if self.inner.config.reflection.enabled {
-            tasks.push(self.proactive().clone().spawn(cancel));
+            let daemon = self.proactive().clone();
+            let token = cancel.clone();
+            tasks.push(supervisor.spawn(BACKGROUND_REFLECTION, cancel, move || {
+                daemon.clone().run(token.clone())
+            }));
         }
         tasks
+    }
+
+    /// The health of the background work [`AppAssembly::spawn_background`]
+    /// started, by task (`scheduler`, `reflection`): running or restarting
+    /// after a failure, and failures counted (a scheduled job that failed
+    /// counts for `scheduler`).
+    pub fn background_health(&self) -> std::collections::BTreeMap<String, TaskHealth> {
+        let mut health = self.inner.supervisor.health();
+        if let Some(scheduler) = health.get_mut(BACKGROUND_SCHEDULER) {
+            scheduler.failures += self.inner.scheduler.failed_runs();
+        }
+        health
     }
 
     /// Sessions built so far (open in this process), with their agents.
     pub fn open_sessions(&self) -> Vec<Arc<AgentSession>> {
         let sessions = self.inner.sessions.lock().unwrap_or_else(|e| e.into_inner());
-        sessions.values().map(|(s, _)| s.clone()).collect()
+        sessions.values().map(|l| l.session.clone()).collect()
     }
 
     /// Creates a new session of `agent` (`main` when `None`).
@@ -648,13 +702,15 @@ impl AppAssembly {
 
 impl AppInner {
     async fn open(&self, id: &SessionId) -> Result<Arc<AgentSession>, AppError> {
-        if let Some((session, _)) = self
+        let used = self.uses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(loaded) = self
             .sessions
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(id.as_str())
+            .get_mut(id.as_str())
         {
-            return Ok(session.clone());
+            loaded.used = used;
+            return Ok(loaded.session.clone());
         }
         let meta = self
             .store
@@ -662,18 +718,40 @@ impl AppInner {
             .await?
             .ok_or_else(|| crate::agent::SessionError::not_found(id))?;
         let (built, screens) = self.build_session(&meta)?;
+        if let Some(note) = self
+            .interrupted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id.as_str())
+        {
+            built.note_interrupted(note);
+        }
         let built = Arc::new(built);
         let bridge = screens.attach(Arc::new(ObserverBridge {
             session_id: id.to_string(),
             agent_id: meta.agent_id.clone(),
             observers: self.observers.clone(),
         }));
-        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(sessions
-            .entry(id.to_string())
-            .or_insert((built, bridge))
-            .0
-            .clone())
+        let (session, unload) = {
+            let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            let session = sessions
+                .entry(id.to_string())
+                .or_insert(Loaded {
+                    session: built,
+                    _bridge: bridge,
+                    used,
+                })
+                .session
+                .clone();
+            (
+                session,
+                least_used_idle(&mut sessions, self.config.max_loaded_sessions),
+            )
+        };
+        for id in unload {
+            self.store.unload(&id).await;
+        }
+        Ok(session)
     }
 
     /// The session builder: one session's sandbox-bound tools, gate,
@@ -687,7 +765,8 @@ impl AppInner {
         let screens = ScreenHub::new();
         let broker = ApprovalBroker::new(id.as_str(), self.rules.clone(), self.config.ids.clone())
             .with_timeout(self.config.approval_timeout)
-            .with_ask_always(profile.boundaries.ask.iter().cloned());
+            .with_ask_always(profile.boundaries.ask.iter().cloned())
+            .with_journal(self.journal.clone(), self.config.clock.clone());
         let mut gate = ToolGate::new()
             .with_policy(Arc::new(
                 AgentToolPolicy::new(&profile.id, Some(profile.tools.iter().cloned()))
@@ -719,7 +798,9 @@ impl AppInner {
                 session_id: id.to_string(),
             });
         let mut harness = Harness::new(self.store.clone(), ctx)
-            .with_config(HarnessConfig::default().with_loop_config(self.config.loop_config.clone()));
+            .with_config(HarnessConfig::default().with_loop_config(self.config.loop_config.clone()))
+            .with_journal(self.journal.clone())
+            .with_clock(self.config.clock.clone());
         if let Some(memory) = &self.memory {
             harness = harness.with_memory(
                 memory.clone(),
@@ -779,6 +860,145 @@ impl AppInner {
     }
 }
 
+impl AppInner {
+    /// Settles the turns a stopped process left in progress (see the
+    /// harness and journal docs): a turn whose block is in its history
+    /// already is forgotten; a person's top-level turn that was waiting for
+    /// a person (itself, or a turn it delegated to) is resumed; every other
+    /// turn is closed as interrupted, with what it recorded and no answer,
+    /// and the first screen that opens its session is told. Failures are
+    /// logged: the journal keeps the turn for the next start.
+    async fn recover(&self, pending: Vec<PendingTurn>) {
+        if pending.is_empty() {
+            return;
+        }
+        let mut settled: BTreeSet<String> = BTreeSet::new();
+        for turn in &pending {
+            let Ok(id) = SessionId::new(turn.begin.session_id.as_str()) else {
+                self.journal.end(turn.turn_id());
+                settled.insert(turn.turn_id().to_owned());
+                continue;
+            };
+            let recorded = match self.store.get(&id).await {
+                Ok(None) => true, // its session is gone
+                Ok(Some(_)) => match self.store.has_turn(&id, turn.turn_id()).await {
+                    Ok(found) => found,
+                    Err(error) => {
+                        tracing::warn!(turn_id = %turn.turn_id(), %error, "recovery: the history could not be read");
+                        settled.insert(turn.turn_id().to_owned());
+                        continue;
+                    }
+                },
+                Err(error) => {
+                    tracing::warn!(turn_id = %turn.turn_id(), %error, "recovery: the session could not be read");
+                    settled.insert(turn.turn_id().to_owned());
+                    continue;
+                }
+            };
+            if recorded {
+                self.journal.end(turn.turn_id());
+                settled.insert(turn.turn_id().to_owned());
+            }
+        }
+        let by_id: HashMap<&str, &PendingTurn> = pending.iter().map(|t| (t.turn_id(), t)).collect();
+        let mut resume: Vec<&PendingTurn> = Vec::new();
+        for (top, below) in descendants(&pending) {
+            let Some(turn) = by_id.get(top.as_str()) else {
+                continue;
+            };
+            let waits = turn.waits_for_a_person()
+                || below
+                    .iter()
+                    .filter_map(|b| by_id.get(b.as_str()))
+                    .any(|b| b.waits_for_a_person());
+            if turn.begin.resumable && waits && !turn.steps.is_empty() && !settled.contains(&top) {
+                resume.push(turn);
+            }
+        }
+        for turn in &pending {
+            if settled.contains(turn.turn_id()) || resume.iter().any(|r| r.turn_id() == turn.turn_id()) {
+                continue;
+            }
+            let Ok(id) = SessionId::new(turn.begin.session_id.as_str()) else {
+                continue;
+            };
+            let written = match self.store.append(&id, turn.interrupted_block()).await {
+                Ok(_) => self.store.sync(&id).await,
+                Err(e) => Err(e),
+            };
+            match written {
+                Ok(()) => {
+                    self.journal.end(turn.turn_id());
+                    tracing::warn!(session_id = %id, turn_id = %turn.turn_id(), "a turn cut short by a restart was closed as interrupted");
+                    if turn.begin.parent.is_none() {
+                        self.interrupted
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .insert(id.to_string(), interrupted_note(&turn.begin.prompt));
+                    }
+                }
+                Err(error) => {
+                    tracing::error!(session_id = %id, turn_id = %turn.turn_id(), %error, "an interrupted turn could not be closed; it stays in the journal");
+                }
+            }
+        }
+        for turn in resume {
+            let Ok(id) = SessionId::new(turn.begin.session_id.as_str()) else {
+                continue;
+            };
+            match self.open(&id).await {
+                Ok(session) => {
+                    let (settle, _asked_again) = turn.settle_for_resume();
+                    tracing::info!(session_id = %id, turn_id = %turn.turn_id(), "resuming a turn that waits for a person");
+                    session.resume(turn.clone(), settle);
+                }
+                Err(error) => {
+                    tracing::error!(session_id = %id, turn_id = %turn.turn_id(), %error, "a waiting turn could not be resumed; it stays in the journal");
+                }
+            }
+        }
+    }
+}
+
+/// What the first screen of a session hears of its interrupted turn.
+fn interrupted_note(prompt: &str) -> String {
+    let prompt = crate::common::truncate_with_marker(prompt, 60);
+    format!(
+        "the turn \"{prompt}\" was interrupted by a restart; what it did before is in the history, and it has no answer"
+    )
+}
+
+/// A session the app built.
+struct Loaded {
+    session: Arc<AgentSession>,
+    _bridge: HubAttachment,
+    /// When it was last used (a count of uses).
+    used: u64,
+}
+
+/// Removes the least recently used sessions not in use until at most `max`
+/// remain (or none can go); answers their ids, for the store to unload.
+fn least_used_idle(sessions: &mut HashMap<String, Loaded>, max: usize) -> Vec<SessionId> {
+    if sessions.len() <= max {
+        return Vec::new();
+    }
+    let mut idle: Vec<(u64, String)> = sessions
+        .iter()
+        // The map's own handle is the only one of an unused session.
+        .filter(|(_, l)| Arc::strong_count(&l.session) == 1 && !l.session.in_use())
+        .map(|(id, l)| (l.used, id.clone()))
+        .collect();
+    idle.sort();
+    let excess = sessions.len() - max;
+    let mut gone = Vec::new();
+    for (_, id) in idle.into_iter().take(excess) {
+        if let Some(loaded) = sessions.remove(&id) {
+            gone.push(loaded.session.id().clone());
+        }
+    }
+    gone
+}
+
 /// KAREN, who hears of `housing_watch`, or JARVIS in a team without her.
 fn watch_agent(registry: &AgentRegistry) -> &'static str {
     if registry.contains(WATCH_AGENT) {
@@ -815,6 +1035,15 @@ impl ProactiveSessions for OpenSessions {
                 })
             })
             .collect()
+    }
+
+    fn agent(&self, agent_id: &str) -> Option<AgentStance> {
+        let app = self.0.upgrade()?;
+        let profile = app.registry.get(agent_id)?;
+        Some(AgentStance {
+            proactive: profile.proactive,
+            feedback: profile.feedback.clone(),
+        })
     }
 }
 
@@ -859,7 +1088,7 @@ impl JobRunner for AppJobs {
         }
         let id = SessionId::new(format!("sched-{}-{}", job.agent, job.id)).map_err(|e| e.to_string())?;
         app.store
-            .get_or_create(NewSession::user(id.clone(), &job.agent))
+            .get_or_create(NewSession::job(id.clone(), &job.agent))
             .await
             .map_err(|e| e.to_string())?;
         let session = app.open(&id).await.map_err(|e| e.to_string())?;
@@ -893,16 +1122,59 @@ impl JobRunner for AppJobs {
 
 #[async_trait]
 impl WatchReporter for AppJobs {
-    /// Queues the report for the watch agent's open sessions; the daemon
-    /// delivers it (and keeps quiet for an agent with `proactive: false`).
-    // ponytail: the queue lives in the process; a crash between the report
-    // and its delivery loses that message, while the notice is already
-    // recorded as reported.
+    /// Queues the report, durably, for the watch agent's `default-<agent>`
+    /// session; the daemon records it there exactly once and shows it
+    /// (unless the agent is `proactive: false`). The message id comes from
+    /// the watch and the notices, so a report repeated after a crash is
+    /// the same message.
     async fn report(&self, watch: &NoticeWatch, notices: &[Notice]) -> Result<(), String> {
         let app = self.app()?;
-        app.proactive
-            .enqueue(watch_agent(&app.registry), watch_report(watch, notices));
+        let agent = watch_agent(&app.registry);
+        let keys: Vec<String> = notices.iter().map(Notice::key).collect();
+        let item = OutboxItem {
+            message_id: format!(
+                "watch-{}-{:016x}",
+                watch.id,
+                crate::common::fnv1a64(keys.join("\n").as_bytes())
+            ),
+            session_id: format!("default-{agent}"),
+            agent_id: agent.to_owned(),
+            kind: ProactiveKind::Proactive,
+            text: watch_report(watch, notices),
+            at: Timestamp::from_system_time(app.config.clock.now()),
+            meta: serde_json::json!({ "watch_id": watch.id, "keys": keys }),
+        };
+        app.proactive.enqueue(item).await.map_err(|e| e.to_string())?;
         Ok(())
+    }
+}
+
+impl AppInner {
+    /// A watch's notices count as reported once their report is in the
+    /// outbox; a crash between the two leaves them unmarked, so at start
+    /// every report the outbox holds marks its notices (again: marking is
+    /// idempotent), and then the outbox forgets what it delivered.
+    async fn reconcile_watch_reports(&self) {
+        let watches = &self.config.housing.watches;
+        for item in self.proactive.outbox().logged() {
+            let Some(watch_id) = item.meta.get("watch_id").and_then(|w| w.as_str()) else {
+                continue;
+            };
+            let keys: Vec<String> = item
+                .meta
+                .get("keys")
+                .and_then(|k| k.as_array())
+                .map(|keys| {
+                    keys.iter()
+                        .filter_map(|k| k.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if let Err(error) = watches.mark_seen(watch_id, keys).await {
+                tracing::warn!(watch = %watch_id, %error, "a queued watch report's notices could not be marked");
+            }
+        }
+        self.proactive.outbox().compact();
     }
 }
 
@@ -914,7 +1186,7 @@ impl AppInner {
         let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         let mut found: Vec<Arc<AgentSession>> = sessions
             .values()
-            .map(|(s, _)| s)
+            .map(|l| &l.session)
             .filter(|s| s.kind() == SessionKind::User && agent(s.agent_id()))
             .cloned()
             .collect();
@@ -1067,6 +1339,7 @@ impl AgentDirectory for AppInner {
         options.turn_instruction = Some(PEER_REQUEST_RULE.to_owned());
         options.extensions = Extensions::new().with(d.chain);
         options.approver = approver;
+        options.parent_turn = Some(d.caller_turn).filter(|t| !t.is_empty());
         match peer.prompt_with(d.request, options).await {
             Ok(outcome) if outcome.final_message.stop_reason == crate::agent::StopReason::Error => {
                 Err(failed(

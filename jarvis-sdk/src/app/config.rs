@@ -158,6 +158,9 @@ pub fn parse_utc_offset(text: &str) -> Option<i32> {
     UtcOffset::parse(text).ok().map(UtcOffset::minutes)
 }
 
+/// How many sessions an app holds in memory by default.
+pub const DEFAULT_MAX_LOADED_SESSIONS: usize = 10_000;
+
 /// Settings of one app.
 #[derive(Clone)]
 #[non_exhaustive]
@@ -201,10 +204,18 @@ pub struct AppConfig {
     pub web_token: Option<String>,
     /// The loop's settings.
     pub loop_config: AgentLoopConfig,
-    /// How long an approval request waits.
+    /// How long an approval request waits for a person, counted from when
+    /// it was first asked, across restarts (`JARVIS_APPROVAL__TIMEOUT_SECS`,
+    /// default 300); then it is denied.
     pub approval_timeout: Duration,
     /// How long a delegation may take.
     pub ask_timeout: Duration,
+    /// At most this many sessions are held in memory
+    /// (`JARVIS_WEB__MAX_LOADED_SESSIONS`, default 10,000): past it, the
+    /// least recently used idle session is unloaded, and read again when it
+    /// is next used. A session with a running turn, a pending approval or
+    /// an attached screen is never unloaded.
+    pub max_loaded_sessions: usize,
     /// KAREN's notice sources and stores.
     pub housing: HousingConfig,
     /// `before_tool_call` plugin hooks, in order, for every session.
@@ -260,6 +271,7 @@ impl AppConfig {
             loop_config: AgentLoopConfig::default(),
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
             ask_timeout: DEFAULT_ASK_TIMEOUT,
+            max_loaded_sessions: DEFAULT_MAX_LOADED_SESSIONS,
             housing: HousingConfig::fixture(&home),
             hooks: Vec::new(),
             validation: None,
@@ -365,6 +377,16 @@ impl AppConfig {
         }
         if let Some(gap) = seconds("JARVIS_REFLECTION__MIN_GAP_SECS")? {
             config.reflection.daemon.min_gap = gap;
+        }
+        if let Some(max) = var("JARVIS_WEB__MAX_LOADED_SESSIONS") {
+            config.max_loaded_sessions = max.parse::<usize>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                AppError::Config(format!(
+                    "JARVIS_WEB__MAX_LOADED_SESSIONS={max} is not a whole number of sessions (at least 1)"
+                ))
+            })?;
+        }
+        if let Some(timeout) = seconds("JARVIS_APPROVAL__TIMEOUT_SECS")? {
+            config.approval_timeout = timeout;
         }
         // 0 turns the time threshold off: only a thought frame sends a turn
         // to the background.

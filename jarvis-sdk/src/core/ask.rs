@@ -71,6 +71,9 @@ pub struct Delegation {
     pub caller: String,
     /// The session the caller is in (approvals go to its screens).
     pub caller_session: String,
+    /// The caller's turn (the delegated turn's parent in the journal;
+    /// empty when the caller's turn has no id).
+    pub caller_turn: String,
     /// The agent asked.
     pub callee: String,
     /// What is asked.
@@ -254,6 +257,7 @@ impl TypedTool for AskAgentTool {
         let delegation = Delegation {
             caller: caller.clone(),
             caller_session: ctx.session_id.clone(),
+            caller_turn: ctx.turn_id.clone(),
             callee: callee.clone(),
             request: args.request.clone(),
             chain: DelegationChain {

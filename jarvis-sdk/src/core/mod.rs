@@ -17,11 +17,13 @@ mod ask;
 mod commands;
 pub(crate) mod housing;
 mod memory_tools;
+mod outbox;
 mod proactive;
 mod sandbox;
 pub(crate) mod schedule;
 pub(crate) mod security;
 mod session;
+pub(crate) mod supervise;
 mod tool_policy;
 mod tools;
 
@@ -56,9 +58,10 @@ pub use housing::{
 pub use memory_tools::{
     RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, memory_tools, register_memory_tools,
 };
+pub use outbox::{DEFAULT_OUTBOX_CAPACITY, OUTBOX_FILE, Outbox, OutboxError, OutboxItem};
 pub use proactive::{
-    CountingFeedback, FeedbackLearner, ProactiveConfig, ProactiveDaemon, ProactiveSessions, ProactiveTarget,
-    Reaction, TickReport, reminder_text,
+    AgentStance, CountingFeedback, FeedbackLearner, ProactiveConfig, ProactiveDaemon, ProactiveSessions,
+    ProactiveTarget, Reaction, TickReport, reminder_id, reminder_text,
 };
 pub use sandbox::{
     DirEntryInfo, DirListing, EntryKind, FileContent, MAX_COMPONENT_LEN, MAX_PATH_LEN, Sandbox, SandboxError,
@@ -80,6 +83,7 @@ pub use session::{
     AgentSession, AgentSessionParts, DualConfig, DualReply, PromptOptions, RECENT_TURNS, SessionAttachment,
     TurnError,
 };
+pub use supervise::{Supervisor, TaskHealth, TaskStatus};
 pub use tool_policy::{AgentToolPolicy, Boundaries};
 pub use tools::{
     BuiltinConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_LIST_CAP, DEFAULT_OUTPUT_CAP, DEFAULT_READ_CAP,

@@ -1,22 +1,33 @@
 //! Speaking first (SPEC.md §11.5, §17.1 #3): the reflection daemon, the
 //! proactive policy and the per-agent feedback learner (R-DEF-8).
 //!
-//! [`ProactiveDaemon::tick`] looks at every open session of a person
-//! ([`ProactiveSessions`]), skipping agents whose definition says
-//! `proactive: false` (R-REFL-1) and sessions whose turn is running, and
-//! may send one `proactive_message {kind: "proactive"}` per session:
+//! [`ProactiveDaemon::tick`] delivers, one by one:
 //!
-//! 1. a message queued for the session's agent ([`ProactiveDaemon::enqueue`]:
-//!    watch results, follow-ups), oldest first;
-//! 2. otherwise a reminder of the session's oldest due open loop (each loop
-//!    once; a request to be reminded is closed by its reminder, in its own
-//!    session, with `agenda_changed`).
+//! 1. the messages waiting in the [`Outbox`] (watch reports, follow-ups),
+//!    oldest first, each in its own session (`default-<agent>` for watch
+//!    reports);
+//! 2. a reminder of every due open loop not reminded yet, in the loop's own
+//!    session (a request to be reminded is closed by its reminder, with
+//!    `agenda_changed`).
 //!
-//! **Rate.** A session gets at most one message per *gap*: the configured
-//! `min_gap` scaled by the agent's feedback learner, `min_gap × 0.5 /
-//! propensity`, kept between half and eight times `min_gap`. A neutral
-//! learner (propensity 0.5) gives `min_gap`; dismissals lower the
-//! propensity and widen the gap.
+//! **Exactly once.** Delivering a message first *records* it, as a
+//! `proactive` entry of its session's history keyed by its message id
+//! ([`SessionStore::append_once`], synced), and only then shows it, as
+//! `proactive_message {kind: "proactive"}`, on the screens attached to that
+//! session (a screen that attaches later reads it in the history). A
+//! reminder's id is `remind-<loop id>` and the loop is marked reminded
+//! after the record, so a crash anywhere repeats nothing: the next tick
+//! finds the record and only completes the marks. An agent whose
+//! definition says `proactive: false` gets the record, never the push
+//! (R-REFL-1). Peer sessions are never spoken in.
+//!
+//! **When.** A session whose turn is running is passed over until it is
+//! idle; the check and the push happen under the session's turn lock, so no
+//! turn starts in between. A session gets at most one message per *gap*:
+//! the configured `min_gap` scaled by the agent's feedback learner,
+//! `min_gap × 0.5 / propensity`, kept between half and eight times
+//! `min_gap`. A neutral learner (propensity 0.5) gives `min_gap`;
+//! dismissals lower the propensity and widen the gap.
 //!
 //! **Feedback.** A person's `proactive_feedback` (answered, dismissed)
 //! reaches [`ProactiveDaemon::feedback`]; a message with no reaction after
@@ -27,15 +38,19 @@
 //! `tick` at an interval, and tests call `tick` themselves.
 
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+use super::outbox::{Outbox, OutboxError, OutboxItem};
 use super::session::AgentSession;
-use crate::agent::{OpenLoop, OpenLoops};
+use crate::agent::{
+    EntryBody, NewSession, NoopAdapter, OpenLoop, OpenLoops, ProactiveKind, SessionId, SessionStore,
+    UIAdapter,
+};
 use crate::common::{Clock, Timestamp};
 
 /// How a person reacted to a message an agent sent on its own.
@@ -123,22 +138,47 @@ pub struct ProactiveTarget {
     pub feedback: Arc<dyn FeedbackLearner>,
 }
 
-/// The open sessions of people; the assembly layer implements it.
+/// Whether an agent speaks first, and how welcome it has been.
+#[derive(Debug, Clone)]
+pub struct AgentStance {
+    /// `proactive` in its definition.
+    pub proactive: bool,
+    /// Its feedback learner.
+    pub feedback: Arc<dyn FeedbackLearner>,
+}
+
+/// The open sessions of people and the agents' stances; the assembly layer
+/// implements it.
 pub trait ProactiveSessions: Send + Sync {
     /// Every open person's session (never peer sessions).
     fn targets(&self) -> Vec<ProactiveTarget>;
+
+    /// The stance of `agent_id`, for messages to sessions that are not
+    /// open; `None` for an agent the team does not know. The default looks
+    /// among the open sessions.
+    fn agent(&self, agent_id: &str) -> Option<AgentStance> {
+        self.targets()
+            .into_iter()
+            .find(|t| t.session.agent_id() == agent_id)
+            .map(|t| AgentStance {
+                proactive: t.proactive,
+                feedback: t.feedback,
+            })
+    }
 }
 
 /// What one tick did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TickReport {
-    /// `(session id, message id)` of every message sent.
+    /// `(session id, message id)` of every message recorded in its session.
+    pub recorded: Vec<(String, String)>,
+    /// `(session id, message id)` of every message shown on the session's screens.
     pub sent: Vec<(String, String)>,
-    /// Sessions skipped because their agent is not proactive.
+    /// Messages recorded without a push because their agent is not proactive.
     pub not_proactive: usize,
-    /// Sessions skipped because a turn was running.
+    /// Messages that wait because their session's turn was running.
     pub busy: usize,
-    /// Sessions with something to say that had to wait for their gap.
+    /// Messages that wait for their session's gap.
     pub rate_limited: usize,
 }
 
@@ -149,14 +189,13 @@ struct Sent {
     feedback: Arc<dyn FeedbackLearner>,
 }
 
-// ponytail: the daemon's state lives in the process. After a restart a due
-// promise (not a request, which its reminder closes) may be reminded once
-// more, and queued messages not yet delivered are gone.
+/// What the daemon keeps in the process: when each session last heard from
+/// it, and the messages shown that still wait for a reaction. Everything
+/// that must survive a restart (what was said, what was reminded, what
+/// waits) is on disk: the histories, the loops, the outbox.
 #[derive(Debug, Default)]
 struct State {
     last_sent: HashMap<String, Timestamp>,
-    reminded: HashSet<String>,
-    queued: HashMap<String, VecDeque<String>>,
     outstanding: HashMap<String, Sent>,
 }
 
@@ -164,6 +203,8 @@ struct State {
 pub struct ProactiveDaemon {
     sessions: Arc<dyn ProactiveSessions>,
     loops: Option<Arc<OpenLoops>>,
+    outbox: Arc<Outbox>,
+    store: Arc<dyn SessionStore>,
     clock: Arc<dyn Clock>,
     config: ProactiveConfig,
     state: Mutex<State>,
@@ -173,6 +214,7 @@ impl fmt::Debug for ProactiveDaemon {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ProactiveDaemon")
             .field("config", &self.config)
+            .field("waiting", &self.outbox.len())
             .finish_non_exhaustive()
     }
 }
@@ -182,17 +224,36 @@ pub fn reminder_text(l: &OpenLoop) -> String {
     format!("잊지 않으셨죠? (A reminder:) {}", l.text)
 }
 
+/// The message id of a loop's reminder: one reminder per loop.
+pub fn reminder_id(l: &OpenLoop) -> String {
+    format!("remind-{}", l.id)
+}
+
+/// One message to deliver.
+struct Delivery<'a> {
+    message_id: &'a str,
+    session_id: &'a str,
+    agent_id: &'a str,
+    kind: ProactiveKind,
+    text: &'a str,
+}
+
 impl ProactiveDaemon {
-    /// A daemon over `sessions`, reminding of due loops in `loops` when given.
+    /// A daemon over `sessions`, recording in `store`, delivering what waits
+    /// in `outbox` and reminding of due loops in `loops` when given.
     pub fn new(
         sessions: Arc<dyn ProactiveSessions>,
         loops: Option<Arc<OpenLoops>>,
+        outbox: Arc<Outbox>,
+        store: Arc<dyn SessionStore>,
         clock: Arc<dyn Clock>,
         config: ProactiveConfig,
     ) -> Self {
         Self {
             sessions,
             loops,
+            outbox,
+            store,
             clock,
             config,
             state: Mutex::default(),
@@ -207,19 +268,25 @@ impl ProactiveDaemon {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queues `text` for the open sessions of `agent_id` (the next tick
-    /// delivers it to the first proactive one that may speak).
-    pub fn enqueue(&self, agent_id: &str, text: impl Into<String>) {
-        self.state()
-            .queued
-            .entry(agent_id.to_owned())
-            .or_default()
-            .push_back(text.into());
+    /// The outbox the daemon delivers from.
+    pub fn outbox(&self) -> &Arc<Outbox> {
+        &self.outbox
     }
 
-    /// Messages queued and not yet delivered, for `agent_id`.
+    /// Queues `item` (durably, waiting while the outbox is full); the next
+    /// ticks deliver it. Answers `false` when a message with its id waits
+    /// already.
+    pub async fn enqueue(&self, item: OutboxItem) -> Result<bool, OutboxError> {
+        self.outbox.put(item).await
+    }
+
+    /// Messages waiting for `agent_id`.
     pub fn queued(&self, agent_id: &str) -> usize {
-        self.state().queued.get(agent_id).map_or(0, VecDeque::len)
+        self.outbox
+            .pending()
+            .iter()
+            .filter(|i| i.agent_id == agent_id)
+            .count()
     }
 
     /// A person's reaction to message `message_id`; answers whether the
@@ -244,90 +311,149 @@ impl ProactiveDaemon {
         Duration::from_secs_f64(scaled.clamp(base / 2.0, base * 8.0))
     }
 
-    /// One round over the open sessions; see the [module docs](self).
+    /// One round: the outbox, then due reminders; see the [module docs](self).
     pub async fn tick(&self) -> TickReport {
         let now = self.now();
         self.expire_ignored(now);
         let mut report = TickReport::default();
-        for target in self.sessions.targets() {
-            let session = &target.session;
-            if !target.proactive {
-                report.not_proactive += 1;
-                continue;
-            }
-            if session.is_busy() {
-                report.busy += 1;
-                continue;
-            }
-            let id = session.id().to_string();
-            let agent = session.agent_id().to_owned();
-            let due = self.next_due_loop(&id, now).await;
-            let has_queued = self.queued(&agent) > 0;
-            if !has_queued && due.is_none() {
-                continue;
-            }
-            let gap = self.gap(target.feedback.propensity());
-            let last = self.state().last_sent.get(&id).copied();
-            if last.is_some_and(|last| now.as_millis() - last.as_millis() < gap.as_millis() as i64) {
-                report.rate_limited += 1;
-                continue;
-            }
-            let text = if has_queued {
-                self.state().queued.get_mut(&agent).and_then(VecDeque::pop_front)
-            } else {
-                None
+        let targets = self.sessions.targets();
+        for item in self.outbox.pending() {
+            let delivery = Delivery {
+                message_id: &item.message_id,
+                session_id: &item.session_id,
+                agent_id: &item.agent_id,
+                kind: item.kind,
+                text: &item.text,
             };
-            let (text, reminder) = match (text, &due) {
-                (Some(text), _) => (text, false),
-                (None, Some(l)) => (reminder_text(l), true),
-                (None, None) => continue,
-            };
-            let Some(message_id) = session.notify_when_idle(text.clone()) else {
-                // A turn started since the check above: try again next tick.
-                if !reminder {
-                    self.state()
-                        .queued
-                        .entry(agent.clone())
-                        .or_default()
-                        .push_front(text);
+            if self.deliver(&delivery, &targets, now, &mut report).await {
+                self.outbox.done(&item.message_id);
+            }
+        }
+        if let Some(loops) = &self.loops {
+            let due = match loops.due(None, now).await {
+                Ok(due) => due,
+                Err(error) => {
+                    tracing::warn!(%error, "reflection: due loops could not be read");
+                    Vec::new()
                 }
-                report.busy += 1;
-                continue;
             };
-            if reminder && let Some(l) = &due {
-                self.state().reminded.insert(l.id.clone());
-            }
-            {
-                let mut state = self.state();
-                state.last_sent.insert(id.clone(), now);
-                state.outstanding.insert(
-                    message_id.clone(),
-                    Sent {
-                        agent_id: agent.clone(),
-                        at: now,
-                        feedback: target.feedback.clone(),
-                    },
-                );
-            }
-            if let (Some(l), Some(loops)) = (&due, &self.loops)
-                && l.kind == crate::agent::LoopKind::Request
-                && self.state().reminded.contains(&l.id)
-            {
-                // The reminder was the request; its own session closes it.
-                if let Err(error) = loops.close_reminded(l, session.screens()).await {
-                    tracing::warn!(%error, loop_id = %l.id, "a reminded loop could not be closed");
+            for l in due.into_iter().filter(|l| l.reminded_at.is_none()) {
+                let (id, text) = (reminder_id(&l), reminder_text(&l));
+                let delivery = Delivery {
+                    message_id: &id,
+                    session_id: &l.session_id,
+                    agent_id: &l.agent_id,
+                    kind: ProactiveKind::Proactive,
+                    text: &text,
+                };
+                if !self.deliver(&delivery, &targets, now, &mut report).await {
+                    continue;
+                }
+                if let Err(error) = loops.mark_reminded(&l).await {
+                    tracing::warn!(%error, loop_id = %l.id, "a reminded loop could not be marked; the next tick does it");
+                    continue;
+                }
+                if l.kind == crate::agent::LoopKind::Request {
+                    // The reminder was the request; its own session closes it.
+                    let open = targets.iter().find(|t| t.session.id().as_str() == l.session_id);
+                    let ui: &dyn UIAdapter = match open {
+                        Some(t) => t.session.screens(),
+                        None => &NoopAdapter,
+                    };
+                    if let Err(error) = loops.close_reminded(&l, ui).await {
+                        tracing::warn!(%error, loop_id = %l.id, "a reminded loop could not be closed");
+                    }
                 }
             }
-            report.sent.push((id, message_id));
         }
         report
     }
 
-    async fn next_due_loop(&self, session_id: &str, now: Timestamp) -> Option<OpenLoop> {
-        let loops = self.loops.as_ref()?;
-        let due = loops.due(Some(session_id), now).await.ok()?;
-        let state = self.state();
-        due.into_iter().find(|l| !state.reminded.contains(&l.id))
+    /// Records `d` in its session and shows it; answers whether it is
+    /// recorded (now or before), `false` when it must wait.
+    async fn deliver(
+        &self,
+        d: &Delivery<'_>,
+        targets: &[ProactiveTarget],
+        now: Timestamp,
+        report: &mut TickReport,
+    ) -> bool {
+        let open = targets.iter().find(|t| t.session.id().as_str() == d.session_id);
+        let stance = match open {
+            Some(t) => Some(AgentStance {
+                proactive: t.proactive,
+                feedback: t.feedback.clone(),
+            }),
+            None => self.sessions.agent(d.agent_id),
+        };
+        if open.is_some_and(|t| t.session.is_busy()) {
+            report.busy += 1;
+            return false;
+        }
+        if let Some(stance) = stance.as_ref().filter(|s| s.proactive) {
+            let gap = self.gap(stance.feedback.propensity());
+            let last = self.state().last_sent.get(d.session_id).copied();
+            if last.is_some_and(|last| now.as_millis() - last.as_millis() < gap.as_millis() as i64) {
+                report.rate_limited += 1;
+                return false;
+            }
+        }
+        let Ok(session_id) = SessionId::new(d.session_id) else {
+            tracing::error!(session_id = %d.session_id, message_id = %d.message_id,
+                "reflection: a message names a session that cannot exist; it is dropped");
+            return true;
+        };
+        let entry = EntryBody::Proactive {
+            proactive_kind: d.kind,
+            message_id: d.message_id.to_owned(),
+            text: d.text.to_owned(),
+        };
+        let recorded = async {
+            self.store
+                .get_or_create(NewSession::user(session_id.clone(), d.agent_id))
+                .await?;
+            let appended = self.store.append_once(&session_id, entry).await?;
+            self.store.sync(&session_id).await?;
+            Ok::<bool, crate::agent::SessionError>(appended)
+        }
+        .await;
+        let appended = match recorded {
+            Ok(appended) => appended,
+            Err(error) => {
+                tracing::warn!(session_id = %d.session_id, message_id = %d.message_id, %error,
+                    "reflection: a message could not be recorded; it is tried again");
+                return false;
+            }
+        };
+        if appended {
+            report
+                .recorded
+                .push((d.session_id.to_owned(), d.message_id.to_owned()));
+        }
+        let Some(stance) = stance.filter(|s| s.proactive) else {
+            report.not_proactive += 1;
+            return true;
+        };
+        self.state().last_sent.insert(d.session_id.to_owned(), now);
+        // A message recorded before a crash is in the history already;
+        // it is not pushed a second time.
+        if appended
+            && let Some(t) = open
+            && t.session.show_when_idle(d.message_id, d.kind, d.text)
+        {
+            self.state().outstanding.insert(
+                d.message_id.to_owned(),
+                Sent {
+                    agent_id: d.agent_id.to_owned(),
+                    at: now,
+                    feedback: stance.feedback,
+                },
+            );
+            report
+                .sent
+                .push((d.session_id.to_owned(), d.message_id.to_owned()));
+        }
+        true
     }
 
     fn expire_ignored(&self, now: Timestamp) {
@@ -347,23 +473,27 @@ impl ProactiveDaemon {
         }
     }
 
-    /// Ticks every `interval` until `cancel` fires.
+    /// Ticks every `interval` until `cancel` fires, on a task of its own.
     pub fn spawn(self: Arc<Self>, cancel: CancellationToken) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(async move {
-            let mut interval = tokio::time::interval(self.config.interval);
-            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = interval.tick() => {
-                        let report = self.tick().await;
-                        if !report.sent.is_empty() {
-                            tracing::debug!(sent = report.sent.len(), "proactive messages sent");
-                        }
+        tokio::spawn(self.run(cancel))
+    }
+
+    /// Ticks every `interval` until `cancel` fires (the app runs it under
+    /// its supervisor, which starts it again should it fail).
+    pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
+        let mut interval = tokio::time::interval(self.config.interval);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = interval.tick() => {
+                    let report = self.tick().await;
+                    if !report.recorded.is_empty() {
+                        tracing::debug!(recorded = report.recorded.len(), sent = report.sent.len(), "proactive messages delivered");
                     }
                 }
             }
-        })
+        }
     }
 }
 

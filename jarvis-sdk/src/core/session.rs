@@ -34,11 +34,12 @@ use super::commands::{CommandContext, SlashCommands};
 use super::security::{Caller, SecurityError, SecurityInput, SecurityPipeline};
 use crate::agent::{
     AgentError, AgentEvent, Approver, FinalMessage, Harness, HubAttachment, LoopOutcome, MessageDelta,
-    NoThinking, OpenLoops, ProactiveKind, ScreenHub, SessionId, SessionKind, StopReason, ThinkingHook,
-    ThinkingInput, TurnReport, UIAdapter,
+    NoThinking, OpenLoops, PendingTurn, ProactiveKind, ScreenHub, SessionId, SessionKind, StopReason,
+    ThinkingHook, ThinkingInput, TurnOptions, TurnReport, UIAdapter,
 };
 use crate::common::Extensions;
 use crate::common::Timestamp;
+use crate::model::ToolResultMessage;
 use crate::model::{Role, Usage};
 use std::collections::VecDeque;
 use std::time::SystemTime;
@@ -78,6 +79,8 @@ pub struct PromptOptions {
     /// Approval goes here instead of this session's broker (a delegated
     /// turn asks on the delegating session's screens, R-ASK-8).
     pub approver: Option<Arc<dyn Approver>>,
+    /// The turn that delegated this one (`ask_agent`), for the journal.
+    pub parent_turn: Option<String>,
 }
 
 impl fmt::Debug for PromptOptions {
@@ -86,6 +89,7 @@ impl fmt::Debug for PromptOptions {
             .field("caller", &self.caller)
             .field("turn_instruction", &self.turn_instruction)
             .field("approver", &self.approver.is_some())
+            .field("parent_turn", &self.parent_turn)
             .finish_non_exhaustive()
     }
 }
@@ -98,6 +102,7 @@ impl PromptOptions {
             turn_instruction: None,
             extensions: Extensions::new(),
             approver: None,
+            parent_turn: None,
         }
     }
 }
@@ -233,6 +238,9 @@ struct Inner {
     recent: Mutex<VecDeque<bool>>,
     /// After-turn work still running (open loops, learning), and its signal.
     after: tokio::sync::watch::Sender<usize>,
+    /// A turn of this session was cut short by a restart; the first screen
+    /// that attaches is told.
+    interrupted: Mutex<Option<String>>,
 }
 
 /// Turns the router's `recent_failures` signal looks back over.
@@ -314,9 +322,9 @@ impl UIAdapter for EndWatch {
 }
 
 /// Frees the foreground slot however the prompt ends (also when dropped).
-struct Foreground<'a>(&'a TurnSlot);
+struct Foreground(Arc<TurnSlot>);
 
-impl Drop for Foreground<'_> {
+impl Drop for Foreground {
     fn drop(&mut self) {
         *self.0.lock() = TurnState::default();
         self.0.idle.notify_waiters();
@@ -355,6 +363,7 @@ impl AgentSession {
                 next_job: AtomicU64::new(0),
                 recent: Mutex::default(),
                 after: tokio::sync::watch::Sender::new(0),
+                interrupted: Mutex::default(),
             }),
         }
     }
@@ -396,6 +405,25 @@ impl AgentSession {
     /// Whether a turn is running in the foreground.
     pub fn is_busy(&self) -> bool {
         self.inner.turn.lock().running.is_some()
+    }
+
+    /// Whether anything uses the session besides the app that built it: a
+    /// turn (foreground, background, or the work after one), an approval
+    /// request, an attached screen, another holder of it, or a note for
+    /// the next screen. An app only unloads a session that is not in use.
+    pub fn in_use(&self) -> bool {
+        Arc::strong_count(&self.inner) > 1
+            || self.is_busy()
+            || self.background_jobs() > 0
+            || *self.inner.after.borrow() > 0
+            || self.inner.parts.broker.screens() > 0
+            || !self.inner.parts.broker.pending().is_empty()
+            || self
+                .inner
+                .interrupted
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some()
     }
 
     /// Background jobs still running.
@@ -520,6 +548,81 @@ impl AgentSession {
         })
     }
 
+    /// Picks up `pending`, this session's turn that was waiting for a
+    /// person when the process stopped (see [`Harness::resume_turn`]), in
+    /// the foreground: the session is busy until it ends, screens that
+    /// attach meanwhile get its `agent_start {resumed: true}` and its
+    /// approval request, and it ends with one `agent_end`. Answers `false`
+    /// (and does nothing) when a turn runs already.
+    pub fn resume(&self, pending: PendingTurn, settled: Vec<ToolResultMessage>) -> bool {
+        let inner = &self.inner;
+        let cancel = CancellationToken::new();
+        let turn = inner.next_job.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut state = inner.turn.lock();
+            if state.running.is_some() {
+                return false;
+            }
+            *state = TurnState {
+                running: Some((turn, cancel.clone())),
+                ending: false,
+            };
+        }
+        let foreground = Foreground(inner.turn.clone());
+        let session = self.clone();
+        let slot = inner.turn.clone();
+        tokio::spawn(async move {
+            let _foreground = foreground;
+            let parts = &session.inner.parts;
+            let outcome = parts
+                .harness
+                .resume_turn(
+                    &pending,
+                    settled,
+                    move |ctx| {
+                        ctx.ui = Arc::new(EndWatch {
+                            slot,
+                            turn,
+                            screens: ctx.ui.clone(),
+                        });
+                    },
+                    &cancel,
+                )
+                .await;
+            match outcome {
+                Ok(outcome) => session.after_turn(
+                    TurnReport::new(
+                        &parts.agent_id,
+                        parts.id.as_str(),
+                        &pending.begin.prompt,
+                        &outcome,
+                    ),
+                    Vec::new(),
+                ),
+                Err(error) => {
+                    tracing::error!(session_id = %parts.id, turn_id = %pending.turn_id(), %error, "a resumed turn failed")
+                }
+            }
+        });
+        true
+    }
+
+    /// Notes that a turn of this session was cut short by a restart; the
+    /// first screen that attaches learns it ([`AgentSession::take_interrupted`]).
+    pub fn note_interrupted(&self, message: impl Into<String>) {
+        *self.inner.interrupted.lock().unwrap_or_else(|e| e.into_inner()) = Some(message.into());
+    }
+
+    /// The note of a turn cut short by a restart, once: the screen that
+    /// attaches first says so (the server sends `error {code: "interrupted"}`).
+    pub fn take_interrupted(&self) -> Option<String> {
+        self.inner
+            .interrupted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
     /// The screens attached to the session.
     pub fn screens(&self) -> &ScreenHub {
         &self.inner.parts.screens
@@ -553,6 +656,25 @@ impl AgentSession {
             message_id: message_id.clone(),
         });
         message_id
+    }
+
+    /// Shows the message `message_id` (recorded in the history already) on
+    /// every screen of the session as a `proactive_message` of `kind`,
+    /// unless a turn runs in the foreground: then nothing is sent and
+    /// `false` comes back. No turn can start between the check and the
+    /// message.
+    pub fn show_when_idle(&self, message_id: &str, kind: ProactiveKind, text: &str) -> bool {
+        let state = self.inner.turn.lock();
+        if state.running.is_some() {
+            return false;
+        }
+        let _ = self.inner.parts.screens.on_event(&AgentEvent::ProactiveMessage {
+            text: text.to_owned(),
+            kind,
+            message_id: message_id.to_owned(),
+        });
+        drop(state);
+        true
     }
 
     /// [`AgentSession::notify`], unless a turn runs in the foreground: then
@@ -640,6 +762,7 @@ impl AgentSession {
             agent_id: parts.agent_id.clone(),
             agent_name: identity.agent_name.clone(),
             session_id: parts.id.to_string(),
+            resumed: false,
         });
         let _ = parts.screens.on_event(&AgentEvent::MessageUpdate {
             delta: MessageDelta::TextDelta(reply.clone()),
@@ -676,7 +799,7 @@ impl AgentSession {
         &self,
         text: String,
         options: PromptOptions,
-    ) -> Result<(Pending, bool, Foreground<'_>), TurnError> {
+    ) -> Result<(Pending, bool, Foreground), TurnError> {
         let inner = &self.inner;
         let cancel = CancellationToken::new();
         let turn = inner.next_job.fetch_add(1, Ordering::Relaxed);
@@ -702,14 +825,25 @@ impl AgentSession {
             }
             idle.await;
         }
-        let foreground = Foreground(&inner.turn);
+        let foreground = Foreground(inner.turn.clone());
         let parts = &inner.parts;
+        // A person's turn in their own session may resume after a restart
+        // when it stops for them; delegated and scheduled turns are closed.
+        let resumable = parts.kind == SessionKind::User
+            && matches!(options.caller, Caller::Local | Caller::Web { .. })
+            && options.parent_turn.is_none();
+        let turn_options = TurnOptions {
+            resumable,
+            ..TurnOptions::default()
+        }
+        .with_parent(options.parent_turn.clone());
         let input = SecurityInput {
             text,
             caller: options.caller,
             agent_id: parts.agent_id.clone(),
             session_id: parts.id.to_string(),
             peer_session: parts.kind == SessionKind::Peer,
+            session_kind: parts.kind,
         };
         let input = match parts.security.run(input).await {
             Ok(input) => input,
@@ -761,9 +895,10 @@ impl AgentSession {
             let prompt = input.text;
             let outcome = parts
                 .harness
-                .run_turn_with(
+                .run_turn_in(
                     &parts.id,
                     prompt.clone(),
+                    turn_options,
                     move |ctx| {
                         ctx.ui = Arc::new(EndWatch {
                             slot,

@@ -7,6 +7,7 @@
 //! | `JARVIS_LLM__BASE_URL` | another server: a proxy, llama.cpp, vLLM, LM Studio, a remote Ollama |
 //! | `JARVIS_LLM__API_KEY` | the key; falls back to `OPENAI_API_KEY` / `ANTHROPIC_API_KEY` |
 //! | `JARVIS_FAUX__SCRIPT` | the script `faux` plays (the built-in demo without one) |
+//! | `JARVIS_FAUX__REQUEST_LOG` | a file `faux` appends every request it receives to, one JSON line each (for tests of whole binaries) |
 //!
 //! Without `JARVIS_LLM__PROVIDER`, a lone key selects its provider
 //! (`OPENAI_API_KEY` → OpenAI, `ANTHROPIC_API_KEY` → Anthropic; a
@@ -70,6 +71,8 @@ pub struct LlmConfig {
     pub api_key: Option<super::http::ApiKey>,
     /// The script `faux` plays; the demo when absent.
     pub faux_script: Option<PathBuf>,
+    /// Where `faux` logs the requests it receives, when set.
+    pub faux_request_log: Option<PathBuf>,
     /// Why this provider was chosen, when it was not named explicitly
     /// (for example the offline demo); screens should show it.
     pub notice: Option<String>,
@@ -84,6 +87,7 @@ impl fmt::Debug for LlmConfig {
         #[cfg(feature = "http")]
         d.field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"));
         d.field("faux_script", &self.faux_script)
+            .field("faux_request_log", &self.faux_request_log)
             .field("notice", &self.notice)
             .finish()
     }
@@ -181,6 +185,7 @@ impl LlmConfig {
             #[cfg(feature = "http")]
             api_key: key.map(super::http::ApiKey::new),
             faux_script: var(super::faux::FAUX_SCRIPT_ENV).map(PathBuf::from),
+            faux_request_log: var(super::faux::FAUX_REQUEST_LOG_ENV).map(PathBuf::from),
             notice,
         })
     }
@@ -189,13 +194,17 @@ impl LlmConfig {
     pub fn build(&self) -> Result<Arc<dyn Provider>, ProviderError> {
         Ok(match self.provider {
             // A long-running server keeps no history of the requests.
-            ProviderKind::Faux => Arc::new(
-                match &self.faux_script {
+            ProviderKind::Faux => {
+                let faux = match &self.faux_script {
                     Some(path) => FauxProvider::from_file(path)?,
                     None => FauxProvider::demo(),
                 }
-                .without_recording(),
-            ),
+                .without_recording();
+                Arc::new(match &self.faux_request_log {
+                    Some(path) => faux.with_request_log(path)?,
+                    None => faux,
+                })
+            }
             ProviderKind::OpenAi => {
                 #[cfg(feature = "openai")]
                 {

@@ -38,8 +38,8 @@ pub use embed::{OPENAI_EMBEDDING_MODEL, OpenAiEmbedder, OpenAiEmbedderConfig};
 pub use error::ProviderError;
 pub use event::{FinishReason, ProviderEvent};
 pub use faux::{
-    DEMO_SCRIPT, FAUX_SCRIPT_ENV, FauxError, FauxProvider, FauxReply, FauxRule, FauxScript, FauxToolCall,
-    FauxWhen,
+    DEMO_SCRIPT, FAUX_REQUEST_LOG_ENV, FAUX_SCRIPT_ENV, FauxError, FauxProvider, FauxReply, FauxRule,
+    FauxScript, FauxToolCall, FauxWhen,
 };
 #[cfg(feature = "http")]
 pub use http::ndjson::{NdjsonError, NdjsonParser};

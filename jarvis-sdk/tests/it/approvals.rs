@@ -44,6 +44,7 @@ impl Drop for Home {
 fn call<'a>(agent: &'a str, tool: &'a str, args: &'a Value, asks: bool) -> ToolCallInfo<'a> {
     ToolCallInfo {
         session_id: "s1",
+        turn_id: "",
         agent_id: agent,
         tool_call_id: "c1",
         tool_name: tool,

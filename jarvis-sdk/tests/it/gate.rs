@@ -85,6 +85,7 @@ async fn check(gate: &ToolGate) -> GateVerdict {
     let args = json!({"program": "ls"});
     gate.check(&ToolCallInfo {
         session_id: "s",
+        turn_id: "",
         agent_id: "main",
         tool_call_id: "c1",
         tool_name: "run_command",

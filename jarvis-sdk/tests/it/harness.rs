@@ -70,7 +70,7 @@ async fn a_turn_is_recorded_between_markers() {
         .iter()
         .map(|e| match &e.body {
             EntryBody::Message { message } => format!("{:?}", message.role()),
-            EntryBody::TurnStart => "turn_start".into(),
+            EntryBody::TurnStart { .. } => "turn_start".into(),
             EntryBody::TurnEnd {
                 stop_reason,
                 turns,
@@ -257,7 +257,7 @@ impl SessionStore for Spy {
 }
 
 #[tokio::test]
-async fn every_turn_reads_once_writes_twice_and_syncs_last() {
+async fn every_turn_reads_once_writes_one_block_and_syncs_last() {
     let store = Spy::new();
     let sid = session(&*store, "s", "main").await;
     let harness = Harness::new(store.clone(), context(faux(echo()), "main"));
@@ -265,10 +265,12 @@ async fn every_turn_reads_once_writes_twice_and_syncs_last() {
         .run_turn(&sid, "hi", &CancellationToken::new())
         .await
         .unwrap();
-    assert_eq!(store.calls(), ["get", "recent 2", "append 2", "append 2", "sync"]);
+    // The whole turn is one block (turn_start, prompt, answer, turn_end),
+    // written when it ends.
+    assert_eq!(store.calls(), ["get", "recent 2", "append 4", "sync"]);
 
     // A store failure is the turn's error.
-    *store.fail_append.lock().unwrap() = Some(1);
+    *store.fail_append.lock().unwrap() = Some(0);
     let err = harness
         .run_turn(&sid, "again", &CancellationToken::new())
         .await
@@ -276,7 +278,7 @@ async fn every_turn_reads_once_writes_twice_and_syncs_last() {
     assert!(err.to_string().contains("cannot append to disk"), "{err}");
     assert_eq!(
         store.calls(),
-        ["get", "recent 2", "append 2", "append 2"],
+        ["get", "recent 2", "append 4"],
         "no sync after a failure"
     );
 }
@@ -319,7 +321,11 @@ async fn a_turn_cut_short_by_a_crash_does_not_poison_the_next() {
     store
         .append(
             &sid,
-            vec![EntryBody::TurnStart, msg(Message::user("lost")), msg(dangling)],
+            vec![
+                EntryBody::TurnStart { turn_id: None },
+                msg(Message::user("lost")),
+                msg(dangling),
+            ],
         )
         .await
         .unwrap();

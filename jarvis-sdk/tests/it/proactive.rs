@@ -6,8 +6,9 @@
 
 use jarvis_sdk::testing::{ChannelAdapter, EventStream};
 use jarvis_sdk::{
-    AgentEvent, AgentSession, AppAssembly, AppConfig, BUILTIN_TEAM, Caller, FauxProvider, HousingConfig,
-    LoopFilter, LoopKind, ManualClock, OpenLoop, ProactiveKind, Reaction, Timestamp, build_app,
+    AgentEvent, AgentSession, AppAssembly, AppConfig, BUILTIN_TEAM, Caller, EntryBody, FauxProvider,
+    HousingConfig, LoopFilter, LoopKind, ManualClock, OpenLoop, OutboxItem, ProactiveKind, Reaction,
+    SessionId, Timestamp, build_app, reminder_id,
 };
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -75,9 +76,44 @@ impl Fixture {
                 condition: None,
                 created_at: Timestamp::from_millis(now.as_millis() - 3_600_000),
                 closed_at: None,
+                reminded_at: None,
             })
             .await
             .unwrap();
+    }
+
+    /// Queues `text` from `agent` for session `session_id`.
+    async fn queue(&self, session_id: &str, agent: &str, text: &str) {
+        let item = OutboxItem {
+            message_id: format!("q-{session_id}-{text}"),
+            session_id: session_id.to_owned(),
+            agent_id: agent.to_owned(),
+            kind: ProactiveKind::Proactive,
+            text: text.to_owned(),
+            at: self.now(),
+            meta: serde_json::Value::Null,
+        };
+        assert!(self.app.proactive().enqueue(item).await.unwrap());
+    }
+
+    /// The proactive entries recorded in `session_id`: (message id, text).
+    async fn recorded(&self, session_id: &str) -> Vec<(String, String)> {
+        let id = SessionId::new(session_id).unwrap();
+        match self.app.store().get(&id).await.unwrap() {
+            None => Vec::new(),
+            Some(_) => self
+                .app
+                .store()
+                .entries(&id)
+                .await
+                .unwrap()
+                .into_iter()
+                .filter_map(|e| match e.body {
+                    EntryBody::Proactive { message_id, text, .. } => Some((message_id, text)),
+                    _ => None,
+                })
+                .collect(),
+        }
     }
 }
 
@@ -103,6 +139,11 @@ async fn a_karen_session_is_reminded_of_its_due_promise_and_the_request_closes()
         sent[0].1, report.sent[0].1,
         "the screen gets the message id the daemon tracks"
     );
+    assert_eq!(
+        f.recorded(karen.id().as_str()).await,
+        vec![(sent[0].1.clone(), sent[0].0.clone())],
+        "the reminder is in the session's history, recorded before it was shown"
+    );
 
     // A request to be reminded is done once reminded: it leaves the AGENDA.
     let open = f
@@ -121,21 +162,29 @@ async fn a_karen_session_is_reminded_of_its_due_promise_and_the_request_closes()
 }
 
 #[tokio::test]
-async fn an_agent_with_proactive_false_receives_nothing() {
+async fn an_agent_with_proactive_false_gets_the_record_never_the_push() {
     let f = fixture(FALLBACK).await;
     let (quiet, mut events, _a) = f.session("quiet").await;
     f.due_loop(&quiet, "loop-q", LoopKind::Request).await;
-    f.app.proactive().enqueue("quiet", "새 공고가 있어요");
+    f.queue(quiet.id().as_str(), "quiet", "새 공고가 있어요").await;
 
     let report = f.app.proactive().tick().await;
     assert!(report.sent.is_empty(), "{report:?}");
-    assert_eq!(report.not_proactive, 1);
-    assert!(proactive_texts(&mut events).is_empty());
+    assert_eq!(
+        (report.not_proactive, report.recorded.len()),
+        (2, 2),
+        "{report:?}"
+    );
+    assert!(proactive_texts(&mut events).is_empty(), "nothing was pushed");
     assert_eq!(
         f.app.proactive().queued("quiet"),
-        1,
-        "the queued message stays undelivered"
+        0,
+        "the queued message is delivered"
     );
+    let recorded = f.recorded(quiet.id().as_str()).await;
+    assert_eq!(recorded.len(), 2, "{recorded:?}");
+    assert_eq!(recorded[0].1, "새 공고가 있어요");
+    assert!(recorded[1].1.contains("loop-q"));
 }
 
 const DELEGATE: &str = r#"
@@ -160,13 +209,18 @@ async fn peer_sessions_are_never_spoken_in() {
         .find(|s| s.id().as_str().starts_with("peer-"))
         .expect("the delegation opened KAREN's peer session");
     assert_eq!(peer.agent_id(), "karen");
-    f.app.proactive().enqueue("karen", "새 공고가 있어요");
+    f.queue("default-karen", "karen", "새 공고가 있어요").await;
     let report = f.app.proactive().tick().await;
     assert!(
         report.sent.is_empty(),
         "only a peer session of KAREN is open: {report:?}"
     );
-    assert_eq!(f.app.proactive().queued("karen"), 1);
+    assert!(f.recorded(peer.id().as_str()).await.is_empty());
+    assert_eq!(
+        f.recorded("default-karen").await.len(),
+        1,
+        "the message is recorded in KAREN's own session for a screen to read"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -208,11 +262,16 @@ async fn the_rate_limit_holds_per_session() {
     let (karen, mut events, _a) = f.session("karen").await;
     f.due_loop(&karen, "loop-1", LoopKind::Promise).await;
     f.due_loop(&karen, "loop-2", LoopKind::Promise).await;
-    f.app.proactive().enqueue("karen", "새 공고: 강서 행복주택");
+    f.queue(karen.id().as_str(), "karen", "새 공고: 강서 행복주택")
+        .await;
 
     assert_eq!(f.app.proactive().tick().await.sent.len(), 1);
     let limited = f.app.proactive().tick().await;
-    assert_eq!((limited.sent.len(), limited.rate_limited), (0, 1), "{limited:?}");
+    assert_eq!(
+        (limited.sent.len(), limited.rate_limited),
+        (0, 2),
+        "both reminders wait: {limited:?}"
+    );
     f.clock.advance(MIN_GAP - Duration::from_secs(1));
     assert!(
         f.app.proactive().tick().await.sent.is_empty(),
@@ -387,4 +446,129 @@ async fn the_daemon_starts_only_when_enabled_and_everything_stops_on_cancel() {
     for task in tasks {
         task.await.unwrap();
     }
+}
+
+/// An app over `home` with `clock`, keeping its sessions and loops in files
+/// there (so a second app on the same home is a restart).
+async fn app_at(home: &std::path::Path, clock: Arc<ManualClock>) -> AppAssembly {
+    let faux = Arc::new(FauxProvider::from_yaml(FALLBACK).unwrap());
+    let mut config = AppConfig::embedded(home)
+        .with_definition("karen", BUILTIN_TEAM[0].1)
+        .with_provider(faux);
+    config.store = jarvis_sdk::StoreBackend::Jsonl;
+    config.durability = jarvis_sdk::Durability::Never;
+    config.housing = HousingConfig::in_memory();
+    config.agenda.model_judge = false;
+    config.reflection.daemon.min_gap = Duration::ZERO;
+    config.clock = clock;
+    match build_app(config).await {
+        Ok(app) => app,
+        Err(e) => panic!("build_app: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn a_reminder_is_recorded_once_whatever_restarts_happen() {
+    let home = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+    ));
+    let app = app_at(home.path(), clock.clone()).await;
+    let meta = app.create_session(Some("karen")).await.unwrap();
+    let now = Timestamp::from_system_time(jarvis_sdk::Clock::now(clock.as_ref()));
+    let due = OpenLoop {
+        id: "loop-1".into(),
+        session_id: meta.id.to_string(),
+        agent_id: "karen".into(),
+        text: "서류 챙기기".into(),
+        kind: LoopKind::Promise,
+        due: Some(Timestamp::from_millis(now.as_millis() - 1_000)),
+        condition: None,
+        created_at: Timestamp::from_millis(now.as_millis() - 60_000),
+        closed_at: None,
+        reminded_at: None,
+    };
+    app.open_loops().open(due.clone()).await.unwrap();
+    // A crash came between recording the reminder and marking the loop:
+    // the record is there, the mark is not.
+    let entry = EntryBody::Proactive {
+        proactive_kind: ProactiveKind::Proactive,
+        message_id: reminder_id(&due),
+        text: "잊지 않으셨죠? (A reminder:) 서류 챙기기".into(),
+    };
+    assert!(app.store().append_once(&meta.id, entry.clone()).await.unwrap());
+    assert!(
+        !app.store().append_once(&meta.id, entry).await.unwrap(),
+        "a message id is recorded once"
+    );
+    let report = app.proactive().tick().await;
+    assert!(report.recorded.is_empty(), "{report:?}");
+    let marked = app
+        .open_loops()
+        .list(&LoopFilter::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|l| l.id == "loop-1")
+        .unwrap();
+    assert!(marked.reminded_at.is_some(), "the tick completed the mark");
+    drop(app);
+
+    // After a restart nothing is said again.
+    let app = app_at(home.path(), clock.clone()).await;
+    clock.advance(Duration::from_secs(3600));
+    let report = app.proactive().tick().await;
+    assert!(report.recorded.is_empty() && report.sent.is_empty(), "{report:?}");
+    let entries = app.store().entries(&meta.id).await.unwrap();
+    let reminders = entries
+        .iter()
+        .filter(|e| matches!(e.body, EntryBody::Proactive { .. }))
+        .count();
+    assert_eq!(reminders, 1);
+}
+
+#[tokio::test]
+async fn a_queued_message_survives_a_restart_and_is_recorded_once() {
+    let home = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+    ));
+    let item = OutboxItem {
+        message_id: "watch-w1-abc".into(),
+        session_id: "default-karen".into(),
+        agent_id: "karen".into(),
+        kind: ProactiveKind::Proactive,
+        text: "새 공고: 강서 행복주택".into(),
+        at: Timestamp::from_millis(1),
+        meta: serde_json::Value::Null,
+    };
+    {
+        let app = app_at(home.path(), clock.clone()).await;
+        assert!(app.proactive().enqueue(item.clone()).await.unwrap());
+        assert!(
+            !app.proactive().enqueue(item.clone()).await.unwrap(),
+            "queued once"
+        );
+        assert_eq!(app.proactive().queued("karen"), 1);
+    }
+    let app = app_at(home.path(), clock.clone()).await;
+    assert_eq!(app.proactive().queued("karen"), 1, "the outbox is durable");
+    let report = app.proactive().tick().await;
+    assert_eq!(report.recorded.len(), 1, "{report:?}");
+    // The producer repeats itself (it crashed before it knew): the session
+    // records the id once.
+    app.proactive().enqueue(item).await.unwrap();
+    let report = app.proactive().tick().await;
+    assert!(report.recorded.is_empty(), "{report:?}");
+    assert_eq!(app.proactive().queued("karen"), 0);
+    let id = SessionId::new("default-karen").unwrap();
+    let recorded = app
+        .store()
+        .entries(&id)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| matches!(e.body, EntryBody::Proactive { .. }))
+        .count();
+    assert_eq!(recorded, 1);
 }

@@ -101,7 +101,7 @@ pub(crate) fn msg(m: Message) -> EntryBody {
 /// One whole turn as the harness records it, with a tool call.
 pub(crate) fn turn(n: usize) -> Vec<EntryBody> {
     vec![
-        EntryBody::TurnStart,
+        EntryBody::TurnStart { turn_id: None },
         msg(Message::user(format!("question {n}"))),
         msg(Message::Assistant(AssistantMessage {
             content: String::new(),

@@ -65,6 +65,10 @@ pub struct OpenLoop {
     /// When it was closed; `None` while open.
     #[serde(default)]
     pub closed_at: Option<Timestamp>,
+    /// When its reminder was recorded in its session (a loop is reminded
+    /// once, whatever restarts happen); `None` until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reminded_at: Option<Timestamp>,
 }
 
 impl OpenLoop {
@@ -182,6 +186,9 @@ pub trait OpenLoopStore: Send + Sync + fmt::Debug {
     async fn close(&self, id: &str, session_id: &str, at: Timestamp) -> Result<bool, LoopError>;
     /// Loops matching `filter`, oldest first.
     async fn list(&self, filter: &LoopFilter) -> Result<Vec<OpenLoop>, LoopError>;
+    /// Notes that loop `id`'s reminder was recorded at `at`, durably; answers
+    /// whether the loop exists and had not been reminded.
+    async fn mark_reminded(&self, id: &str, at: Timestamp) -> Result<bool, LoopError>;
 }
 
 /// Judges turns and keeps the AGENDA's loops up to date.
@@ -287,6 +294,7 @@ impl OpenLoops {
                     condition: new.condition.clone(),
                     created_at: now,
                     closed_at: None,
+                    reminded_at: None,
                 })
                 .await?;
             changed = true;
@@ -334,6 +342,12 @@ impl OpenLoops {
             });
         }
         Ok(closed)
+    }
+
+    /// Notes that `open_loop`'s reminder was recorded (see
+    /// [`OpenLoopStore::mark_reminded`]).
+    pub async fn mark_reminded(&self, open_loop: &OpenLoop) -> Result<bool, LoopError> {
+        self.store.mark_reminded(&open_loop.id, self.now()).await
     }
 
     /// Every agent's open loops, oldest first (the AGENDA's promises).

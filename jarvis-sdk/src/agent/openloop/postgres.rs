@@ -32,10 +32,12 @@ ALTER TABLE jarvis_open_loops ADD COLUMN IF NOT EXISTS due TIMESTAMPTZ;
 ALTER TABLE jarvis_open_loops ADD COLUMN IF NOT EXISTS condition TEXT;
 ALTER TABLE jarvis_open_loops ADD COLUMN IF NOT EXISTS created_at TIMESTAMPTZ NOT NULL DEFAULT now();
 ALTER TABLE jarvis_open_loops ADD COLUMN IF NOT EXISTS closed_at TIMESTAMPTZ;
+ALTER TABLE jarvis_open_loops ADD COLUMN IF NOT EXISTS reminded_at TIMESTAMPTZ;
 CREATE INDEX IF NOT EXISTS jarvis_open_loops_open ON jarvis_open_loops (session_id) WHERE closed_at IS NULL;
 "#;
 
-const COLUMNS: &str = "id, session_id, agent_id, text, kind, due, condition, created_at, closed_at";
+const COLUMNS: &str =
+    "id, session_id, agent_id, text, kind, due, condition, created_at, closed_at, reminded_at";
 
 /// Open loops in Postgres; see the [module docs](self). Cheap to clone.
 #[derive(Clone)]
@@ -89,6 +91,7 @@ fn from_row(row: &Row) -> Result<OpenLoop, tokio_postgres::Error> {
         condition: row.try_get(6)?,
         created_at: time(row.try_get(7)?),
         closed_at: row.try_get::<_, Option<SystemTime>>(8)?.map(time),
+        reminded_at: row.try_get::<_, Option<SystemTime>>(9)?.map(time),
     })
 }
 
@@ -121,7 +124,7 @@ impl OpenLoopStore for PostgresOpenLoopStore {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(&format!(
-                "INSERT INTO jarvis_open_loops ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+                "INSERT INTO jarvis_open_loops ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
                  ON CONFLICT (id) DO NOTHING"
             ))
             .await
@@ -139,6 +142,7 @@ impl OpenLoopStore for PostgresOpenLoopStore {
                     &l.condition,
                     &l.created_at.to_system_time(),
                     &l.closed_at.map(Timestamp::to_system_time),
+                    &l.reminded_at.map(Timestamp::to_system_time),
                 ],
             )
             .await
@@ -182,5 +186,20 @@ impl OpenLoopStore for PostgresOpenLoopStore {
             .map(from_row)
             .collect::<Result<_, _>>()
             .map_err(db("read an open-loop row"))
+    }
+
+    async fn mark_reminded(&self, id: &str, at: Timestamp) -> Result<bool, LoopError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "UPDATE jarvis_open_loops SET reminded_at = $2 WHERE id = $1 AND reminded_at IS NULL",
+            )
+            .await
+            .map_err(db("prepare a reminder mark"))?;
+        let n = client
+            .execute(&stmt, &[&id, &at.to_system_time()])
+            .await
+            .map_err(db("mark a loop reminded"))?;
+        Ok(n == 1)
     }
 }

@@ -19,6 +19,16 @@ fn matches(l: &OpenLoop, f: &LoopFilter) -> bool {
         && (!f.open_only || l.is_open())
 }
 
+fn remind_in(loops: &mut [OpenLoop], id: &str, at: Timestamp) -> bool {
+    match loops.iter_mut().find(|l| l.id == id) {
+        Some(l) if l.reminded_at.is_none() => {
+            l.reminded_at = Some(at);
+            true
+        }
+        _ => false,
+    }
+}
+
 fn close_in(loops: &mut [OpenLoop], id: &str, session_id: &str, at: Timestamp) -> bool {
     match loops.iter_mut().find(|l| l.id == id) {
         Some(l) if l.is_open() && l.session_id == session_id => {
@@ -61,6 +71,11 @@ impl OpenLoopStore for MemoryOpenLoopStore {
         let loops = self.loops.lock().unwrap_or_else(|e| e.into_inner());
         Ok(loops.iter().filter(|l| matches(l, filter)).cloned().collect())
     }
+
+    async fn mark_reminded(&self, id: &str, at: Timestamp) -> Result<bool, LoopError> {
+        let mut loops = self.loops.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(remind_in(&mut loops, id, at))
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -75,6 +90,11 @@ enum Record {
         v: u32,
         id: String,
         session_id: String,
+        at: Timestamp,
+    },
+    Reminded {
+        v: u32,
+        id: String,
         at: Timestamp,
     },
 }
@@ -104,6 +124,9 @@ impl JsonlOpenLoopStore {
                             id, session_id, at, ..
                         }) => {
                             close_in(&mut loops, &id, &session_id, at);
+                        }
+                        Ok(Record::Reminded { id, at, .. }) => {
+                            remind_in(&mut loops, &id, at);
                         }
                         Err(error) => {
                             tracing::warn!(file = %path.display(), line = n + 1, %error, "open-loop record skipped")
@@ -176,5 +199,18 @@ impl OpenLoopStore for JsonlOpenLoopStore {
     async fn list(&self, filter: &LoopFilter) -> Result<Vec<OpenLoop>, LoopError> {
         let loops = self.loops.lock().unwrap_or_else(|e| e.into_inner());
         Ok(loops.iter().filter(|l| matches(l, filter)).cloned().collect())
+    }
+
+    async fn mark_reminded(&self, id: &str, at: Timestamp) -> Result<bool, LoopError> {
+        let mut loops = self.loops.lock().unwrap_or_else(|e| e.into_inner());
+        if !loops.iter().any(|l| l.id == id && l.reminded_at.is_none()) {
+            return Ok(false);
+        }
+        self.append(&Record::Reminded {
+            v: 1,
+            id: id.to_owned(),
+            at,
+        })?;
+        Ok(remind_in(&mut loops, id, at))
     }
 }

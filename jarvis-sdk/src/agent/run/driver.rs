@@ -8,7 +8,7 @@ use std::panic::AssertUnwindSafe;
 use tokio_util::sync::CancellationToken;
 
 use super::machine::{Action, CallPlan, Finished, Limits, Machine, Reply};
-use super::{AgentLoopConfig, LoopContext};
+use super::{AgentLoopConfig, LoopContext, Resume};
 use crate::agent::event::{AgentEvent, MessageDelta};
 use crate::agent::gate::{GateVerdict, ToolCallInfo};
 use crate::agent::tool::{ToolContext, ToolError, ToolResult};
@@ -34,26 +34,67 @@ impl<'a> Driver<'a> {
         }
     }
 
-    pub(super) async fn run(&self, history: Vec<Message>, start: AgentEvent) -> Finished {
+    /// Runs the turn to its end. The `agent_end` event is not emitted: the
+    /// caller sends it when the turn is recorded (see [`super::run_agent_loop`]).
+    pub(super) async fn run(
+        &self,
+        history: Vec<Message>,
+        start: AgentEvent,
+        resume: Option<Resume>,
+    ) -> Finished {
         let limits = Limits {
             max_turns: self.config.max_turns,
             continuation_steps: self.config.continuation_steps(),
             overflow_resume: self.config.overflow_resume,
         };
-        let mut machine = Machine::new(limits, history, start);
-        let mut action = machine.start(self.aborted());
+        let (mut machine, mut action, mut known) = match resume {
+            None => {
+                let mut machine = Machine::new(limits, history, start);
+                let action = machine.start(self.aborted());
+                (machine, action, Vec::new())
+            }
+            Some(resume) => {
+                let mut machine = Machine::resumed(limits, history, resume.turn_start, &resume.state, start);
+                let action = machine.start_resumed(self.aborted());
+                (machine, action, resume.known)
+            }
+        };
         loop {
             for event in machine.drain_events() {
-                self.emit(&event);
+                if !matches!(event, AgentEvent::AgentEnd { .. }) {
+                    self.emit(&event);
+                }
             }
             action = match action {
                 Action::Done => break,
                 Action::Call(plan) => {
                     let reply = self.call(&plan, machine.history()).await;
-                    machine.on_reply(reply, self.aborted())
+                    let action = machine.on_reply(reply, self.aborted());
+                    if let (Action::RunTools(_), Some(recorder)) = (&action, &self.ctx.recorder)
+                        && let Some(message) = machine.history().last()
+                    {
+                        recorder.step(message, &machine.snapshot());
+                    }
+                    action
                 }
                 Action::RunTools(calls) => {
-                    let results = self.run_tools(&calls).await;
+                    // A resumed step: results known before the restart are
+                    // not run again.
+                    let settled = std::mem::take(&mut known);
+                    let to_run: Vec<ToolCall> = calls
+                        .iter()
+                        .filter(|c| !settled.iter().any(|r| r.tool_call_id == c.id))
+                        .cloned()
+                        .collect();
+                    let mut results = self.run_tools(&to_run).await;
+                    results.extend(settled);
+                    let results = calls
+                        .iter()
+                        .filter_map(|c| {
+                            let i = results.iter().position(|r| r.tool_call_id == c.id)?;
+                            Some(results.swap_remove(i))
+                        })
+                        .collect();
                     machine.on_tool_results(results, self.aborted())
                 }
             };
@@ -169,6 +210,14 @@ impl<'a> Driver<'a> {
         let mut running = futures::stream::iter(pending).buffer_unordered(self.config.tool_concurrency);
         while let Some((i, result)) = running.next().await {
             let call = &calls[i];
+            if let Some(recorder) = &self.ctx.recorder {
+                recorder.result(&ToolResultMessage {
+                    tool_call_id: call.id.clone(),
+                    tool_name: call.name.clone(),
+                    content: result.content.clone(),
+                    is_error: result.is_error,
+                });
+            }
             self.emit(&AgentEvent::ToolExecutionEnd {
                 tool_call_id: call.id.clone(),
                 tool_name: call.name.clone(),
@@ -216,6 +265,7 @@ impl<'a> Driver<'a> {
         let identity = &self.ctx.identity;
         let info = ToolCallInfo {
             session_id: &identity.session_id,
+            turn_id: &self.ctx.turn_id,
             agent_id: &identity.agent_id,
             tool_call_id: &call.id,
             tool_name: &call.name,
@@ -224,6 +274,7 @@ impl<'a> Driver<'a> {
         };
         let tool_ctx = ToolContext::new(identity.session_id.clone(), identity.agent_id.clone())
             .with_call_id(call.id.clone())
+            .with_turn_id(self.ctx.turn_id.clone())
             .with_cancel(self.cancel.clone())
             .with_extensions(self.ctx.extensions.clone());
         let work = async {

@@ -13,6 +13,7 @@ use crate::model::{
     FinishReason, Message, ModelResponse, ProviderError, Purpose, Role, ToolCall, ToolResultMessage, Usage,
 };
 
+use super::LoopState;
 use super::prompts;
 
 /// What the machine needs done next.
@@ -119,6 +120,62 @@ impl Machine {
             start_event: Some(start_event),
             final_message: None,
             error: None,
+        }
+    }
+
+    /// A machine picking up a turn where a crash left it: `history` holds
+    /// the window, the prompt and what the turn recorded (ending with the
+    /// assistant message whose tool calls still run), `turn_start` is the
+    /// index just after the prompt, and `state` the counters the journal
+    /// kept. [`start_resumed`](Self::start_resumed) begins it.
+    pub(crate) fn resumed(
+        limits: Limits,
+        history: Vec<Message>,
+        turn_start: usize,
+        state: &LoopState,
+        start_event: AgentEvent,
+    ) -> Self {
+        let mut machine = Self::new(limits, history, start_event);
+        machine.turn_start = turn_start.min(machine.history.len());
+        machine.step = state.step;
+        machine.budget_end = state.budget_end.max(state.step).max(1);
+        machine.continuation = state.continuation.clone();
+        machine.overflows = state.overflows;
+        machine.summary_calls = state.summary_calls;
+        machine.provider_calls = state.provider_calls;
+        machine.usage = state.usage;
+        machine
+    }
+
+    /// Begins a resumed turn: the tool calls of its last assistant message
+    /// run (the driver skips those whose results are known), or, when there
+    /// are none, the next step.
+    pub(crate) fn start_resumed(&mut self, aborted: bool) -> Action {
+        debug_assert_eq!(self.awaiting, Awaiting::Start);
+        if let Some(e) = self.start_event.take() {
+            self.events.push(e);
+        }
+        match self.history.last() {
+            Some(Message::Assistant(a))
+                if !a.tool_calls.is_empty() && self.history.len() > self.turn_start =>
+            {
+                self.awaiting = Awaiting::Tools;
+                Action::RunTools(a.tool_calls.clone())
+            }
+            _ => self.next_step(aborted),
+        }
+    }
+
+    /// The counters a resumed turn needs (see [`LoopState`]).
+    pub(crate) fn snapshot(&self) -> LoopState {
+        LoopState {
+            step: self.step,
+            budget_end: self.budget_end,
+            continuation: self.continuation.clone(),
+            overflows: self.overflows,
+            summary_calls: self.summary_calls,
+            provider_calls: self.provider_calls,
+            usage: self.usage,
         }
     }
 

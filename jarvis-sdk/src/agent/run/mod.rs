@@ -33,7 +33,7 @@ use super::tool::ToolRegistry;
 use super::ui::{NoopAdapter, UIAdapter};
 use crate::common::{Extensions, IdSource, UniqueIds};
 use crate::memory::MemoryContext;
-use crate::model::{Message, Provider, ProviderError};
+use crate::model::{Message, Provider, ProviderError, ToolResultMessage, Usage};
 
 /// Settings of the loop itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -123,6 +123,53 @@ impl Default for AgentIdentity {
     }
 }
 
+/// The loop's counters at a step, enough to pick a turn up again after a
+/// restart (the journal records them with every step that calls tools).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct LoopState {
+    /// Steps run so far.
+    pub step: u32,
+    /// The step after which the turn overflows (`max_turns`, or more in the
+    /// continuation).
+    pub budget_end: u32,
+    /// The first overflow's summary while the continuation runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuation: Option<String>,
+    /// Overflows so far.
+    pub overflows: u8,
+    /// Summary calls so far.
+    pub summary_calls: u8,
+    /// Model calls so far.
+    pub provider_calls: u32,
+    /// Tokens used so far.
+    pub usage: Usage,
+}
+
+/// Sees what a turn records while it runs, as it happens: the harness
+/// journals it ([`TurnJournal`](crate::agent::TurnJournal)), so a turn cut
+/// short by a crash is not lost. Calls come from the loop's task and must
+/// not block for long.
+pub trait TurnRecorder: Send + Sync {
+    /// The model asked for tools: `message` is that assistant message,
+    /// `state` the counters after the call.
+    fn step(&self, message: &Message, state: &LoopState);
+    /// One of the step's tool calls finished (completion order).
+    fn result(&self, result: &ToolResultMessage);
+}
+
+/// Where a resumed turn picks up (see [`run_agent_loop_resumed`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Resume {
+    /// Index in the history just after the prompt.
+    pub(crate) turn_start: usize,
+    /// The counters when the last step was recorded.
+    pub(crate) state: LoopState,
+    /// Results of the last step's calls that are settled already (recorded
+    /// before the restart, or given at resumption); the others run.
+    pub(crate) known: Vec<ToolResultMessage>,
+}
+
 /// Everything a turn runs with besides its history and configuration.
 #[derive(Clone)]
 pub struct LoopContext {
@@ -153,6 +200,10 @@ pub struct LoopContext {
     /// turns and puts the memory message before them. `None` sends the
     /// history as it is.
     pub memory: Option<Arc<MemoryContext>>,
+    /// The turn's id (empty when nothing names it); tools and the gate see it.
+    pub turn_id: String,
+    /// Sees what the turn records as it goes (the harness's journal).
+    pub recorder: Option<Arc<dyn TurnRecorder>>,
 }
 
 impl fmt::Debug for LoopContext {
@@ -164,6 +215,7 @@ impl fmt::Debug for LoopContext {
             .field("model", &self.model)
             .field("identity", &self.identity)
             .field("memory", &self.memory.as_ref().map(|m| m.sections().len()))
+            .field("turn_id", &self.turn_id)
             .finish_non_exhaustive()
     }
 }
@@ -183,6 +235,8 @@ impl LoopContext {
             turn_instruction: None,
             extensions: Extensions::new(),
             memory: None,
+            turn_id: String::new(),
+            recorder: None,
         }
     }
 
@@ -251,6 +305,17 @@ pub struct LoopOutcome {
     pub error: Option<ProviderError>,
 }
 
+impl LoopOutcome {
+    /// The turn's `agent_end` event.
+    pub fn end_event(&self) -> AgentEvent {
+        AgentEvent::AgentEnd {
+            final_message: self.final_message.clone(),
+            turns: self.turns,
+            overflows: self.overflows,
+        }
+    }
+}
+
 /// Runs one turn over `history`, which ends with the new user message.
 ///
 /// Every turn emits one `agent_start` and, whatever happens, one
@@ -266,14 +331,30 @@ pub async fn run_agent_loop(
     history: Vec<Message>,
     cancel: &CancellationToken,
 ) -> Result<LoopOutcome, AgentError> {
+    let outcome = run_loop(ctx, config, history, None, cancel).await?;
+    let _ = ctx.ui.on_event(&outcome.end_event());
+    Ok(outcome)
+}
+
+/// The loop without its `agent_end`, which the caller sends once the turn
+/// is recorded (the harness: an answer a person saw is durable). With
+/// `resume`, the turn picks up after a restart instead of starting.
+pub(crate) async fn run_loop(
+    ctx: &LoopContext,
+    config: &AgentLoopConfig,
+    history: Vec<Message>,
+    resume: Option<Resume>,
+    cancel: &CancellationToken,
+) -> Result<LoopOutcome, AgentError> {
     config.validate()?;
     let start = AgentEvent::AgentStart {
         agent_id: ctx.identity.agent_id.clone(),
         agent_name: ctx.identity.agent_name.clone(),
         session_id: ctx.identity.session_id.clone(),
+        resumed: resume.is_some(),
     };
     let finished = driver::Driver::new(ctx, config, cancel.child_token())
-        .run(history, start)
+        .run(history, start, resume)
         .await;
     Ok(LoopOutcome {
         final_message: finished.final_message,

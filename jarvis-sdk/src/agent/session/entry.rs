@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::id::SessionId;
-use crate::agent::event::StopReason;
+use crate::agent::event::{ProactiveKind, StopReason};
 use crate::common::Timestamp;
 use crate::model::Message;
 
@@ -55,8 +55,13 @@ pub enum EntryBody {
         /// The record.
         message: Message,
     },
-    /// A turn begins (written just before its user message).
-    TurnStart,
+    /// A turn begins (written just before its user message). A turn's
+    /// entries are one contiguous block, from this marker to its `turn_end`.
+    TurnStart {
+        /// The turn's id (entries written before turns had ids have none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        turn_id: Option<String>,
+    },
     /// A turn ended.
     TurnEnd {
         /// How it ended.
@@ -66,12 +71,47 @@ pub enum EntryBody {
         /// Overflows in it: 0, 1 or 2.
         overflows: u8,
     },
+    /// A message the agent sent without being asked in that moment (a
+    /// reminder, a queued message, a watch report), recorded before any
+    /// screen was shown it. Never part of the model's window: the model
+    /// sees conversation messages only.
+    Proactive {
+        /// `proactive` or `answer` (what the `proactive_message` event says).
+        proactive_kind: ProactiveKind,
+        /// Identifies the message; a session records one id once.
+        message_id: String,
+        /// The text.
+        text: String,
+    },
 }
 
 impl EntryBody {
     /// An entry recording `message`.
     pub fn message(message: Message) -> Self {
         EntryBody::Message { message }
+    }
+
+    /// A `turn_start` marker of the turn `turn_id`.
+    pub fn turn_start(turn_id: impl Into<String>) -> Self {
+        EntryBody::TurnStart {
+            turn_id: Some(turn_id.into()),
+        }
+    }
+
+    /// The id of the proactive message this entry records, if it records one.
+    pub fn proactive_id(&self) -> Option<&str> {
+        match self {
+            EntryBody::Proactive { message_id, .. } => Some(message_id),
+            _ => None,
+        }
+    }
+
+    /// The turn this `turn_start` marker begins, if it is one with an id.
+    pub fn turn_id(&self) -> Option<&str> {
+        match self {
+            EntryBody::TurnStart { turn_id } => turn_id.as_deref(),
+            _ => None,
+        }
     }
 
     /// Whether this body begins a turn: turns begin at user messages.
@@ -85,7 +125,8 @@ impl EntryBody {
     }
 }
 
-/// Whether a session is a person's conversation or a delegation between agents.
+/// What a session is for. Only `user` sessions are a person's to write:
+/// every other kind is read-only for people (they may open and read it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionKind {
@@ -93,26 +134,43 @@ pub enum SessionKind {
     #[default]
     User,
     /// One agent (the caller) delegates to another (the callee, the
-    /// session's agent); read-only for people.
+    /// session's agent).
     Peer,
+    /// A scheduled job's turns run here.
+    Job,
+    /// An MCP client's requests run here.
+    Mcp,
+    /// A sub-agent's work inside a parent turn runs here.
+    Sub,
 }
 
 impl SessionKind {
-    /// `"user"` or `"peer"`.
+    /// `"user"`, `"peer"`, `"job"`, `"mcp"` or `"sub"`.
     pub fn as_str(self) -> &'static str {
         match self {
             SessionKind::User => "user",
             SessionKind::Peer => "peer",
+            SessionKind::Job => "job",
+            SessionKind::Mcp => "mcp",
+            SessionKind::Sub => "sub",
         }
     }
 
-    /// Parses `"user"` or `"peer"`.
+    /// Parses a kind's name.
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "user" => Some(SessionKind::User),
             "peer" => Some(SessionKind::Peer),
+            "job" => Some(SessionKind::Job),
+            "mcp" => Some(SessionKind::Mcp),
+            "sub" => Some(SessionKind::Sub),
             _ => None,
         }
+    }
+
+    /// Whether people may only read it: every kind but `user`.
+    pub fn is_read_only(self) -> bool {
+        self != SessionKind::User
     }
 }
 
@@ -137,7 +195,8 @@ pub struct SessionMeta {
     /// The session this one was forked from.
     #[serde(default)]
     pub parent_id: Option<SessionId>,
-    /// A person's conversation or a delegation.
+    /// What the session is for: `user` (a person's), `peer`, `job`, `mcp`
+    /// or `sub` (read-only for people).
     #[serde(default)]
     pub kind: SessionKind,
     /// The delegating agent of a peer session.
@@ -222,9 +281,31 @@ mod tests {
             json!({"v": 1, "seq": 9, "ts": "2026-11-29T19:45:05.123Z", "kind": "turn_end",
                    "stop_reason": "max_turns", "turns": 20, "overflows": 1})
         );
-        let start = entry(8, EntryBody::TurnStart);
-        assert_eq!(serde_json::to_value(&start).unwrap()["kind"], "turn_start");
-        for e in [e, end, start] {
+        let start = entry(8, EntryBody::turn_start("t-1"));
+        assert_eq!(
+            serde_json::to_value(&start).unwrap(),
+            json!({"v": 1, "seq": 8, "ts": "2026-11-29T19:45:05.123Z", "kind": "turn_start", "turn_id": "t-1"})
+        );
+        let legacy: SessionEntry = serde_json::from_value(
+            json!({"v": 1, "seq": 1, "ts": "2026-11-29T19:45:05.123Z", "kind": "turn_start"}),
+        )
+        .unwrap();
+        assert_eq!(legacy.body, EntryBody::TurnStart { turn_id: None });
+        let proactive = entry(
+            10,
+            EntryBody::Proactive {
+                proactive_kind: ProactiveKind::Proactive,
+                message_id: "remind-l1".into(),
+                text: "잊지 않으셨죠?".into(),
+            },
+        );
+        assert_eq!(
+            serde_json::to_value(&proactive).unwrap(),
+            json!({"v": 1, "seq": 10, "ts": "2026-11-29T19:45:05.123Z", "kind": "proactive",
+                   "proactive_kind": "proactive", "message_id": "remind-l1", "text": "잊지 않으셨죠?"})
+        );
+        assert!(!proactive.starts_turn() && proactive.message().is_none());
+        for e in [e, end, start, proactive] {
             let back: SessionEntry = serde_json::from_str(&serde_json::to_string(&e).unwrap()).unwrap();
             assert_eq!(back, e);
         }
@@ -254,10 +335,10 @@ mod tests {
     #[test]
     fn the_window_starts_at_a_user_message() {
         let entries = vec![
-            entry(1, EntryBody::TurnStart),
+            entry(1, EntryBody::TurnStart { turn_id: None }),
             entry(2, EntryBody::message(Message::user("a"))),
             entry(3, EntryBody::message(Message::assistant_text("A"))),
-            entry(4, EntryBody::TurnStart),
+            entry(4, EntryBody::TurnStart { turn_id: None }),
             entry(5, EntryBody::message(Message::user("b"))),
             entry(6, EntryBody::message(Message::assistant_text("B"))),
         ];

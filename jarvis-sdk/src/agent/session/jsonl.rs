@@ -22,7 +22,7 @@
 
 use async_trait::async_trait;
 use serde::Serialize;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -145,6 +145,8 @@ struct State {
     /// Byte offset of the line of every turn's user message.
     turn_offsets: Vec<u64>,
     tail: Tail,
+    /// Ids of the proactive messages recorded (each is recorded once).
+    proactive_ids: HashSet<String>,
     report: LoadReport,
     unsynced: bool,
     dir_unsynced: bool,
@@ -238,6 +240,7 @@ impl JsonlSessionStore {
     pub fn with_lock(lock: Arc<HomeLock>, options: JsonlOptions) -> Result<Self, SessionError> {
         let dir = lock.home().join("sessions");
         std::fs::create_dir_all(&dir).map_err(SessionError::io("create", &dir))?;
+        migrate_job_sessions(&dir)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 _lock: lock,
@@ -315,6 +318,106 @@ impl JsonlSessionStore {
 
     fn log_path(&self, id: &SessionId) -> PathBuf {
         self.inner.dir.join(format!("{id}{LOG_EXT}"))
+    }
+
+    /// The session, with its append handle open when `open_file`.
+    async fn writable(&self, id: &SessionId, open_file: bool) -> Result<Arc<Session>, SessionError> {
+        let session = self.session(id).await?;
+        if open_file && session.lock().file.is_none() {
+            // The first append of a session opens its file off the async
+            // threads (creating it, for a session made before files were
+            // created with their session).
+            let path = self.log_path(id);
+            let file = blocking(move || {
+                OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .open(&path)
+                    .map_err(SessionError::io("open", path))
+            })
+            .await??;
+            let mut st = session.lock();
+            if st.file.is_none() {
+                st.file = Some(file);
+                st.dir_unsynced = true;
+            }
+        }
+        Ok(session)
+    }
+
+    /// Appends `entries` with one write; the caller holds the session's lock.
+    fn append_locked(
+        &self,
+        st: &mut State,
+        id: &SessionId,
+        entries: Vec<EntryBody>,
+        ts: Timestamp,
+    ) -> Result<u64, SessionError> {
+        if st.poisoned {
+            return Err(SessionError::Poisoned { id: id.to_string() });
+        }
+        if entries.is_empty() {
+            return Ok(st.next_seq - 1);
+        }
+        let limit = self.inner.options.max_line_bytes;
+        let mut buf = Vec::with_capacity(256 * entries.len());
+        let mut written = Vec::with_capacity(entries.len());
+        let mut seq = st.next_seq;
+        for body in entries {
+            let entry = SessionEntry {
+                v: ENTRY_SCHEMA_VERSION,
+                seq,
+                ts,
+                body,
+            };
+            let start = buf.len();
+            serde_json::to_writer(&mut buf, &entry).map_err(SessionError::Encode)?;
+            buf.push(b'\n');
+            let bytes = buf.len() - start;
+            if bytes > limit {
+                return Err(SessionError::EntryTooLarge {
+                    id: id.to_string(),
+                    bytes,
+                    limit,
+                });
+            }
+            written.push((start as u64, entry));
+            seq += 1;
+        }
+        let path = self.log_path(id);
+        let len = st.len;
+        if st.file.is_none() {
+            let file = OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(&path)
+                .map_err(SessionError::io("open", &path))?;
+            st.file = Some(file);
+            st.dir_unsynced = true;
+        }
+        let file = st.file.as_mut().ok_or_else(|| SessionError::not_found(id))?;
+        if let Err(e) = file.write_all(&buf) {
+            // Take back whatever part of the batch reached the file, so the
+            // next append starts on a line of its own.
+            if file.set_len(len).is_err() {
+                st.poisoned = true;
+            }
+            return Err(SessionError::io("append to", path)(e));
+        }
+        for (offset, entry) in written {
+            if entry.starts_turn() {
+                st.turn_offsets.push(len + offset);
+            }
+            if let Some(key) = entry.body.proactive_id() {
+                st.proactive_ids.insert(key.to_owned());
+            }
+            st.tail.push(entry);
+        }
+        st.len += buf.len() as u64;
+        st.next_seq = seq;
+        st.meta.updated_at = st.meta.updated_at.max(ts);
+        st.unsynced = true;
+        Ok(seq - 1)
     }
 
     /// Reads whole lines of the history from byte `from` up to byte `to`.
@@ -396,89 +499,23 @@ impl SessionStore for JsonlSessionStore {
 
     async fn append(&self, id: &SessionId, entries: Vec<EntryBody>) -> Result<u64, SessionError> {
         let ts = now(&*self.inner.options.clock);
-        let session = self.session(id).await?;
-        if session.lock().file.is_none() && !entries.is_empty() {
-            // The first append of a session opens its file off the async
-            // threads (creating it, for a session made before files were
-            // created with their session).
-            let path = self.log_path(id);
-            let file = blocking(move || {
-                OpenOptions::new()
-                    .append(true)
-                    .create(true)
-                    .open(&path)
-                    .map_err(SessionError::io("open", path))
-            })
-            .await??;
-            let mut st = session.lock();
-            if st.file.is_none() {
-                st.file = Some(file);
-                st.dir_unsynced = true;
-            }
-        }
+        let session = self.writable(id, !entries.is_empty()).await?;
         let mut st = session.lock();
-        if st.poisoned {
-            return Err(SessionError::Poisoned { id: id.to_string() });
+        self.append_locked(&mut st, id, entries, ts)
+    }
+
+    async fn append_once(&self, id: &SessionId, entry: EntryBody) -> Result<bool, SessionError> {
+        let ts = now(&*self.inner.options.clock);
+        let session = self.writable(id, true).await?;
+        let mut st = session.lock();
+        if entry
+            .proactive_id()
+            .is_some_and(|key| st.proactive_ids.contains(key))
+        {
+            return Ok(false);
         }
-        if entries.is_empty() {
-            return Ok(st.next_seq - 1);
-        }
-        let limit = self.inner.options.max_line_bytes;
-        let mut buf = Vec::with_capacity(256 * entries.len());
-        let mut written = Vec::with_capacity(entries.len());
-        let mut seq = st.next_seq;
-        for body in entries {
-            let entry = SessionEntry {
-                v: ENTRY_SCHEMA_VERSION,
-                seq,
-                ts,
-                body,
-            };
-            let start = buf.len();
-            serde_json::to_writer(&mut buf, &entry).map_err(SessionError::Encode)?;
-            buf.push(b'\n');
-            let bytes = buf.len() - start;
-            if bytes > limit {
-                return Err(SessionError::EntryTooLarge {
-                    id: id.to_string(),
-                    bytes,
-                    limit,
-                });
-            }
-            written.push((start as u64, entry));
-            seq += 1;
-        }
-        let path = self.log_path(id);
-        let len = st.len;
-        if st.file.is_none() {
-            let file = OpenOptions::new()
-                .append(true)
-                .create(true)
-                .open(&path)
-                .map_err(SessionError::io("open", &path))?;
-            st.file = Some(file);
-            st.dir_unsynced = true;
-        }
-        let file = st.file.as_mut().ok_or_else(|| SessionError::not_found(id))?;
-        if let Err(e) = file.write_all(&buf) {
-            // Take back whatever part of the batch reached the file, so the
-            // next append starts on a line of its own.
-            if file.set_len(len).is_err() {
-                st.poisoned = true;
-            }
-            return Err(SessionError::io("append to", path)(e));
-        }
-        for (offset, entry) in written {
-            if entry.starts_turn() {
-                st.turn_offsets.push(len + offset);
-            }
-            st.tail.push(entry);
-        }
-        st.len += buf.len() as u64;
-        st.next_seq = seq;
-        st.meta.updated_at = st.meta.updated_at.max(ts);
-        st.unsynced = true;
-        Ok(seq - 1)
+        self.append_locked(&mut st, id, vec![entry], ts)?;
+        Ok(true)
     }
 
     async fn recent(&self, id: &SessionId, turns: usize) -> Result<Vec<SessionEntry>, SessionError> {
@@ -508,23 +545,49 @@ impl SessionStore for JsonlSessionStore {
     }
 
     async fn list(&self) -> Result<Vec<SessionMeta>, SessionError> {
-        // ponytail: listing loads every session (once per process), which
-        // also gives `updated_at` from the last entry; a server with
-        // thousands of long sessions would want a summary file instead.
+        // Sessions in memory answer from there; the others are peeked at
+        // (the metadata file and the last line of the history) without
+        // being loaded, so listing keeps no session in memory.
         let dir = self.inner.dir.clone();
-        let ids = blocking(move || session_ids(&dir)).await??;
-        let _gate = self.inner.gate.lock().await;
-        for id in ids {
-            if let Err(e) = self.load_gated(&id).await {
-                tracing::warn!(session_id = %id, "session store: left session {id} out of the list: {}", chain(&e));
-            }
-        }
-        let mut metas: Vec<SessionMeta> = lock(&self.inner.sessions)
-            .values()
-            .map(|s| s.lock().meta.clone())
+        let loaded: HashMap<SessionId, SessionMeta> = lock(&self.inner.sessions)
+            .iter()
+            .map(|(id, s)| (id.clone(), s.lock().meta.clone()))
             .collect();
+        let limit = self.inner.options.max_line_bytes;
+        let mut metas = blocking(move || -> Result<Vec<SessionMeta>, SessionError> {
+            let mut metas = Vec::new();
+            for id in session_ids(&dir)? {
+                if let Some(meta) = loaded.get(&id) {
+                    metas.push(meta.clone());
+                    continue;
+                }
+                match peek(&dir, &id, limit) {
+                    Ok(Some(meta)) => metas.push(meta),
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(session_id = %id, "session store: left session {id} out of the list: {}", chain(&e))
+                    }
+                }
+            }
+            Ok(metas)
+        })
+        .await??;
         sort_newest_first(&mut metas);
         Ok(metas)
+    }
+
+    async fn unload(&self, id: &SessionId) -> bool {
+        let mut sessions = lock(&self.inner.sessions);
+        // Only when nobody is using it: a writer holds a clone while it appends.
+        let idle = sessions.get(id).is_some_and(|s| Arc::strong_count(s) == 1);
+        if idle {
+            sessions.remove(id);
+        }
+        idle
+    }
+
+    fn loaded(&self) -> Option<usize> {
+        Some(lock(&self.inner.sessions).len())
     }
 
     async fn fork(&self, parent: &SessionId, child: SessionId) -> Result<SessionMeta, SessionError> {
@@ -548,6 +611,7 @@ impl SessionStore for JsonlSessionStore {
                 next_seq: st.next_seq,
                 turn_offsets: st.turn_offsets.clone(),
                 tail: st.tail.clone(),
+                proactive_ids: st.proactive_ids.clone(),
                 report: LoadReport::default(),
                 unsynced: false,
                 dir_unsynced: false,
@@ -642,6 +706,7 @@ impl State {
             next_seq: 1,
             turn_offsets: Vec::new(),
             tail: Tail::new(cache_turns),
+            proactive_ids: HashSet::new(),
             report: LoadReport::default(),
             unsynced: false,
             dir_unsynced: false,
@@ -662,6 +727,40 @@ fn chain(e: &dyn std::error::Error) -> String {
     text
 }
 
+/// Scheduled jobs' sessions (`sched-…`) were `user` sessions before the
+/// `job` kind existed: their metadata files say `job` from the first start
+/// on. Idempotent (a `job` session is left alone); the one place a session
+/// id is read for meaning, once, to migrate.
+fn migrate_job_sessions(dir: &Path) -> Result<(), SessionError> {
+    let read = std::fs::read_dir(dir).map_err(SessionError::io("list", dir))?;
+    for item in read {
+        let item = item.map_err(SessionError::io("list", dir))?;
+        let name = item.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !name.starts_with("sched-") || !name.ends_with(META_EXT) {
+            continue;
+        }
+        let path = item.path();
+        let Ok(bytes) = std::fs::read(&path) else { continue };
+        let Ok(mut meta) = serde_json::from_slice::<SessionMeta>(&bytes) else {
+            continue; // a damaged file is reported when the session loads
+        };
+        if meta.kind != SessionKind::User {
+            continue;
+        }
+        meta.kind = SessionKind::Job;
+        let mut bytes = serde_json::to_vec_pretty(&MetaFile {
+            v: ENTRY_SCHEMA_VERSION,
+            meta: &meta,
+        })
+        .map_err(SessionError::Encode)?;
+        bytes.push(b'\n');
+        write_atomic(&path, &bytes).map_err(SessionError::io("write", &path))?;
+        tracing::info!(session_id = %meta.id, "session store: a scheduled job's session is now of kind job");
+    }
+    Ok(())
+}
+
 /// Ids of the sessions in `dir`, from their file names. Other files (the
 /// store's temporary files among them) are ignored.
 fn session_ids(dir: &Path) -> Result<Vec<SessionId>, SessionError> {
@@ -679,6 +778,91 @@ fn session_ids(dir: &Path) -> Result<Vec<SessionId>, SessionError> {
     ids.sort();
     ids.dedup();
     Ok(ids)
+}
+
+/// A session's metadata without loading it: its metadata file (a legacy
+/// session without one is `main`'s, created at its first entry) and, for
+/// `updated_at`, the last whole line of its history. `None` when neither
+/// file exists.
+fn peek(dir: &Path, id: &SessionId, limit: usize) -> Result<Option<SessionMeta>, SessionError> {
+    let meta_path = dir.join(format!("{id}{META_EXT}"));
+    let log_path = dir.join(format!("{id}{LOG_EXT}"));
+    let mut meta = match std::fs::read(&meta_path) {
+        Ok(bytes) => {
+            let mut meta: SessionMeta =
+                serde_json::from_slice(&bytes).map_err(|source| SessionError::CorruptMeta {
+                    id: id.to_string(),
+                    path: meta_path.clone(),
+                    source,
+                })?;
+            meta.id = id.clone();
+            Some(meta)
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(SessionError::io("read", meta_path)(e)),
+    };
+    let mut log = match File::open(&log_path) {
+        Ok(f) => Some(f),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(SessionError::io("open", log_path)(e)),
+    };
+    if meta.is_none() && log.is_none() {
+        return Ok(None);
+    }
+    let mut first_ts = None;
+    let mut last_ts = None;
+    if let Some(file) = log.as_mut() {
+        let len = file
+            .metadata()
+            .map_err(SessionError::io("read", &log_path))?
+            .len();
+        // The last whole line is within the last line-limit bytes.
+        let window = (limit as u64 + 1).min(len).min(4 << 20);
+        file.seek(SeekFrom::Start(len - window))
+            .map_err(SessionError::io("read", &log_path))?;
+        let mut tail = Vec::with_capacity(window as usize);
+        Read::by_ref(file)
+            .take(window)
+            .read_to_end(&mut tail)
+            .map_err(SessionError::io("read", &log_path))?;
+        last_ts = tail
+            .split(|b| *b == b'\n')
+            .rev()
+            .find_map(|line| parse(line).ok())
+            .map(|e| e.ts);
+        if meta.is_none() {
+            file.seek(SeekFrom::Start(0))
+                .map_err(SessionError::io("read", &log_path))?;
+            let mut reader = BufReader::new(Read::by_ref(file).take(limit as u64 + 1));
+            let mut buf = Vec::new();
+            while let Some(line) =
+                next_line(&mut reader, &mut buf, limit).map_err(SessionError::io("read", &log_path))?
+            {
+                if line.terminated
+                    && !line.oversized
+                    && let Ok(entry) = parse(&buf)
+                {
+                    first_ts = Some(entry.ts);
+                    break;
+                }
+            }
+        }
+    }
+    let mut meta = meta.take().unwrap_or_else(|| SessionMeta {
+        id: id.clone(),
+        agent_id: LEGACY_AGENT_ID.to_owned(),
+        title: None,
+        created_at: first_ts.unwrap_or_default(),
+        updated_at: Timestamp::EPOCH,
+        parent_id: None,
+        kind: SessionKind::User,
+        caller: None,
+        callee: None,
+    });
+    if let Some(ts) = last_ts {
+        meta.updated_at = meta.updated_at.max(ts);
+    }
+    Ok(Some(meta))
 }
 
 /// Reads, checks and repairs one session's files. `None` when neither exists.
@@ -738,6 +922,9 @@ fn load(dir: &Path, id: &SessionId, options: &JsonlOptions) -> Result<Option<Sta
             state.next_seq = state.next_seq.max(entry.seq.saturating_add(1));
             if entry.starts_turn() {
                 state.turn_offsets.push(offset);
+            }
+            if let Some(key) = entry.body.proactive_id() {
+                state.proactive_ids.insert(key.to_owned());
             }
             state.tail.push(entry);
         })?;
@@ -970,14 +1157,14 @@ mod tests {
             seq += 1;
             tail.push(entry(seq, body));
         };
-        push(&mut tail, EntryBody::TurnStart);
+        push(&mut tail, EntryBody::TurnStart { turn_id: None });
         for turn in 0..4 {
             push(&mut tail, EntryBody::message(Message::user(format!("u{turn}"))));
             push(
                 &mut tail,
                 EntryBody::message(Message::assistant_text(format!("a{turn}"))),
             );
-            push(&mut tail, EntryBody::TurnStart);
+            push(&mut tail, EntryBody::TurnStart { turn_id: None });
         }
         assert!(!tail.complete);
         assert_eq!(tail.turns, 2);
@@ -992,7 +1179,7 @@ mod tests {
     #[test]
     fn a_complete_tail_answers_any_window() {
         let mut tail = Tail::new(4);
-        tail.push(entry(1, EntryBody::TurnStart));
+        tail.push(entry(1, EntryBody::TurnStart { turn_id: None }));
         tail.push(entry(2, EntryBody::message(Message::user("u"))));
         assert_eq!(tail.recent(10).unwrap().len(), 2);
     }

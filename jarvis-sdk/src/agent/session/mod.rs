@@ -93,6 +93,54 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
         Ok(())
     }
 
+    /// Whether the history holds the block of turn `turn_id` (its
+    /// `turn_start` carries the id). Recovery after a crash asks it, so a
+    /// turn recorded just before the crash is not recorded twice. The
+    /// default reads the whole history.
+    async fn has_turn(&self, id: &SessionId, turn_id: &str) -> Result<bool, SessionError> {
+        Ok(self
+            .entries(id)
+            .await?
+            .iter()
+            .rev()
+            .any(|e| e.body.turn_id() == Some(turn_id)))
+    }
+
+    /// Appends `entry`, a record that must be in the history at most once
+    /// (a proactive message, keyed by its message id), unless the history
+    /// holds an entry with the same key already; answers whether it was
+    /// appended. Entries without a key are always appended. The default
+    /// reads the whole history; stores keep an index instead.
+    async fn append_once(&self, id: &SessionId, entry: EntryBody) -> Result<bool, SessionError> {
+        if let Some(key) = entry.proactive_id()
+            && self
+                .entries(id)
+                .await?
+                .iter()
+                .any(|e| e.body.proactive_id() == Some(key))
+        {
+            return Ok(false);
+        }
+        self.append(id, vec![entry]).await?;
+        Ok(true)
+    }
+
+    /// Forgets what the store keeps in memory for session `id` (caches,
+    /// open files) when nothing is using it; the session is read again on
+    /// its next use. Answers whether it was unloaded. The app calls it for
+    /// the least recently used idle sessions when more than its limit are
+    /// loaded. The default keeps everything (stores with no per-session
+    /// memory to give back).
+    async fn unload(&self, id: &SessionId) -> bool {
+        let _ = id;
+        false
+    }
+
+    /// How many sessions the store holds in memory, when it keeps track.
+    fn loaded(&self) -> Option<usize> {
+        None
+    }
+
     /// The session's metadata, creating the session from `new` when it does
     /// not exist; `true` when it was created. An existing session keeps its
     /// own agent whatever `new` says (R-WEB-3).
@@ -146,7 +194,7 @@ pub struct NewSession {
     pub id: SessionId,
     /// The agent it belongs to.
     pub agent_id: String,
-    /// A person's conversation or a delegation.
+    /// What the session is for.
     pub kind: SessionKind,
     /// The delegating agent (peer sessions).
     pub caller: Option<String>,
@@ -183,6 +231,14 @@ impl NewSession {
         }
     }
 
+    /// A scheduled job's session `id` of `agent_id` (read-only for people).
+    pub fn job(id: SessionId, agent_id: impl Into<String>) -> Self {
+        Self {
+            kind: SessionKind::Job,
+            ..Self::user(id, agent_id)
+        }
+    }
+
     /// Sets the initial title.
     pub fn with_title(mut self, title: impl Into<String>) -> Self {
         self.title = Some(title.into());
@@ -199,8 +255,8 @@ impl NewSession {
         let peer_ok = self.caller.is_some() && self.callee.as_deref() == Some(self.agent_id.as_str());
         let user_ok = self.caller.is_none() && self.callee.is_none();
         let consistent = match self.kind {
-            SessionKind::Peer => peer_ok,
-            SessionKind::User => user_ok,
+            SessionKind::Peer | SessionKind::Sub => peer_ok,
+            SessionKind::User | SessionKind::Job | SessionKind::Mcp => user_ok,
         };
         if !consistent {
             return Err(SessionError::InvalidAgentId {

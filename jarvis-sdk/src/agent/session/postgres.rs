@@ -47,6 +47,7 @@ ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS created_at TIMESTAMPTZ NOT 
 ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS updated_at TIMESTAMPTZ NOT NULL DEFAULT now();
 ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS parent_id TEXT;
 ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS kind TEXT NOT NULL DEFAULT 'user';
+UPDATE jarvis_sessions SET kind = 'job' WHERE kind = 'user' AND id LIKE 'sched-%';
 ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS caller TEXT;
 ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS callee TEXT;
 CREATE TABLE IF NOT EXISTS jarvis_entries (

@@ -1,5 +1,11 @@
 //! [`ApprovalBroker`]: one per session. It asks every screen attached to the
 //! session, the first answer wins, and every screen learns the outcome.
+//!
+//! With a [`TurnJournal`], a request is recorded (durably) before any screen
+//! sees it and its decision before the call runs, so a turn waiting for a
+//! person survives a restart: the resumed turn's call comes back here and
+//! is asked again with the same request id, its timeout counted from the
+//! first time it was asked.
 
 use async_trait::async_trait;
 use std::collections::{BTreeMap, BTreeSet};
@@ -10,8 +16,8 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::rules::{LayeredApprovalRules, RuleDecision};
-use crate::agent::{ApprovalDecision, ApprovalRequest, Approver, ToolCallInfo, UIAdapter};
-use crate::common::IdSource;
+use crate::agent::{ApprovalDecision, ApprovalRequest, Approver, ToolCallInfo, TurnJournal, UIAdapter};
+use crate::common::{Clock, IdSource, SystemClock, Timestamp};
 
 /// How long a request waits for a person by default: five minutes.
 pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(300);
@@ -27,6 +33,8 @@ struct Inner {
     ids: Arc<dyn IdSource>,
     timeout: Duration,
     ask_always: BTreeSet<String>,
+    journal: Option<Arc<TurnJournal>>,
+    clock: Arc<dyn Clock>,
     screens: Mutex<Vec<(u64, Arc<dyn UIAdapter>)>>,
     pending: Mutex<BTreeMap<String, Pending>>,
     next_screen: AtomicU64,
@@ -120,6 +128,8 @@ impl ApprovalBroker {
                 ids,
                 timeout: DEFAULT_APPROVAL_TIMEOUT,
                 ask_always: BTreeSet::new(),
+                journal: None,
+                clock: Arc::new(SystemClock),
                 screens: Mutex::default(),
                 pending: Mutex::default(),
                 next_screen: AtomicU64::new(0),
@@ -136,6 +146,15 @@ impl ApprovalBroker {
     pub fn with_ask_always(self, tools: impl IntoIterator<Item = String>) -> Self {
         let tools: BTreeSet<String> = tools.into_iter().collect();
         self.rebuild(|inner| inner.ask_always = tools)
+    }
+
+    /// Records requests and decisions in `journal` (see the module docs),
+    /// with times from `clock`.
+    pub fn with_journal(self, journal: Arc<TurnJournal>, clock: Arc<dyn Clock>) -> Self {
+        self.rebuild(|inner| {
+            inner.journal = Some(journal);
+            inner.clock = clock;
+        })
     }
 
     fn rebuild(self, change: impl FnOnce(&mut Inner)) -> Self {
@@ -181,6 +200,11 @@ impl ApprovalBroker {
         pending.values().map(|p| p.request.clone()).collect()
     }
 
+    /// How many screens are attached.
+    pub fn screens(&self) -> usize {
+        self.inner.screens.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     /// The session this broker serves.
     pub fn session_id(&self) -> &str {
         &self.inner.session_id
@@ -218,13 +242,32 @@ impl Approver for ApprovalBroker {
                 None => {}
             }
         }
-        let request = ApprovalRequest {
-            request_id: inner.ids.next_id("approval_"),
-            session_id: inner.session_id.clone(),
-            agent_id: call.agent_id.to_owned(),
-            tool_name: call.tool_name.to_owned(),
-            args: call.arguments.clone(),
+        let now = Timestamp::from_system_time(inner.clock.now());
+        // A turn resumed after a restart asks again what it asked before.
+        let earlier = match (&inner.journal, call.turn_id.is_empty()) {
+            (Some(journal), false) => journal.undecided(call.turn_id, call.tool_call_id),
+            _ => None,
         };
+        let (request, asked_at) = match earlier {
+            Some(earlier) => (earlier.request, earlier.asked_at),
+            None => (
+                ApprovalRequest {
+                    request_id: inner.ids.next_id("approval_"),
+                    session_id: inner.session_id.clone(),
+                    agent_id: call.agent_id.to_owned(),
+                    tool_name: call.tool_name.to_owned(),
+                    args: call.arguments.clone(),
+                },
+                now,
+            ),
+        };
+        if let (Some(journal), false) = (&inner.journal, call.turn_id.is_empty())
+            && let Err(error) = journal
+                .ask(call.turn_id, call.tool_call_id, &request, asked_at)
+                .await
+        {
+            tracing::warn!(%error, "the approval request could not be journaled; it will not survive a restart");
+        }
         let (tx, rx) = oneshot::channel();
         inner.pending.lock().unwrap_or_else(|e| e.into_inner()).insert(
             request.request_id.clone(),
@@ -240,7 +283,10 @@ impl Approver for ApprovalBroker {
         for screen in inner.screens() {
             screen.on_approval_request(&request);
         }
-        let decision = match tokio::time::timeout(inner.timeout, rx).await {
+        // The timeout counts from the first time it was asked, across restarts.
+        let waited = u64::try_from(now.as_millis().saturating_sub(asked_at.as_millis())).unwrap_or(0);
+        let left = inner.timeout.saturating_sub(Duration::from_millis(waited));
+        let decision = match tokio::time::timeout(left, rx).await {
             Ok(Ok(decision)) => decision,
             Ok(Err(_)) => ApprovalDecision::Cancelled,
             Err(_) => {
@@ -248,6 +294,14 @@ impl Approver for ApprovalBroker {
                 ApprovalDecision::Timeout
             }
         };
+        if let (Some(journal), false, false) = (
+            &inner.journal,
+            call.turn_id.is_empty(),
+            decision == ApprovalDecision::Cancelled,
+        ) && let Err(error) = journal.decide(call.turn_id, &request.request_id, decision).await
+        {
+            tracing::warn!(%error, "the approval decision could not be journaled");
+        }
         drop(guard); // already resolved: a no-op
         if decision == ApprovalDecision::Always {
             if always_ask {

@@ -252,6 +252,8 @@ pub struct Scheduler {
     ledger_load: LedgerLoad,
     state: Mutex<State>,
     running: Arc<Mutex<HashSet<String>>>,
+    /// Runs that failed.
+    failed: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// `/schedule <when> <prompt>` for [`StandardCommands`](crate::core::StandardCommands):
@@ -307,6 +309,7 @@ impl Scheduler {
             ledger_load,
             state: Mutex::new(State::default()),
             running: Arc::new(Mutex::new(HashSet::new())),
+            failed: Arc::default(),
         })
     }
 
@@ -347,23 +350,33 @@ impl Scheduler {
     /// Cancelling stops the driver and aborts runs in flight; their slots
     /// stay `started` and are not retried.
     pub fn spawn(self: Arc<Self>, cancel: CancellationToken) -> JoinHandle<()> {
-        tokio::spawn(async move {
-            let mut runs = JoinSet::new();
-            let mut interval = tokio::time::interval(self.config.poll_interval);
-            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    () = cancel.cancelled() => break,
-                    _ = interval.tick() => {}
-                }
-                while runs.try_join_next().is_some() {}
-                let (_report, started) = self.begin();
-                for run in started {
-                    runs.spawn(run);
-                }
+        tokio::spawn(self.run(cancel))
+    }
+
+    /// The driver [`Scheduler::spawn`] runs, as a future (the app runs it
+    /// under its supervisor, which starts it again should it fail).
+    pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
+        let mut runs = JoinSet::new();
+        let mut interval = tokio::time::interval(self.config.poll_interval);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                _ = interval.tick() => {}
             }
-            runs.shutdown().await;
-        })
+            while runs.try_join_next().is_some() {}
+            let (_report, started) = self.begin();
+            for run in started {
+                runs.spawn(run);
+            }
+        }
+        runs.shutdown().await;
+    }
+
+    /// Runs that failed (an error or a panic) since the scheduler started;
+    /// each was logged with its job's name.
+    pub fn failed_runs(&self) -> u64 {
+        self.failed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Every job (file jobs and built-in ones, by id) with its next run.
@@ -617,6 +630,7 @@ impl Scheduler {
         let runner = self.runner.clone();
         let ledger = self.ledger.clone();
         let clock = self.clock.clone();
+        let failed = self.failed.clone();
         tracing::info!(job = %job.id, agent = %job.agent, slot = %slot, "schedule: run started");
         Box::pin(async move {
             let _guard = guard;
@@ -629,7 +643,12 @@ impl Scheduler {
             let result = AssertUnwindSafe(run)
                 .catch_unwind()
                 .await
-                .unwrap_or_else(|_| Err("the run panicked".to_owned()));
+                .unwrap_or_else(|panic| {
+                    Err(format!(
+                        "the run panicked: {}",
+                        crate::core::supervise::panic_text(&*panic)
+                    ))
+                });
             let at = Timestamp::from(clock.now());
             let (record, outcome) = match result {
                 Ok(output) => {
@@ -639,6 +658,7 @@ impl Scheduler {
                     (record, RunOutcome::Done(output))
                 }
                 Err(error) => {
+                    failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tracing::warn!(job = %job.id, slot = %slot, %error, "schedule: run failed");
                     let mut record = RunRecord::new(&job.id, slot, RunState::Failed, at);
                     record.error = Some(error.clone());

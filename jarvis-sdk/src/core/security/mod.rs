@@ -88,6 +88,9 @@ pub struct SecurityInput {
     pub session_id: String,
     /// Whether the target is a peer session (`peer-<caller>-<callee>`).
     pub peer_session: bool,
+    /// What the target session is for; every kind but `user` is read-only
+    /// for people.
+    pub session_kind: crate::agent::SessionKind,
 }
 
 impl SecurityInput {
@@ -103,6 +106,7 @@ impl SecurityInput {
             agent_id: agent_id.into(),
             session_id: session_id.into(),
             peer_session: false,
+            session_kind: crate::agent::SessionKind::User,
         }
     }
 }

@@ -24,6 +24,13 @@
 //! Tool call ids are `call_<n>`, counting from 1 over the provider's life.
 //! Unknown keys are errors, so a typo in a script fails loudly.
 //!
+//! With a request log ([`FauxProvider::with_request_log`]; the app sets it
+//! from `JARVIS_FAUX__REQUEST_LOG`), every request received is also
+//! appended to that file as one JSON line, so tests that drive a whole
+//! binary can see what the model was sent:
+//! `{"agent","session_id","purpose","messages":[{"role","content"}],"tools":[names]}`
+//! (the system prompt and the memory message included as they were sent).
+//!
 //! ```
 //! use futures::StreamExt;
 //! use jarvis_sdk::{ChatRequest, FauxProvider, Message, Provider, ProviderEvent};
@@ -64,6 +71,9 @@ use script::CompiledWhen;
 
 /// The environment variable naming a script file.
 pub const FAUX_SCRIPT_ENV: &str = "JARVIS_FAUX__SCRIPT";
+
+/// The environment variable naming the request log (see the module docs).
+pub const FAUX_REQUEST_LOG_ENV: &str = "JARVIS_FAUX__REQUEST_LOG";
 
 /// The built-in demo script, played when no script is configured: a short
 /// scripted tour. Anything said gets J.A.R.V.I.S.'s introduction (the
@@ -122,7 +132,15 @@ pub struct FauxProvider {
     replies: Vec<FauxReply>,
     fallback: Option<FauxReply>,
     record: bool,
+    log: Option<RequestLog>,
     state: Mutex<State>,
+}
+
+/// The file requests are appended to.
+#[derive(Debug)]
+struct RequestLog {
+    path: std::path::PathBuf,
+    file: Mutex<std::fs::File>,
 }
 
 #[derive(Debug, Default)]
@@ -155,7 +173,55 @@ impl FauxProvider {
             replies: script.replies,
             fallback: script.fallback,
             record: true,
+            log: None,
         })
+    }
+
+    /// Also appends every request to the file at `path` as one JSON line
+    /// (created when missing; see the module docs).
+    pub fn with_request_log(mut self, path: &Path) -> Result<Self, ProviderError> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| {
+                ProviderError::Config(format!("cannot open faux request log {}: {e}", path.display()))
+            })?;
+        self.log = Some(RequestLog {
+            path: path.to_path_buf(),
+            file: Mutex::new(file),
+        });
+        Ok(self)
+    }
+
+    fn log_request(&self, request: &ChatRequest) {
+        let Some(log) = &self.log else { return };
+        let mut messages: Vec<serde_json::Value> = Vec::new();
+        if let Some(system) = &request.system {
+            messages.push(serde_json::json!({"role": "system", "content": system}));
+        }
+        messages.extend(request.messages.iter().map(|m| {
+            let content = match m {
+                super::message::Message::User(u) => u.content.clone(),
+                super::message::Message::Assistant(a) => a.content.clone(),
+                super::message::Message::Tool(t) => t.content.clone(),
+            };
+            serde_json::json!({"role": m.role(), "content": content})
+        }));
+        let line = serde_json::json!({
+            "agent": request.metadata.agent_id,
+            "session_id": request.metadata.session_id,
+            "purpose": request.purpose,
+            "messages": messages,
+            "tools": request.tools.iter().map(|t| t.name.clone()).collect::<Vec<_>>(),
+        });
+        let mut bytes = line.to_string().into_bytes();
+        bytes.push(b'\n');
+        use std::io::Write as _;
+        let mut file = log.file.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = file.write_all(&bytes) {
+            tracing::warn!(path = %log.path.display(), error = %e, "faux: the request could not be logged");
+        }
     }
 
     /// A provider playing the YAML script `yaml`.
@@ -225,6 +291,7 @@ impl FauxProvider {
 
 impl Provider for FauxProvider {
     fn stream(&self, request: ChatRequest) -> ProviderStream {
+        self.log_request(&request);
         let mut state = self.lock();
         state.seen += 1;
         let (events, delay, chunk_delay) = match self.pick(&mut state, &request) {
