@@ -264,15 +264,15 @@ impl Connection<'_> {
         // Sessions other than a person's own are read-only for people: the
         // turns there belong to an agent, a job or a caller, and their
         // approval requests are answered on the screens they are shown on.
+        // (A prompt is refused by the security pipeline, which says so to
+        // every screen.)
         let read_only = self.session.kind().is_read_only();
         match message {
-            ClientMessage::Prompt { .. } | ClientMessage::Abort | ClientMessage::Approval { .. }
-                if read_only =>
-            {
+            ClientMessage::Abort | ClientMessage::Approval { .. } if read_only => {
                 self.outbox.error(
                     codes::FORBIDDEN,
                     format!(
-                        "{} is a {} session: it can be read, not written, aborted or approved in",
+                        "{} is a {} session: it can be read, not aborted or approved in",
                         self.session.id(),
                         self.session.kind().as_str()
                     ),

@@ -252,7 +252,7 @@ async fn malformed_frames_get_an_error_and_the_connection_survives() {
     // the sender also gets an error.
     ws.send(prompt("   ")).await;
     let frames = ws.until_match(|f| f["type"] == "error").await;
-    assert_eq!(kinds(&frames), ["input_rejected", "error"]);
+    assert_eq!(kinds(&frames), ["input_rejected", "error"], "{frames:?}");
     assert_eq!(frames[1]["code"], "invalid_input");
     ws.send(prompt("<script>alert(1)</script>")).await;
     let frames = ws.until_match(|f| f["type"] == "error").await;
@@ -287,6 +287,7 @@ async fn a_due_promise_reaches_the_screen_and_its_dismissal_teaches_that_agent()
             condition: None,
             created_at: now,
             closed_at: None,
+            reminded_at: None,
         })
         .await
         .unwrap();
@@ -461,8 +462,18 @@ async fn agent_activity_lists_both_agents_during_a_delegation_and_peer_sessions_
     let mut peer = Ws::connect(&server.ws_url("session_id=peer-main-karen&agent=main")).await;
     peer.send(prompt("직접 물어볼게")).await;
     let frames = peer.until_match(|f| f["type"] == "error").await;
-    assert_eq!(kinds(&frames), ["input_rejected", "error"]);
+    assert_eq!(kinds(&frames), ["input_rejected", "error"], "{frames:?}");
     assert_eq!(frames[1]["code"], "forbidden");
+    // Nor may people abort its turns or answer approvals from its screens:
+    // those are shown, and answered, on the delegating session's screens.
+    for frame in [
+        json!({"type": "abort"}),
+        json!({"type": "approval", "request_id": "approval_1", "decision": "allow"}),
+    ] {
+        peer.send(frame).await;
+        let answer = peer.until_match(|f| f["type"] == "error").await;
+        assert_eq!(answer.last().unwrap()["code"], "forbidden", "{answer:?}");
+    }
 }
 
 #[tokio::test(flavor = "current_thread")]
