@@ -49,12 +49,14 @@ mod hud;
 pub mod protocol;
 mod serve;
 mod state;
+mod tls;
 mod ws;
 
-pub use config::{DEFAULT_HOST, DEFAULT_PORT, Limits, ServerConfig};
+pub use config::{DEFAULT_HOST, DEFAULT_PORT, Limits, ServerConfig, TlsFiles};
 pub use hud::DEMO_HELP;
 pub use serve::{SERVER_FILE, ServeError, Server, ServerFile, check_bind, local_url, serve};
 pub use state::ServerState;
+pub use tls::TlsError;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;

@@ -28,6 +28,31 @@ pub const CLOSE_TOO_SLOW: u16 = 1008;
 pub const CLOSE_GOING_AWAY: u16 = 1001;
 /// WebSocket close code: the server could not open the session.
 pub const CLOSE_INTERNAL: u16 = 1011;
+/// WebSocket close code: a text frame was not valid UTF-8 (the standard
+/// "invalid frame payload data").
+pub const CLOSE_INVALID_UTF8: u16 = 1007;
+/// WebSocket close code: a message or frame was larger than
+/// [`Limits::max_frame_bytes`](crate::Limits::max_frame_bytes) (the
+/// standard "message too big").
+pub const CLOSE_TOO_BIG: u16 = 1009;
+/// WebSocket close code: the client broke the WebSocket protocol (an
+/// unmasked or reserved frame, a stray continuation; the standard
+/// "protocol error").
+pub const CLOSE_PROTOCOL_ERROR: u16 = 1002;
+
+/// Every close code the server sends, for clients and tests that check
+/// they know the one they got.
+pub const CLOSE_CODES: &[u16] = &[
+    CLOSE_GOING_AWAY,
+    CLOSE_PROTOCOL_ERROR,
+    CLOSE_INVALID_UTF8,
+    CLOSE_TOO_SLOW,
+    CLOSE_TOO_BIG,
+    CLOSE_INTERNAL,
+    CLOSE_BAD_REQUEST,
+    CLOSE_UNAUTHORIZED,
+    CLOSE_UNKNOWN_AGENT,
+];
 
 /// Error codes of `error` frames and HTTP error bodies.
 pub mod codes {
@@ -57,6 +82,24 @@ pub mod codes {
     pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
     /// The request's `Host` or `Origin` is not one this server answers.
     pub const FORBIDDEN_ORIGIN: &str = "forbidden_origin";
+
+    /// Every code of `error` frames, for clients and tests that check they
+    /// know the one they got.
+    pub const ALL: &[&str] = &[
+        BAD_REQUEST,
+        BUSY,
+        INVALID_INPUT,
+        FORBIDDEN,
+        UNAUTHORIZED,
+        UNKNOWN_AGENT,
+        NOT_FOUND,
+        APPROVAL_NOT_PENDING,
+        SHUTTING_DOWN,
+        INTERNAL,
+        TOO_LARGE,
+        METHOD_NOT_ALLOWED,
+        FORBIDDEN_ORIGIN,
+    ];
 }
 
 /// A message the server adds to the harness events.
