@@ -60,7 +60,8 @@ pub struct ServerConfig {
     /// A reverse proxy in front terminates TLS (`JARVIS_WEB__BEHIND_PROXY`).
     /// The server then takes the scheme and host the browser used from the
     /// proxy's `X-Forwarded-Proto` and `X-Forwarded-Host` (else `Host`), for
-    /// the origin check and the cookie's `Secure` flag.
+    /// the origin check and the cookie's `Secure` flag. Requires a token,
+    /// on any address: the proxy lets other machines in.
     pub behind_proxy: bool,
     /// Limits.
     pub limits: Limits,

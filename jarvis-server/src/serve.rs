@@ -31,6 +31,14 @@ pub enum ServeError {
         /// The address asked for.
         addr: SocketAddr,
     },
+    /// A proxy in front serves other machines: a token is required.
+    #[error(
+        "server: refusing to serve behind a proxy without a token: the proxy lets other machines in; set JARVIS_WEB__TOKEN"
+    )]
+    ProxyWithoutToken {
+        /// The address asked for.
+        addr: SocketAddr,
+    },
     /// Listening beyond this machine needs TLS, here or in a proxy in front.
     #[error(
         "server: refusing to listen on {addr} without TLS, where the token would cross the network in the clear; \
@@ -58,9 +66,12 @@ pub enum ServeError {
 /// Refuses a non-loopback address (a wildcard such as `0.0.0.0` included)
 /// unless `config` requires a token *and* the connection is encrypted:
 /// TLS here ([`ServerConfig::tls`]) or in a proxy in front
-/// ([`ServerConfig::behind_proxy`]).
+/// ([`ServerConfig::behind_proxy`]). A proxy in front lets other machines
+/// in, so it needs a token on any address.
 pub fn check_bind(addr: SocketAddr, config: &ServerConfig) -> Result<(), ServeError> {
-    if addr.ip().is_loopback() {
+    if config.behind_proxy && config.token.is_none() {
+        Err(ServeError::ProxyWithoutToken { addr })
+    } else if addr.ip().is_loopback() {
         Ok(())
     } else if config.token.is_none() {
         Err(ServeError::InsecureBind { addr })
@@ -294,8 +305,17 @@ mod tests {
             let error = check_bind(addr(open), &plain.clone().with_tls("c.pem", "k.pem")).unwrap_err();
             assert!(matches!(error, ServeError::InsecureBind { .. }), "{error}");
             let error = check_bind(addr(open), &plain.clone().with_behind_proxy(true)).unwrap_err();
-            assert!(matches!(error, ServeError::InsecureBind { .. }), "{error}");
+            assert!(matches!(error, ServeError::ProxyWithoutToken { .. }), "{error}");
         }
+        // Behind a proxy other machines come in, whatever address the
+        // server itself listens on.
+        let proxied = plain.clone().with_behind_proxy(true);
+        let error = check_bind(addr("127.0.0.1:8765"), &proxied).unwrap_err();
+        assert!(matches!(error, ServeError::ProxyWithoutToken { .. }), "{error}");
+        assert!(error.to_string().contains("JARVIS_WEB__TOKEN"), "{error}");
+        assert!(check_bind(addr("127.0.0.1:8765"), &proxied.with_token("t")).is_ok());
+        // TLS on loopback without a token is this machine's business.
+        assert!(check_bind(addr("127.0.0.1:8765"), &plain.with_tls("c.pem", "k.pem")).is_ok());
     }
 
     #[test]

@@ -267,6 +267,57 @@ fn wrong_value(rng: &mut Rng) -> Value {
     }
 }
 
+/// Every field of every client message (its `type` too) with each wrong
+/// value and missing, and unknown types: sent first, whatever the seed.
+fn every_wrong_field() -> Vec<String> {
+    let templates = [
+        json!({"type": "prompt", "text": "hi"}),
+        json!({"type": "approval", "request_id": "r", "decision": "allow"}),
+        json!({"type": "abort"}),
+        json!({"type": "proactive_feedback", "message_id": "m", "reaction": "answered"}),
+    ];
+    let wrong = [
+        Value::Null,
+        json!(true),
+        json!(0),
+        json!(-1.5),
+        json!(u64::MAX),
+        json!([]),
+        json!({}),
+        json!(["x"]),
+        json!({"x": 1}),
+        json!("ALLOW"),
+        json!(""),
+    ];
+    let mut frames = Vec::new();
+    for template in &templates {
+        let object = template.as_object().expect("an object");
+        for field in object.keys() {
+            let mut missing = object.clone();
+            missing.remove(field);
+            frames.push(Value::Object(missing).to_string());
+            for value in &wrong {
+                let mut changed = object.clone();
+                changed.insert(field.clone(), value.clone());
+                frames.push(Value::Object(changed).to_string());
+            }
+        }
+    }
+    for unknown in [
+        "sing",
+        "PROMPT",
+        "Prompt",
+        "prompt ",
+        "",
+        "approval_request",
+        "agent_end",
+        "error",
+    ] {
+        frames.push(json!({"type": unknown, "text": "hi"}).to_string());
+    }
+    frames
+}
+
 /// A client message with one field wrong: another type, missing, or the
 /// `type` unknown.
 fn wrong_message(rng: &mut Rng) -> Value {
@@ -394,10 +445,16 @@ struct Generator {
     rng: Rng,
     /// Frames over 64 KiB this generator may still make.
     big_left: usize,
+    /// Frames to send before the random ones.
+    first: std::collections::VecDeque<String>,
 }
 
 impl Generator {
     fn frame(&mut self) -> (Out, Fate) {
+        if let Some(text) = self.first.pop_front() {
+            let fate = fate_of_text(&text);
+            return (Out::Text(text), fate);
+        }
         let rng = &mut self.rng;
         let roll = rng.below(100_000);
         let big = self.big_left > 0;
@@ -612,6 +669,11 @@ async fn client(addr: SocketAddr, index: usize, seed: u64, frames: usize) -> Tal
     let mut generator = Generator {
         rng: Rng(seed ^ (index as u64).wrapping_mul(0xa076_1d64_78bd_642f)),
         big_left: BIG_FRAMES / CONNECTIONS,
+        first: if index == 0 {
+            every_wrong_field().into()
+        } else {
+            Default::default()
+        },
     };
     let mut tally = Tally::default();
     let mut owed = Owed::default();
