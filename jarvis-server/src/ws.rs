@@ -194,9 +194,12 @@ struct Ended {
 /// (a connection that simply went away does not).
 fn close_for(error: axum::Error) -> Option<Close> {
     use tokio_tungstenite::tungstenite::Error;
+    use tokio_tungstenite::tungstenite::error::ProtocolError;
     match error.into_inner().downcast_ref::<Error>()? {
         Error::Utf8(_) => Some((CLOSE_INVALID_UTF8, "text frames must be valid UTF-8")),
         Error::Capacity(_) => Some((CLOSE_TOO_BIG, "message too big")),
+        // The client went away without a close frame: nobody to tell.
+        Error::Protocol(ProtocolError::ResetWithoutClosingHandshake) => None,
         Error::Protocol(_) => Some((CLOSE_PROTOCOL_ERROR, "WebSocket protocol error")),
         _ => None,
     }

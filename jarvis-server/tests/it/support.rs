@@ -176,7 +176,12 @@ impl Ws {
 
     /// Sends a text frame whose bytes may be anything (invalid UTF-8 too).
     pub(crate) async fn send_raw_text(&mut self, bytes: Vec<u8>) {
-        let frame = RawFrame::message(bytes, OpCode::Data(OpData::Text), true);
+        self.send_raw(RawFrame::message(bytes, OpCode::Data(OpData::Text), true))
+            .await;
+    }
+
+    /// Sends one frame as it is, whatever the protocol says of it.
+    pub(crate) async fn send_raw(&mut self, frame: RawFrame) {
         self.socket.send(Message::Frame(frame)).await.unwrap();
     }
 

@@ -5,6 +5,8 @@ use jarvis_server::{Limits, ServerConfig, ServerFile};
 use serde_json::{Value, json};
 
 use crate::support::{Opened, Server, TempHome, Ws, app, app_with, eventually, kinds};
+use tokio_tungstenite::tungstenite::protocol::frame::Frame as RawFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data as OpData, OpCode};
 
 const TOOL_THEN_TEXT: &str = r#"
 rules:
@@ -473,6 +475,26 @@ async fn frames_that_break_the_websocket_close_it_with_their_code() {
     );
     ws.send_lenient(&text).await;
     assert_eq!(ws.closed().await, 1009);
+    // A continuation with nothing to continue, a data opcode nobody
+    // defined: protocol errors, 1002.
+    for opcode in [OpData::Continue, OpData::Reserved(3)] {
+        let mut ws = Ws::connect(&url).await;
+        ws.send_raw(RawFrame::message(b"{}".to_vec(), OpCode::Data(opcode), true))
+            .await;
+        assert_eq!(ws.closed().await, 1002, "{opcode:?}");
+    }
+    // Before the close, every frame read earlier is answered.
+    let mut ws = Ws::connect(&url).await;
+    ws.send_text("not json").await;
+    ws.send_text("{}").await;
+    ws.send_raw_text(vec![0xc0, 0xaf]).await;
+    let code = ws.closed().await;
+    assert_eq!(code, 1007);
+    let answered: Vec<&str> = ws.seen[1..]
+        .iter()
+        .map(|f| f["code"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(answered, ["bad_request", "bad_request"]);
     // Binary frames are well-formed frames carrying the wrong thing: an
     // error, and the connection stays.
     let mut ws = Ws::connect(&url).await;
