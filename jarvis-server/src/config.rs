@@ -18,7 +18,9 @@ pub struct Limits {
     pub max_body_bytes: usize,
     /// The largest WebSocket message or frame a client may send (default
     /// 256 KiB: a 10,000-character prompt is at most 40 KB of UTF-8).
-    /// A larger one closes the connection (1009, "message too big").
+    /// A larger one closes the connection (1009, "message too big"); a
+    /// frame up to twice this size is read to its end first, so the
+    /// client is not cut off while it still writes and sees the close.
     pub max_frame_bytes: usize,
     /// Frames queued for one connection before it counts as too slow and is
     /// closed with 1008 (default 1,024). Turns never wait for a client.

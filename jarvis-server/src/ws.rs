@@ -79,8 +79,11 @@ pub(crate) async fn upgrade(
     let limits = &state.config().limits;
     let tracker = state.inner.sockets.clone();
     // Frames are small: small buffers keep a thousand connections cheap.
+    // A frame up to twice the limit is read to its end before it is
+    // refused, so the client is not cut off mid-write and reads the 1009
+    // close; a larger one is refused from its header.
     ws.max_message_size(limits.max_frame_bytes)
-        .max_frame_size(limits.max_frame_bytes)
+        .max_frame_size(limits.max_frame_bytes.saturating_mul(2))
         .read_buffer_size(SOCKET_BUFFER)
         .write_buffer_size(SOCKET_BUFFER)
         .on_upgrade(move |socket| tracker.track_future(connection(state, socket, request)))

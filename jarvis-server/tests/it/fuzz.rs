@@ -459,7 +459,9 @@ impl Generator {
         let roll = rng.below(100_000);
         let big = self.big_left > 0;
         let (out, fate) = match roll {
-            // Over the limit: the connection closes 1009.
+            // Over the limit: the connection closes 1009. Under twice the
+            // limit, which the server reads to the end before refusing, so
+            // the close is not lost to a reset while this client still writes.
             0..30 if big => {
                 self.big_left -= 1;
                 let size = Limits::default().max_frame_bytes + rng.between(64, 200 * KIB);
@@ -585,11 +587,11 @@ enum Got {
     Closed(u16),
 }
 
-async fn next(socket: &mut Socket, seed: u64) -> Got {
+async fn next(socket: &mut Socket, seed: u64, waiting: &str) -> Got {
     loop {
         let message = tokio::time::timeout(WAIT, socket.next())
             .await
-            .unwrap_or_else(|_| panic!("seed {seed}: no answer within {WAIT:?}"));
+            .unwrap_or_else(|_| panic!("seed {seed}: no answer within {WAIT:?} while waiting for {waiting}"));
         return match message {
             Some(Ok(Message::Text(text))) => {
                 let value: Value = serde_json::from_str(&text).unwrap_or_else(|e| {
@@ -604,8 +606,14 @@ async fn next(socket: &mut Socket, seed: u64) -> Got {
             Some(Ok(Message::Close(frame))) => Got::Closed(frame.map_or(1005, |f| u16::from(f.code))),
             Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
             Some(Ok(other)) => panic!("seed {seed}: the server sent {other:?}"),
-            Some(Err(error)) => panic!("seed {seed}: the connection broke without a close frame: {error}"),
-            None => panic!("seed {seed}: the connection ended without a close frame"),
+            Some(Err(error)) => {
+                panic!(
+                    "seed {seed}: the connection broke without a close frame ({error}) while waiting for {waiting}"
+                )
+            }
+            None => {
+                panic!("seed {seed}: the connection ended without a close frame while waiting for {waiting}")
+            }
         };
     }
 }
@@ -708,7 +716,13 @@ async fn client(addr: SocketAddr, index: usize, seed: u64, frames: usize) -> Tal
             Some(want) => {
                 // Everything before the broken frame is answered, then the close.
                 let code = loop {
-                    if let Some(code) = take_in(next(&mut socket, seed).await, &mut tally, &mut owed, seed) {
+                    let waiting = format!("the close {want}");
+                    if let Some(code) = take_in(
+                        next(&mut socket, seed, &waiting).await,
+                        &mut tally,
+                        &mut owed,
+                        seed,
+                    ) {
                         break code;
                     }
                 };
@@ -730,7 +744,7 @@ async fn client(addr: SocketAddr, index: usize, seed: u64, frames: usize) -> Tal
                 socket.send(Message::text(text)).await.unwrap();
                 *owed.errors.entry(codes::APPROVAL_NOT_PENDING).or_default() += 1;
                 loop {
-                    let got = next(&mut socket, seed).await;
+                    let got = next(&mut socket, seed, &format!("the answer to {probe}")).await;
                     let is_probe = matches!(&got, Got::Json(f) if f["type"] == "error"
                         && f["message"].as_str().is_some_and(|m| m.contains(&probe)));
                     if let Some(code) = take_in(got, &mut tally, &mut owed, seed) {
@@ -768,7 +782,7 @@ async fn normal_turn(addr: SocketAddr) -> Value {
         .await
         .unwrap();
     loop {
-        match next(&mut socket, 0).await {
+        match next(&mut socket, 0, "a normal turn's end").await {
             Got::Json(frame) if frame["type"] == "agent_end" => return frame,
             Got::Json(_) => {}
             Got::Closed(code) => panic!("closed {code} during a normal turn"),
