@@ -9,6 +9,7 @@ use clap::Args;
 use jarvis_sdk::{AppAssembly, AppConfig, SessionId, SessionMeta};
 use jarvis_server::client::Client;
 use jarvis_server::{DEMO_HELP, Server, ServerConfig, ServerState, check_bind};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::Target;
@@ -28,6 +29,18 @@ pub(crate) struct ServeArgs {
     /// Print the HUD URL without opening a browser.
     #[arg(long)]
     no_open: bool,
+    /// Serve HTTPS with this PEM certificate chain (default
+    /// `JARVIS_WEB__TLS_CERT`); needs `--tls-key`.
+    #[arg(long, value_name = "PATH", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of `--tls-cert` (default `JARVIS_WEB__TLS_KEY`).
+    #[arg(long, value_name = "PATH", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// A reverse proxy in front terminates TLS (default
+    /// `JARVIS_WEB__BEHIND_PROXY`): it must pass `Host` (or
+    /// `X-Forwarded-Host`) and `X-Forwarded-Proto`.
+    #[arg(long)]
+    behind_proxy: bool,
 }
 
 /// Runs the server until Ctrl-C or SIGTERM.
@@ -39,6 +52,12 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(port) = args.port {
         server_config.port = port;
+    }
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        server_config = server_config.with_tls(cert, key);
+    }
+    if args.behind_proxy {
+        server_config = server_config.with_behind_proxy(true);
     }
     // One token for both checks: the server's and the security pipeline's.
     app_config.web_token = server_config.token.clone();
@@ -54,7 +73,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let listener = tokio::net::TcpListener::bind(&address)
         .await
         .with_context(|| format!("cannot listen on {address} (is something else using it? try --port)"))?;
-    check_bind(listener.local_addr()?, server_config.token.is_some())?;
+    check_bind(listener.local_addr()?, &server_config)?;
     let app = home::assemble(app_config).await?;
     let session = open_session(&app, &args.target).await?;
     let demo = app.is_demo();

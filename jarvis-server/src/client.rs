@@ -1,6 +1,9 @@
 //! [`Client`]: talks to a running server over its HTTP API and WebSocket;
 //! `jarvis chat` uses it when a server runs for its home. It speaks the
-//! same [`protocol`](crate::protocol) types the server does.
+//! same [`protocol`](crate::protocol) types the server does, presents the
+//! token as `Authorization: Bearer …` (never in the URL), and sends no
+//! `Origin` (it is not a browser page). Over HTTPS it trusts the web's
+//! public roots, or exactly the certificate the home's server file names.
 
 use futures::{SinkExt, StreamExt};
 use jarvis_sdk::SessionMeta;
@@ -8,8 +11,14 @@ use reqwest::{StatusCode, Url};
 use serde::de::DeserializeOwned;
 use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::rustls::pki_types::ServerName;
+use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
@@ -48,6 +57,8 @@ pub struct Client {
     base: Url,
     token: Option<String>,
     http: reqwest::Client,
+    /// For `https` servers: whom the WebSocket's TLS trusts.
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl fmt::Debug for Client {
@@ -61,25 +72,56 @@ impl fmt::Debug for Client {
 
 impl Client {
     /// A client of the server at `base_url` (`http://127.0.0.1:8765`),
-    /// presenting `token` when given.
+    /// presenting `token` when given. An `https` server must show a
+    /// certificate the web's public roots vouch for.
     pub fn new(base_url: &str, token: Option<String>) -> Result<Self, ClientError> {
+        Self::build(base_url, token, None)
+    }
+
+    /// A client of the `https` server at `base_url` that trusts exactly
+    /// the certificate whose DER bytes have SHA-256 digest `cert_sha256`
+    /// (hex), whatever its names or issuer: how clients of a home reach
+    /// its server with a self-signed certificate ([`ServerFile::cert_sha256`]).
+    pub fn with_certificate(
+        base_url: &str,
+        token: Option<String>,
+        cert_sha256: &str,
+    ) -> Result<Self, ClientError> {
+        Self::build(base_url, token, Some(cert_sha256))
+    }
+
+    fn build(base_url: &str, token: Option<String>, pinned: Option<&str>) -> Result<Self, ClientError> {
         let base = Url::parse(base_url).map_err(|_| ClientError::Url(base_url.to_owned()))?;
-        if base.scheme() != "http" && base.scheme() != "https" {
-            return Err(ClientError::Url(base_url.to_owned()));
-        }
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .timeout(Duration::from_secs(30))
-            .build()
-            .map_err(|e| ClientError::Transport(e.to_string()))?;
-        Ok(Self { base, token, http })
+        let mut http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(Duration::from_secs(30));
+        let tls = match base.scheme() {
+            "http" if pinned.is_none() => None,
+            "https" => {
+                let config = crate::tls::client_config(pinned).map_err(ClientError::Transport)?;
+                http = http.use_preconfigured_tls(config.as_ref().clone());
+                Some(config)
+            }
+            _ => return Err(ClientError::Url(base_url.to_owned())),
+        };
+        let http = http.build().map_err(|e| ClientError::Transport(e.to_string()))?;
+        Ok(Self {
+            base,
+            token,
+            http,
+            tls,
+        })
     }
 
     /// The server running for `home`, if one answers: the server file names
     /// it and its `/healthz` reports the same process.
     pub async fn discover(home: &Path, token: Option<String>) -> Option<Self> {
         let file = ServerFile::read(home)?;
-        let client = Self::new(&file.url, token).ok()?;
+        let client = match &file.cert_sha256 {
+            Some(pinned) => Self::with_certificate(&file.url, token, pinned),
+            None => Self::new(&file.url, token),
+        }
+        .ok()?;
         match tokio::time::timeout(Duration::from_secs(3), client.health()).await {
             Ok(Ok(health)) if health.pid == file.pid => Some(client),
             _ => None,
@@ -181,57 +223,105 @@ impl Client {
                 .map_err(|_| ClientError::Transport("the token is not a valid header value".into()))?;
             request.headers_mut().insert("authorization", value);
         }
-        let (socket, _) = tokio_tungstenite::connect_async_with_config(request, None, true)
+        let (host, port) = host_and_port(&url)?;
+        let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((host.as_str(), port)))
             .await
+            .map_err(|_| ClientError::Transport("WebSocket: connecting timed out".into()))?
             .map_err(|e| ClientError::Transport(format!("WebSocket: {e}")))?;
-        let (outgoing_tx, mut outgoing_rx) = mpsc::channel::<ClientMessage>(64);
+        // Frames are small and latency matters: no Nagle delay.
+        let _ = tcp.set_nodelay(true);
+        let (outgoing_tx, outgoing_rx) = mpsc::channel::<ClientMessage>(64);
         let (incoming_tx, incoming_rx) = mpsc::channel::<Incoming>(1024);
-        tokio::spawn(async move {
-            let (mut sink, mut stream) = socket.split();
-            loop {
-                tokio::select! {
-                    message = outgoing_rx.recv() => {
-                        let Some(message) = message else { break };
-                        let Ok(text) = serde_json::to_string(&message) else { continue };
-                        if sink.send(Message::text(text)).await.is_err() {
-                            let _ = incoming_tx.send(Incoming::Closed { code: None, reason: "send failed".into() }).await;
-                            break;
-                        }
-                    }
-                    frame = stream.next() => match frame {
-                        Some(Ok(Message::Text(text))) => {
-                            let message = ServerMessage::parse(&text)
-                                .unwrap_or_else(|_| ServerMessage::Other(serde_json::Value::String(text.to_string())));
-                            if incoming_tx.send(Incoming::Message(message)).await.is_err() {
-                                break;
-                            }
-                        }
-                        Some(Ok(Message::Close(frame))) => {
-                            let (code, reason) = frame
-                                .map(|f| (Some(u16::from(f.code)), f.reason.to_string()))
-                                .unwrap_or((None, String::new()));
-                            let _ = incoming_tx.send(Incoming::Closed { code, reason }).await;
-                            break;
-                        }
-                        Some(Ok(_)) => {}
-                        Some(Err(e)) => {
-                            let _ = incoming_tx.send(Incoming::Closed { code: None, reason: e.to_string() }).await;
-                            break;
-                        }
-                        None => {
-                            let _ = incoming_tx.send(Incoming::Closed { code: None, reason: String::new() }).await;
-                            break;
-                        }
-                    },
-                }
+        match &self.tls {
+            Some(config) => {
+                let name = ServerName::try_from(host.clone())
+                    .map_err(|_| ClientError::Url(self.base.to_string()))?;
+                let tls = tokio::time::timeout(
+                    CONNECT_TIMEOUT,
+                    TlsConnector::from(config.clone()).connect(name, tcp),
+                )
+                .await
+                .map_err(|_| ClientError::Transport("WebSocket: the TLS handshake timed out".into()))?
+                .map_err(|e| ClientError::Transport(format!("WebSocket: TLS: {e}")))?;
+                let (socket, _) = tokio_tungstenite::client_async(request, tls)
+                    .await
+                    .map_err(|e| ClientError::Transport(format!("WebSocket: {e}")))?;
+                tokio::spawn(pump(socket, outgoing_rx, incoming_tx));
             }
-            let _ = sink.close().await;
-        });
+            None => {
+                let (socket, _) = tokio_tungstenite::client_async(request, tcp)
+                    .await
+                    .map_err(|e| ClientError::Transport(format!("WebSocket: {e}")))?;
+                tokio::spawn(pump(socket, outgoing_rx, incoming_tx));
+            }
+        }
         Ok(Connection {
             outgoing: outgoing_tx,
             incoming: incoming_rx,
         })
     }
+}
+
+/// How long connecting (TCP, then TLS) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The host (IPv6 without brackets) and port of `url`.
+fn host_and_port(url: &Url) -> Result<(String, u16), ClientError> {
+    let bad = || ClientError::Url(url.to_string());
+    let host = url.host_str().ok_or_else(bad)?;
+    let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+    let port = url.port_or_known_default().ok_or_else(bad)?;
+    Ok((host, port))
+}
+
+/// Moves frames between a connection's channels and its socket until
+/// either side ends.
+async fn pump<S>(
+    socket: WebSocketStream<S>,
+    mut outgoing_rx: mpsc::Receiver<ClientMessage>,
+    incoming_tx: mpsc::Sender<Incoming>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let (mut sink, mut stream) = socket.split();
+    loop {
+        tokio::select! {
+            message = outgoing_rx.recv() => {
+                let Some(message) = message else { break };
+                let Ok(text) = serde_json::to_string(&message) else { continue };
+                if sink.send(Message::text(text)).await.is_err() {
+                    let _ = incoming_tx.send(Incoming::Closed { code: None, reason: "send failed".into() }).await;
+                    break;
+                }
+            }
+            frame = stream.next() => match frame {
+                Some(Ok(Message::Text(text))) => {
+                    let message = ServerMessage::parse(&text)
+                        .unwrap_or_else(|_| ServerMessage::Other(serde_json::Value::String(text.to_string())));
+                    if incoming_tx.send(Incoming::Message(message)).await.is_err() {
+                        break;
+                    }
+                }
+                Some(Ok(Message::Close(frame))) => {
+                    let (code, reason) = frame
+                        .map(|f| (Some(u16::from(f.code)), f.reason.to_string()))
+                        .unwrap_or((None, String::new()));
+                    let _ = incoming_tx.send(Incoming::Closed { code, reason }).await;
+                    break;
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    let _ = incoming_tx.send(Incoming::Closed { code: None, reason: e.to_string() }).await;
+                    break;
+                }
+                None => {
+                    let _ = incoming_tx.send(Incoming::Closed { code: None, reason: String::new() }).await;
+                    break;
+                }
+            },
+        }
+    }
+    let _ = sink.close().await;
 }
 
 /// What arrives on a [`Connection`].

@@ -37,7 +37,7 @@ impl AppError {
         Self::new(
             StatusCode::UNAUTHORIZED,
             codes::UNAUTHORIZED,
-            "this server requires a token (Authorization: Bearer …, the jarvis_token cookie or ?token=)",
+            "this server requires a token: open /?token=… once in the browser, or send Authorization: Bearer …",
         )
     }
 

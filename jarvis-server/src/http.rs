@@ -6,14 +6,15 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::header::{
-    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, SET_COOKIE, X_CONTENT_TYPE_OPTIONS,
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, LOCATION, REFERRER_POLICY, SET_COOKIE,
+    X_CONTENT_TYPE_OPTIONS,
 };
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use jarvis_sdk::{SessionId, SessionMeta};
 use serde_json::json;
 
-use crate::auth::{TOKEN_COOKIE, query_param, token_ok};
+use crate::auth::{Reached, query_param, token_cookie, token_ok, without_query_param};
 use crate::error::AppError;
 use crate::hud;
 use crate::protocol::{AgentInfo, CreateSession, Health, SessionDetail, codes};
@@ -98,26 +99,38 @@ pub(crate) async fn agenda(State(state): State<ServerState>) -> Json<serde_json:
 }
 
 /// `GET /`: the HUD page. With `?token=` equal to the server's token, it
-/// also sets the token cookie for the page's API calls and WebSocket.
-pub(crate) async fn index(State(state): State<ServerState>, uri: Uri) -> Response {
+/// sets the token cookie for the page's API calls and WebSocket and
+/// redirects (303) to the same address without the token, so the token
+/// does not stay in the address bar, the history or a `Referer`.
+pub(crate) async fn index(State(state): State<ServerState>, uri: Uri, headers: HeaderMap) -> Response {
+    if state.config().token.is_some()
+        && let Some(token) = query_param(&uri, "token")
+        && token_ok(&state, Some(&token))
+    {
+        let secure = Reached::of(state.config(), &headers).is_https();
+        let location = without_query_param(&uri, "token");
+        if let (Ok(cookie), Ok(location)) = (
+            HeaderValue::from_str(&token_cookie(&token, secure)),
+            HeaderValue::from_str(&location),
+        ) {
+            let mut headers = HeaderMap::new();
+            headers.insert(SET_COOKIE, cookie);
+            headers.insert(LOCATION, location);
+            headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            headers.insert(REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+            return (StatusCode::SEE_OTHER, headers).into_response();
+        }
+    }
     let app = state.app();
     let page = hud::index_html(app.is_demo(), app.notice());
     let mut headers = HeaderMap::new();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     headers.insert(
         CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(hud::CONTENT_SECURITY_POLICY),
     );
-    if state.config().token.is_some()
-        && let Some(token) = query_param(&uri, "token")
-        && token_ok(&state, Some(&token))
-        && let Ok(cookie) = HeaderValue::from_str(&format!(
-            "{TOKEN_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"
-        ))
-    {
-        headers.insert(SET_COOKIE, cookie);
-    }
     (headers, page).into_response()
 }
 

@@ -25,6 +25,11 @@
 //! | `GET /ws?session_id=…&agent=…` | the WebSocket (see the `ws` module docs in the source) |
 //!
 //! Errors are `{"error": {"code", "message"}}` and never carry internals.
+//! `/ws`, `/api/*` and every state-changing request from a page of another
+//! origin get 403 `forbidden_origin`; with a token configured, `/api/*` and
+//! `/ws` need it as `Authorization: Bearer …` or the `jarvis_token` cookie.
+//! [`ServerConfig::tls`] makes the server speak HTTPS; [`check_bind`] says
+//! who may listen where.
 //!
 //! ```no_run
 //! use jarvis_sdk::{AppConfig, build_app};
@@ -49,12 +54,14 @@ mod hud;
 pub mod protocol;
 mod serve;
 mod state;
+mod tls;
 mod ws;
 
-pub use config::{DEFAULT_HOST, DEFAULT_PORT, Limits, ServerConfig};
+pub use config::{DEFAULT_HOST, DEFAULT_PORT, Limits, ServerConfig, TlsFiles};
 pub use hud::DEMO_HELP;
 pub use serve::{SERVER_FILE, ServeError, Server, ServerFile, check_bind, local_url, serve};
 pub use state::ServerState;
+pub use tls::TlsError;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;

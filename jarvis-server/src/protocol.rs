@@ -29,6 +29,31 @@ pub const CLOSE_TOO_SLOW: u16 = 1008;
 pub const CLOSE_GOING_AWAY: u16 = 1001;
 /// WebSocket close code: the server could not open the session.
 pub const CLOSE_INTERNAL: u16 = 1011;
+/// WebSocket close code: a text frame was not valid UTF-8 (the standard
+/// "invalid frame payload data").
+pub const CLOSE_INVALID_UTF8: u16 = 1007;
+/// WebSocket close code: a message or frame was larger than
+/// [`Limits::max_frame_bytes`](crate::Limits::max_frame_bytes) (the
+/// standard "message too big").
+pub const CLOSE_TOO_BIG: u16 = 1009;
+/// WebSocket close code: the client broke the WebSocket protocol (an
+/// unmasked or reserved frame, a stray continuation; the standard
+/// "protocol error").
+pub const CLOSE_PROTOCOL_ERROR: u16 = 1002;
+
+/// Every close code the server sends, for clients and tests that check
+/// they know the one they got.
+pub const CLOSE_CODES: &[u16] = &[
+    CLOSE_GOING_AWAY,
+    CLOSE_PROTOCOL_ERROR,
+    CLOSE_INVALID_UTF8,
+    CLOSE_TOO_SLOW,
+    CLOSE_TOO_BIG,
+    CLOSE_INTERNAL,
+    CLOSE_BAD_REQUEST,
+    CLOSE_UNAUTHORIZED,
+    CLOSE_UNKNOWN_AGENT,
+];
 
 /// Error codes of `error` frames and HTTP error bodies.
 pub mod codes {
@@ -61,6 +86,25 @@ pub mod codes {
     /// A turn of this session was cut short by a restart (sent once, to the
     /// first screen that opens the session afterwards).
     pub const INTERRUPTED: &str = "interrupted";
+
+    /// Every code of `error` frames, for clients and tests that check they
+    /// know the one they got.
+    pub const ALL: &[&str] = &[
+        BAD_REQUEST,
+        BUSY,
+        INVALID_INPUT,
+        FORBIDDEN,
+        UNAUTHORIZED,
+        UNKNOWN_AGENT,
+        NOT_FOUND,
+        APPROVAL_NOT_PENDING,
+        SHUTTING_DOWN,
+        INTERNAL,
+        TOO_LARGE,
+        METHOD_NOT_ALLOWED,
+        FORBIDDEN_ORIGIN,
+        INTERRUPTED,
+    ];
 }
 
 /// A message the server adds to the harness events.

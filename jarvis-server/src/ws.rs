@@ -1,10 +1,12 @@
 //! `GET /ws?session_id=…&agent=…`: one screen attached to one session.
 //!
-//! Opening: a disallowed `Origin` is refused with 403 before the upgrade;
-//! then a missing or wrong token closes 4401, a missing or invalid
-//! `session_id` 4400, and an unknown agent for a new session 4404. An
-//! existing session opens with its stored agent and ignores `agent` (even
-//! an unknown one, SPEC.md §17.3 #6).
+//! Opening: a request from another origin is refused with 403 before the
+//! upgrade (`auth::guard`: only the server's own pages, or clients that are
+//! not browser pages); then a missing or wrong token closes 4401 (the
+//! token comes from `Authorization: Bearer …` or the cookie, never the
+//! URL), a missing or invalid `session_id` 4400, and an unknown agent for a
+//! new session 4404. An existing session opens with its stored agent and
+//! ignores `agent` (even an unknown one, SPEC.md §17.3 #6).
 //!
 //! Once open, the connection is attached to the session's events and
 //! approval broker (so it also gets approval requests already waiting),
@@ -21,7 +23,14 @@
 //! - `proactive_feedback` goes to the reflection daemon, which hands it to
 //!   the feedback learner of the agent that sent the message (once per
 //!   message; feedback on other messages changes nothing).
-//! - anything else gets `error {code: "bad_request"}`; the connection stays.
+//! - anything else gets `error {code: "bad_request"}`; the connection
+//!   stays. Binary frames too: the protocol is JSON text, and a binary
+//!   frame is a well-formed frame carrying the wrong thing, like a text
+//!   frame that is not JSON.
+//!
+//! Frames that break the WebSocket itself end the connection with a close
+//! frame: a text frame that is not valid UTF-8 1007, a message or frame
+//! over [`crate::Limits::max_frame_bytes`] 1009, a protocol violation 1002.
 //!
 //! A client that stops reading is closed with 1008 once its queue is full
 //! (see [`crate::Limits::outbox_frames`]); turns never wait for it. On
@@ -30,22 +39,22 @@
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::{OriginalUri, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use futures::stream::SplitSink;
 use futures::{SinkExt, StreamExt};
 use jarvis_sdk::{AgentSession, Caller, PromptOptions, SecurityError, SessionId, TurnError};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::{origin_allowed, presented_token, query_param, token_ok};
+use crate::auth::{presented_token, query_param, token_ok};
 use crate::error::AppError;
 use crate::fanout::{ConnectionScreen, Outbox};
 use crate::protocol::{
-    CLOSE_BAD_REQUEST, CLOSE_GOING_AWAY, CLOSE_INTERNAL, CLOSE_TOO_SLOW, CLOSE_UNAUTHORIZED,
-    CLOSE_UNKNOWN_AGENT, ClientMessage, codes,
+    CLOSE_BAD_REQUEST, CLOSE_GOING_AWAY, CLOSE_INTERNAL, CLOSE_INVALID_UTF8, CLOSE_PROTOCOL_ERROR,
+    CLOSE_TOO_BIG, CLOSE_TOO_SLOW, CLOSE_UNAUTHORIZED, CLOSE_UNKNOWN_AGENT, ClientMessage, codes,
 };
 use crate::state::ServerState;
 
@@ -60,15 +69,7 @@ pub(crate) async fn upgrade(
         Ok(ws) => ws,
         Err(_) => return AppError::bad_request("this route takes a WebSocket upgrade").into_response(),
     };
-    if !origin_allowed(&headers) {
-        return AppError::new(
-            StatusCode::FORBIDDEN,
-            codes::FORBIDDEN_ORIGIN,
-            "WebSocket connections are accepted from this server's own pages and loopback origins",
-        )
-        .into_response();
-    }
-    let token = presented_token(&headers, &uri);
+    let token = presented_token(&headers);
     let request = Opening {
         authorized: token_ok(&state, token.as_deref()),
         token,
@@ -78,8 +79,11 @@ pub(crate) async fn upgrade(
     let limits = &state.config().limits;
     let tracker = state.inner.sockets.clone();
     // Frames are small: small buffers keep a thousand connections cheap.
+    // A frame up to twice the limit is read to its end before it is
+    // refused, so the client is not cut off mid-write and reads the 1009
+    // close; a larger one is refused from its header.
     ws.max_message_size(limits.max_frame_bytes)
-        .max_frame_size(limits.max_frame_bytes)
+        .max_frame_size(limits.max_frame_bytes.saturating_mul(2))
         .read_buffer_size(SOCKET_BUFFER)
         .write_buffer_size(SOCKET_BUFFER)
         .on_upgrade(move |socket| tracker.track_future(connection(state, socket, request)))
@@ -139,13 +143,17 @@ async fn connection(state: ServerState, socket: WebSocket, request: Opening) {
         outbox.error(codes::INTERRUPTED, note);
     }
     let ended = CancellationToken::new();
+    let broken: Arc<OnceLock<Close>> = Arc::default();
     let (sink, mut stream) = socket.split();
     let writer = tokio::spawn(write_loop(
         sink,
         rx,
         too_slow,
         state.inner.shutdown.clone(),
-        ended.clone(),
+        Ended {
+            token: ended.clone(),
+            close: broken.clone(),
+        },
     ));
     let conn = Connection {
         state: &state,
@@ -166,6 +174,9 @@ async fn connection(state: ServerState, socket: WebSocket, request: Opening) {
                 Some(Ok(Message::Close(_))) | None => break,
                 Some(Err(error)) => {
                     tracing::debug!(%error, "a WebSocket connection failed");
+                    if let Some(close) = close_for(error) {
+                        let _ = broken.set(close);
+                    }
                     break;
                 }
             },
@@ -175,6 +186,31 @@ async fn connection(state: ServerState, socket: WebSocket, request: Opening) {
     let _ = writer.await;
 }
 
+/// A close frame's code and reason.
+type Close = (u16, &'static str);
+
+/// How the reader tells the writer the connection ended: the token, and
+/// the close frame to send when the client broke the protocol.
+struct Ended {
+    token: CancellationToken,
+    close: Arc<OnceLock<Close>>,
+}
+
+/// The close frame for a frame that broke the WebSocket, if it calls for one
+/// (a connection that simply went away does not).
+fn close_for(error: axum::Error) -> Option<Close> {
+    use tokio_tungstenite::tungstenite::Error;
+    use tokio_tungstenite::tungstenite::error::ProtocolError;
+    match error.into_inner().downcast_ref::<Error>()? {
+        Error::Utf8(_) => Some((CLOSE_INVALID_UTF8, "text frames must be valid UTF-8")),
+        Error::Capacity(_) => Some((CLOSE_TOO_BIG, "message too big")),
+        // The client went away without a close frame: nobody to tell.
+        Error::Protocol(ProtocolError::ResetWithoutClosingHandshake) => None,
+        Error::Protocol(_) => Some((CLOSE_PROTOCOL_ERROR, "WebSocket protocol error")),
+        _ => None,
+    }
+}
+
 /// Drains the connection's queue into the socket until the connection
 /// ends, the client is too slow, or the server shuts down.
 async fn write_loop(
@@ -182,13 +218,29 @@ async fn write_loop(
     mut rx: mpsc::Receiver<Utf8Bytes>,
     too_slow: CancellationToken,
     shutdown: CancellationToken,
-    ended: CancellationToken,
+    ended: Ended,
 ) {
+    let Ended {
+        token: ended,
+        close: broken,
+    } = ended;
     let close = loop {
         tokio::select! {
             biased;
             _ = too_slow.cancelled() => break Some((CLOSE_TOO_SLOW, "client too slow")),
-            _ = ended.cancelled() => break None,
+            _ = ended.cancelled() => {
+                let close = broken.get().copied();
+                if close.is_some() {
+                    // Frames read before the broken one were answered; the
+                    // answers go out before the close.
+                    let mut batch = Vec::new();
+                    while let Ok(frame) = rx.try_recv() {
+                        batch.push(frame);
+                    }
+                    let _ = write_batch(&mut sink, batch).await;
+                }
+                break close;
+            }
             frame = rx.recv() => match frame {
                 Some(frame) => {
                     // Frames queued together go out in one write.

@@ -287,6 +287,63 @@ fn mistakes_are_clear_errors() {
         "{}",
         text(&out.stderr)
     );
+    // A token alone would cross the network in the clear: TLS, here or in a proxy.
+    let out = jarvis(&home.0)
+        .env("JARVIS_WEB__TOKEN", "s3cret")
+        .args(["--host", "0.0.0.0", "--port", "0", "--no-open"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("without TLS") && err.contains("--tls-cert") && err.contains("--behind-proxy"),
+        "{err}"
+    );
+    assert!(!home.0.join("server.json").exists());
+    let out = jarvis(&home.0)
+        .args(["--tls-cert", "cert.pem", "--port", "0", "--no-open"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("--tls-key"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn a_tls_server_prints_an_https_address_and_ask_reaches_it_through_the_home() {
+    let home = TempHome::new();
+    let rcgen::CertifiedKey { cert, signing_key } =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let (cert_path, key_path) = (files.path().join("cert.pem"), files.path().join("key.pem"));
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, signing_key.serialize_pem()).unwrap();
+    let mut server = Running::start(
+        scripted(&home, SLOW)
+            .env("JARVIS_WEB__TOKEN", "s3cret")
+            .args(["--port", "0", "--no-open", "--tls-cert"])
+            .arg(&cert_path)
+            .arg("--tls-key")
+            .arg(&key_path),
+    );
+    let at = server.expect(0, "HUD: https://127.0.0.1:");
+    server.expect(at, "&token=<the token>");
+    // The certificate names `localhost`, not 127.0.0.1, and no authority
+    // signed it: the home's client trusts it because the server file names it.
+    let out = scripted(&home, SLOW)
+        .env("JARVIS_WEB__TOKEN", "s3cret")
+        .args(["ask", "hello"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("talking to the server at https://127.0.0.1:"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(text(&out.stdout).trim(), "quick answer");
+    signal(server.pid(), "TERM");
+    let (status, out, err) = server.finish();
+    assert!(status.success(), "{out}\n{err}");
 }
 
 const APPROVAL: &str = r#"

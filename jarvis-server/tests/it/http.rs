@@ -187,7 +187,7 @@ async fn bad_requests_get_json_errors_that_reveal_nothing() {
 }
 
 #[tokio::test]
-async fn a_configured_token_is_required_from_header_cookie_or_query() {
+async fn a_configured_token_is_required_from_the_header_or_the_cookie_never_the_query() {
     let home = TempHome::new();
     let config = ServerConfig::loopback(0).with_token("s3cret");
     let state = ServerState::new(app_with(&home, HELLO, Some("s3cret")).await, config);
@@ -195,11 +195,19 @@ async fn a_configured_token_is_required_from_header_cookie_or_query() {
     let (s, _, b) = call(&state, get("/api/agents")).await;
     assert_error(s, &b, StatusCode::UNAUTHORIZED, "unauthorized");
     assert!(!b.to_string().contains("s3cret"));
-    let wrong = Request::get("/api/agents")
-        .header(header::AUTHORIZATION, "Bearer nope")
-        .body(Body::empty())
-        .unwrap();
-    assert_eq!(call(&state, wrong).await.0, StatusCode::UNAUTHORIZED);
+    for wrong in [
+        "Bearer nope",
+        "Bearer s3cre",
+        "Bearer s3cret2",
+        "Bearer ",
+        "s3cret",
+    ] {
+        let request = Request::get("/api/agents")
+            .header(header::AUTHORIZATION, wrong)
+            .body(Body::empty())
+            .unwrap();
+        assert_eq!(call(&state, request).await.0, StatusCode::UNAUTHORIZED, "{wrong}");
+    }
     let bearer = Request::get("/api/agents")
         .header(header::AUTHORIZATION, "Bearer s3cret")
         .body(Body::empty())
@@ -210,21 +218,151 @@ async fn a_configured_token_is_required_from_header_cookie_or_query() {
         .body(Body::empty())
         .unwrap();
     assert_eq!(call(&state, cookie).await.0, StatusCode::OK);
-    assert_eq!(
-        call(&state, get("/api/agenda?token=s3cret")).await.0,
-        StatusCode::OK
-    );
-    // Health and the page need none; the page with the token sets the cookie.
+    // The URL is not a place for the token: the API ignores it there.
+    let (s, _, b) = call(&state, get("/api/agenda?token=s3cret")).await;
+    assert_error(s, &b, StatusCode::UNAUTHORIZED, "unauthorized");
+    let (s, _, b) = call(&state, post("/api/sessions?token=s3cret", "")).await;
+    assert_error(s, &b, StatusCode::UNAUTHORIZED, "unauthorized");
+
+    // Health and the page need none.
     assert_eq!(call(&state, get("/healthz")).await.0, StatusCode::OK);
-    let (s, headers, _) = call(&state, get("/?token=s3cret")).await;
+    let (s, headers, _) = call(&state, get("/")).await;
     assert_eq!(s, StatusCode::OK);
-    let cookie = headers.get(header::SET_COOKIE).unwrap().to_str().unwrap();
-    assert!(
-        cookie.starts_with("jarvis_token=s3cret;") && cookie.contains("HttpOnly"),
-        "{cookie}"
-    );
-    let (_, headers, _) = call(&state, get("/?token=wrong")).await;
     assert!(headers.get(header::SET_COOKIE).is_none());
+    // The page with the token sets the cookie and sends the browser on to
+    // the same address without the token; other parameters stay as written.
+    for (uri, location) in [
+        ("/?token=s3cret", "/"),
+        (
+            "/?session=s%2D1&token=s3cret&agent=karen&particles=low",
+            "/?session=s%2D1&agent=karen&particles=low",
+        ),
+    ] {
+        let (s, headers, _) = call(&state, get(uri)).await;
+        assert_eq!(s, StatusCode::SEE_OTHER, "{uri}");
+        assert_eq!(headers[header::LOCATION], location, "{uri}");
+        let cookie = headers[header::SET_COOKIE].to_str().unwrap();
+        assert_eq!(
+            cookie, "jarvis_token=s3cret; HttpOnly; SameSite=Strict; Path=/",
+            "plain HTTP: not Secure"
+        );
+        assert_eq!(headers[header::REFERRER_POLICY], "no-referrer");
+    }
+    // A wrong token sets nothing; the page shows and says a token is needed.
+    let (s, headers, _) = call(&state, get("/?token=wrong")).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(headers.get(header::SET_COOKIE).is_none());
+}
+
+#[tokio::test]
+async fn the_cookie_is_secure_when_the_browser_came_over_https() {
+    let home = TempHome::new();
+    let app = app_with(&home, HELLO, Some("s3cret")).await;
+    // TLS here (the router does not read the files; `serve` does).
+    let tls = ServerState::new(
+        app.clone(),
+        ServerConfig::loopback(0)
+            .with_token("s3cret")
+            .with_tls("cert.pem", "key.pem"),
+    );
+    let (s, headers, _) = call(&tls, get("/?token=s3cret")).await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    let cookie = headers[header::SET_COOKIE].to_str().unwrap();
+    assert!(cookie.ends_with("; Secure"), "{cookie}");
+    // TLS in a proxy in front: what the proxy forwarded decides.
+    let proxied = ServerState::new(
+        app,
+        ServerConfig::loopback(0)
+            .with_token("s3cret")
+            .with_behind_proxy(true),
+    );
+    for (proto, secure) in [(Some("https"), true), (Some("http"), false), (None, false)] {
+        let mut request = Request::get("/?token=s3cret");
+        if let Some(proto) = proto {
+            request = request.header("x-forwarded-proto", proto);
+        }
+        let (_, headers, _) = call(&proxied, request.body(Body::empty()).unwrap()).await;
+        let cookie = headers[header::SET_COOKIE].to_str().unwrap();
+        assert_eq!(cookie.ends_with("; Secure"), secure, "{proto:?}: {cookie}");
+    }
+}
+
+fn with_headers(method: &str, uri: &str, headers: &[(&str, &str)], body: &str) -> Request<Body> {
+    let mut request = Request::builder().method(method).uri(uri);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.body(Body::from(body.to_owned())).unwrap()
+}
+
+async fn session_count(state: &ServerState) -> usize {
+    state.app().list_sessions().await.unwrap().len()
+}
+
+#[tokio::test]
+async fn browser_requests_from_other_origins_are_refused_and_change_nothing() {
+    let home = TempHome::new();
+    let state = ServerState::new(app(&home, HELLO).await, ServerConfig::loopback(8765));
+    let host = ("host", "127.0.0.1:8765");
+    let (_, _, parent) = call(&state, post("/api/sessions", "")).await;
+    let fork = format!("/api/sessions/{}/fork", parent["id"].as_str().unwrap());
+    let before = session_count(&state).await;
+    // What a page elsewhere can send without a preflight: a form, a
+    // `no-cors` fetch. Browsers name the page's origin, or at least its site.
+    let foreign: [&[(&str, &str)]; 8] = [
+        &[host, ("origin", "http://localhost:5173")],
+        &[host, ("origin", "http://127.0.0.1:5173")],
+        &[host, ("origin", "https://127.0.0.1:8765")],
+        &[host, ("origin", "http://evil.example")],
+        &[host, ("origin", "null")],
+        &[host, ("sec-fetch-site", "same-site")],
+        &[host, ("sec-fetch-site", "cross-site")],
+        &[
+            host,
+            ("origin", "http://localhost:5173"),
+            ("sec-fetch-site", "same-origin"),
+        ],
+    ];
+    for headers in foreign {
+        for (method, uri, body) in [
+            ("POST", "/api/sessions", ""),
+            ("POST", "/api/sessions", "x"),
+            ("POST", fork.as_str(), ""),
+            ("PUT", "/api/sessions", ""),
+            ("DELETE", fork.as_str(), ""),
+            ("PATCH", "/api/sessions", "{}"),
+            ("POST", "/", ""),
+            ("GET", "/api/sessions", ""),
+            ("GET", "/ws?session_id=s-x", ""),
+        ] {
+            let (s, _, b) = call(&state, with_headers(method, uri, headers, body)).await;
+            assert_eq!(s, StatusCode::FORBIDDEN, "{method} {uri} {headers:?}: {b}");
+            assert_eq!(
+                b["error"]["code"], "forbidden_origin",
+                "{method} {uri} {headers:?}: {b}"
+            );
+        }
+    }
+    assert_eq!(session_count(&state).await, before, "no session appeared");
+
+    // The server's own pages, the address bar, and clients that are no page.
+    let own: [&[(&str, &str)]; 5] = [
+        &[host, ("origin", "http://127.0.0.1:8765")],
+        &[host, ("origin", "HTTP://127.0.0.1:8765")],
+        &[host, ("sec-fetch-site", "same-origin")],
+        &[host, ("sec-fetch-site", "none")],
+        &[host],
+    ];
+    for headers in own {
+        let (s, _, b) = call(&state, with_headers("POST", "/api/sessions", headers, "")).await;
+        assert_eq!(s, StatusCode::CREATED, "{headers:?}: {b}");
+    }
+    assert_eq!(session_count(&state).await, before + own.len());
+    // Reading the page and its files needs no origin: a link from anywhere opens the HUD.
+    for uri in ["/", "/assets/hud.css", "/healthz"] {
+        let request = with_headers("GET", uri, &[host, ("sec-fetch-site", "cross-site")], "");
+        assert_eq!(call(&state, request).await.0, StatusCode::OK, "{uri}");
+    }
 }
 
 #[tokio::test]

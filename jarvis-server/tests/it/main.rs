@@ -1,9 +1,12 @@
 //! Integration tests of the server: the HTTP API through `router().oneshot`,
-//! the WebSocket against a server on 127.0.0.1:0, and the HUD in a real
-//! headless Chromium.
+//! the WebSocket against a server on 127.0.0.1:0 (and a fuzz run of it),
+//! TLS, and the HUD and the origin rules in a real headless Chromium.
 
 mod browser;
+mod fuzz;
 mod http;
 mod hud;
+mod origin;
 mod support;
+mod tls;
 mod ws;

@@ -16,6 +16,8 @@ use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::{HeaderName, HeaderValue};
+use tokio_tungstenite::tungstenite::protocol::frame::Frame as RawFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data as OpData, OpCode};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 /// How long any single wait in a test may take before it fails.
@@ -170,6 +172,23 @@ impl Ws {
 
     pub(crate) async fn send_binary(&mut self, bytes: Vec<u8>) {
         self.socket.send(Message::binary(bytes)).await.unwrap();
+    }
+
+    /// Sends a text frame whose bytes may be anything (invalid UTF-8 too).
+    pub(crate) async fn send_raw_text(&mut self, bytes: Vec<u8>) {
+        self.send_raw(RawFrame::message(bytes, OpCode::Data(OpData::Text), true))
+            .await;
+    }
+
+    /// Sends one frame as it is, whatever the protocol says of it.
+    pub(crate) async fn send_raw(&mut self, frame: RawFrame) {
+        self.socket.send(Message::Frame(frame)).await.unwrap();
+    }
+
+    /// Sends a text frame the server may refuse before reading it all (the
+    /// write can then fail; the close frame tells what happened).
+    pub(crate) async fn send_lenient(&mut self, text: &str) {
+        let _ = self.socket.send(Message::text(text)).await;
     }
 
     async fn next_frame(&mut self) -> Frame {

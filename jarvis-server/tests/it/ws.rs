@@ -5,6 +5,8 @@ use jarvis_server::{Limits, ServerConfig, ServerFile};
 use serde_json::{Value, json};
 
 use crate::support::{Opened, Server, TempHome, Ws, app, app_with, eventually, kinds};
+use tokio_tungstenite::tungstenite::protocol::frame::Frame as RawFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data as OpData, OpCode};
 
 const TOOL_THEN_TEXT: &str = r#"
 rules:
@@ -379,19 +381,17 @@ async fn a_configured_token_is_required_and_closes_4401() {
     for (query, headers) in [
         ("", vec![]),
         ("&token=wrong", vec![]),
+        // The URL is not a place for the token: the right one there is ignored.
+        ("&token=s3cret", vec![]),
         ("", vec![("authorization", "Bearer wrong")]),
+        ("", vec![("authorization", "Bearer s3cre")]),
+        ("", vec![("cookie", "jarvis_token=s3cret-and-more")]),
     ] {
         match Ws::open(&format!("{url}{query}"), &headers).await {
             Opened::Closed(code, _) => assert_eq!(code, 4401, "{query} {headers:?}"),
             other => panic!("{other:?}"),
         }
     }
-    let mut by_query = Ws::connect(&format!("{url}&token=s3cret")).await;
-    by_query.send(prompt("hello")).await;
-    assert_eq!(
-        by_query.until("agent_end").await.pop().unwrap()["final_message"]["content"],
-        "quick"
-    );
     for headers in [
         [("authorization", "Bearer s3cret")],
         [("cookie", "jarvis_token=s3cret")],
@@ -407,21 +407,105 @@ async fn a_configured_token_is_required_and_closes_4401() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn foreign_origins_are_refused_before_the_upgrade() {
+async fn only_the_servers_own_origin_or_no_origin_opens_a_socket() {
     let home = TempHome::new();
     let server = Server::start(app(&home, SLOW).await, ServerConfig::loopback(0)).await;
     let url = server.ws_url("session_id=s-origin");
-    match Ws::open(&url, &[("origin", "https://evil.example")]).await {
-        Opened::Refused(status) => assert_eq!(status, 403),
-        other => panic!("{other:?}"),
+    let port = server.addr.port();
+    // A dev server on another local port, the same host on another port or
+    // scheme, the same port under another name, and pages with no origin.
+    for origin in [
+        "http://localhost:5173".to_owned(),
+        format!("http://127.0.0.1:{}", port.wrapping_add(1)),
+        format!("https://127.0.0.1:{port}"),
+        format!("http://localhost:{port}"),
+        "https://evil.example".to_owned(),
+        "null".to_owned(),
+    ] {
+        match Ws::open(&url, &[("origin", &origin)]).await {
+            Opened::Refused(status) => assert_eq!(status, 403, "{origin}"),
+            other => panic!("{origin}: {other:?}"),
+        }
     }
-    let same = format!("http://{}", server.addr);
-    for origin in ["http://localhost:5173", same.as_str()] {
-        assert!(
-            matches!(Ws::open(&url, &[("origin", origin)]).await, Opened::Open(_)),
-            "{origin}"
-        );
+    assert!(
+        server.state.app().list_sessions().await.unwrap().is_empty(),
+        "no refused socket created its session"
+    );
+    // The CLI and scripts send no Origin.
+    let mut ws = match Ws::open(&url, &[]).await {
+        Opened::Open(ws) => ws,
+        other => panic!("without Origin: {other:?}"),
+    };
+    ws.send(prompt("hello")).await;
+    assert_eq!(
+        ws.until("agent_end").await.pop().unwrap()["final_message"]["content"],
+        "quick"
+    );
+    // The HUD's own page, as the browser reached the server.
+    let own = format!("http://{}", server.addr);
+    assert!(
+        matches!(Ws::open(&url, &[("origin", &own)]).await, Opened::Open(_)),
+        "{own}"
+    );
+    let by_name = format!("localhost:{port}");
+    let origin = format!("http://{by_name}");
+    assert!(
+        matches!(
+            Ws::open(&url, &[("host", &by_name), ("origin", &origin)]).await,
+            Opened::Open(_)
+        ),
+        "reached as {by_name}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frames_that_break_the_websocket_close_it_with_their_code() {
+    let home = TempHome::new();
+    let server = Server::start(app(&home, SLOW).await, ServerConfig::loopback(0)).await;
+    let url = server.ws_url("session_id=s-broken");
+    // A text frame that is not UTF-8: 1007.
+    let mut ws = Ws::connect(&url).await;
+    ws.send_raw_text(b"{\"type\":\"prompt\",\"text\":\"\xff\xfe\"}".to_vec())
+        .await;
+    assert_eq!(ws.closed().await, 1007);
+    // A message over the limit: 1009.
+    let mut ws = Ws::connect(&url).await;
+    let text = format!(
+        r#"{{"type":"prompt","text":"{}"}}"#,
+        "a".repeat(Limits::default().max_frame_bytes)
+    );
+    ws.send_lenient(&text).await;
+    assert_eq!(ws.closed().await, 1009);
+    // A continuation with nothing to continue, a data opcode nobody
+    // defined: protocol errors, 1002.
+    for opcode in [OpData::Continue, OpData::Reserved(3)] {
+        let mut ws = Ws::connect(&url).await;
+        ws.send_raw(RawFrame::message(b"{}".to_vec(), OpCode::Data(opcode), true))
+            .await;
+        assert_eq!(ws.closed().await, 1002, "{opcode:?}");
     }
+    // Before the close, every frame read earlier is answered.
+    let mut ws = Ws::connect(&url).await;
+    ws.send_text("not json").await;
+    ws.send_text("{}").await;
+    ws.send_raw_text(vec![0xc0, 0xaf]).await;
+    let code = ws.closed().await;
+    assert_eq!(code, 1007);
+    let answered: Vec<&str> = ws.seen[1..]
+        .iter()
+        .map(|f| f["code"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(answered, ["bad_request", "bad_request"]);
+    // Binary frames are well-formed frames carrying the wrong thing: an
+    // error, and the connection stays.
+    let mut ws = Ws::connect(&url).await;
+    ws.send_binary(vec![0xff, 0]).await;
+    assert_eq!(ws.next().await["code"], "bad_request");
+    ws.send(prompt("hello")).await;
+    assert_eq!(
+        ws.until("agent_end").await.pop().unwrap()["final_message"]["content"],
+        "quick"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -529,7 +613,7 @@ async fn shutdown_aborts_running_turns_closes_sockets_and_removes_the_server_fil
 }
 
 #[tokio::test]
-async fn a_non_loopback_listener_needs_a_token() {
+async fn a_non_loopback_listener_needs_a_token_and_tls() {
     let home = TempHome::new();
     let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
     let state = jarvis_server::ServerState::new(app(&home, SLOW).await, ServerConfig::default());
@@ -539,12 +623,27 @@ async fn a_non_loopback_listener_needs_a_token() {
     assert!(matches!(error, jarvis_server::ServeError::InsecureBind { .. }));
     assert!(error.to_string().contains("JARVIS_WEB__TOKEN"), "{error}");
     drop(home);
-    // With a token it serves.
+    // A token alone would cross the network in the clear.
     let home = TempHome::new();
+    let app = app_with(&home, SLOW, Some("t")).await;
+    let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let state = jarvis_server::ServerState::new(app.clone(), ServerConfig::default().with_token("t"));
+    let error = jarvis_server::serve(listener, state, std::future::pending())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, jarvis_server::ServeError::NoTls { .. }),
+        "{error}"
+    );
+    assert!(
+        ServerFile::read(&home.0).is_none(),
+        "a refused server announces nothing"
+    );
+    // With a proxy in front that terminates TLS it serves.
     let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
     let state = jarvis_server::ServerState::new(
-        app_with(&home, SLOW, Some("t")).await,
-        ServerConfig::default().with_token("t"),
+        app,
+        ServerConfig::default().with_token("t").with_behind_proxy(true),
     );
     jarvis_server::serve(listener, state, async {}).await.unwrap();
 }
