@@ -5,6 +5,7 @@ mod agent_session;
 mod approvals;
 mod assembler_props;
 mod capture;
+mod continuity;
 mod deps;
 mod dual;
 mod embed;
