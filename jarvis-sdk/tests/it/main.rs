@@ -13,6 +13,7 @@ mod gate;
 mod harness;
 mod housing;
 mod jobs;
+mod kinds;
 mod layers;
 mod learning;
 mod loop_concurrency;

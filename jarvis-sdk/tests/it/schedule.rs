@@ -1213,3 +1213,58 @@ proptest! {
         prop_assert_eq!(next.as_millis() - latest.as_millis(), secs as i64 * 1_000);
     }
 }
+
+/// Panics when it runs the job `boom`; other jobs run.
+#[derive(Debug)]
+struct Panicking;
+
+#[async_trait]
+impl JobRunner for Panicking {
+    async fn run(&self, job: &Job, _slot: Timestamp) -> Result<JobOutput, String> {
+        if job.id == "boom" {
+            panic!("boom went off");
+        }
+        Ok(JobOutput {
+            session_id: None,
+            text: format!("ran {}", job.id),
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_job_that_panics_is_logged_with_its_name_counted_and_the_others_run() {
+    let h = Home::new(
+        "2026-11-30T08:00",
+        &[
+            ("boom.yaml", "prompt: 터져라\nevery: 30m\n"),
+            ("fine.yaml", "prompt: 괜찮아\nevery: 30m\n"),
+        ],
+    );
+    let s = scheduler(h.path(), &h.clock, Arc::new(Panicking));
+    s.tick().await;
+    h.set("2026-11-30T08:30");
+    let (logs, guard) = capture();
+    let tick = s.tick().await;
+    drop(guard);
+    let outcome = |id: &str| {
+        tick.runs
+            .iter()
+            .find(|r| r.job == id)
+            .map(|r| r.outcome.clone())
+            .unwrap()
+    };
+    assert!(
+        matches!(outcome("boom"), RunOutcome::Failed(e) if e.contains("panicked") && e.contains("boom went off"))
+    );
+    assert!(matches!(outcome("fine"), RunOutcome::Done(_)));
+    assert_eq!(s.failed_runs(), 1);
+    assert!(
+        logs.warned(&["boom", "run failed", "boom went off"]),
+        "{:?}",
+        logs.lines()
+    );
+    // The scheduler goes on: the next slot runs both again.
+    h.set("2026-11-30T09:00");
+    assert_eq!(s.tick().await.runs.len(), 2);
+    assert_eq!(s.failed_runs(), 2);
+}

@@ -727,11 +727,19 @@ fn chain(e: &dyn std::error::Error) -> String {
     text
 }
 
+/// Marks the sessions folder as migrated to session kinds.
+const KINDS_MIGRATED: &str = ".kinds-migrated";
+
 /// Scheduled jobs' sessions (`sched-…`) were `user` sessions before the
 /// `job` kind existed: their metadata files say `job` from the first start
-/// on. Idempotent (a `job` session is left alone); the one place a session
-/// id is read for meaning, once, to migrate.
+/// on. It runs once per home (a marker file remembers it), so a person's
+/// session made later with such an id stays theirs; the one place a
+/// session id is read for meaning.
 fn migrate_job_sessions(dir: &Path) -> Result<(), SessionError> {
+    let marker = dir.join(KINDS_MIGRATED);
+    if marker.exists() {
+        return Ok(());
+    }
     let read = std::fs::read_dir(dir).map_err(SessionError::io("list", dir))?;
     for item in read {
         let item = item.map_err(SessionError::io("list", dir))?;
@@ -758,7 +766,7 @@ fn migrate_job_sessions(dir: &Path) -> Result<(), SessionError> {
         write_atomic(&path, &bytes).map_err(SessionError::io("write", &path))?;
         tracing::info!(session_id = %meta.id, "session store: a scheduled job's session is now of kind job");
     }
-    Ok(())
+    write_atomic(&marker, b"job\n").map_err(SessionError::io("write", &marker))
 }
 
 /// Ids of the sessions in `dir`, from their file names. Other files (the

@@ -47,7 +47,15 @@ ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS created_at TIMESTAMPTZ NOT 
 ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS updated_at TIMESTAMPTZ NOT NULL DEFAULT now();
 ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS parent_id TEXT;
 ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS kind TEXT NOT NULL DEFAULT 'user';
-UPDATE jarvis_sessions SET kind = 'job' WHERE kind = 'user' AND id LIKE 'sched-%';
+CREATE TABLE IF NOT EXISTS jarvis_migrations (
+    name TEXT PRIMARY KEY,
+    at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+WITH first AS (
+    INSERT INTO jarvis_migrations (name) VALUES ('sessions-job-kind') ON CONFLICT DO NOTHING RETURNING name
+)
+UPDATE jarvis_sessions SET kind = 'job'
+WHERE kind = 'user' AND id LIKE 'sched-%' AND EXISTS (SELECT 1 FROM first);
 ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS caller TEXT;
 ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS callee TEXT;
 CREATE TABLE IF NOT EXISTS jarvis_entries (
