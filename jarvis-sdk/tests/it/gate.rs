@@ -89,6 +89,7 @@ async fn check(gate: &ToolGate) -> GateVerdict {
         tool_call_id: "c1",
         tool_name: "run_command",
         arguments: &args,
+        programs: &[],
         requires_approval: true,
     })
     .await
