@@ -91,10 +91,6 @@ pub use agent::{
     prompts, run_agent_loop, schema_for, validate_agent_id,
 };
 pub use agent::{
-    MAX_SANDBOX_COMPONENT_LEN, MAX_SANDBOX_PATH_LEN, PreparedCall, ResolvedProgram, SandboxPathError,
-    normalize_sandbox_path, prepare_call,
-};
-pub use agent::{
     DEFAULT_THINK_THRESHOLD, DEFAULT_THOUGHT_TEMPLATE, FRAME_INSTRUCTION, ProactiveKind, Route,
     RouteFeatures, RouterSignals, ThoughtConfig, ThoughtDecision, ThoughtEngine, ThoughtFrame, ThoughtRouter,
     TurnReport,
@@ -103,6 +99,10 @@ pub use agent::{
     Detected, JUDGE_INSTRUCTION, JsonlOpenLoopStore, JudgeInput, Judgement, LoopError, LoopFilter, LoopJudge,
     LoopKind, MemoryOpenLoopStore, ModelJudge, NewLoop, OPEN_LOOPS_FILE, OpenLoop, OpenLoopStore, OpenLoops,
     RuleJudge, cancels, detect, due_time, has_cue,
+};
+pub use agent::{
+    MAX_SANDBOX_COMPONENT_LEN, MAX_SANDBOX_PATH_LEN, PreparedCall, ResolvedProgram, SandboxPathError,
+    normalize_sandbox_path, prepare_call,
 };
 #[cfg(feature = "postgres")]
 pub use agent::{PostgresOpenLoopStore, PostgresSessionStore};
@@ -153,10 +153,10 @@ pub use core::{
     validate_job_id, watch_report,
 };
 pub use core::{
-    BuiltinConfig, Confinement, DEFAULT_COMMAND_TIMEOUT, DEFAULT_LIST_CAP, DEFAULT_OUTPUT_CAP, DEFAULT_READ_CAP,
-    DEFAULT_WRITE_CAP, DirEntryInfo, DirListing, EntryKind, FileContent, MAX_COMPONENT_LEN, MAX_PATH_LEN,
-    Sandbox, SandboxError, SandboxSettings, builtin_tools, kernel_confinement, register_builtin_tools,
-    validate_session_id,
+    BuiltinConfig, Confinement, DEFAULT_COMMAND_TIMEOUT, DEFAULT_LIST_CAP, DEFAULT_OUTPUT_CAP,
+    DEFAULT_READ_CAP, DEFAULT_WRITE_CAP, DirEntryInfo, DirListing, EntryKind, FileContent, MAX_COMPONENT_LEN,
+    MAX_PATH_LEN, Sandbox, SandboxError, SandboxSettings, builtin_tools, kernel_confinement,
+    register_builtin_tools, validate_session_id,
 };
 #[cfg(feature = "http")]
 pub use core::{LH_BASE_URL, LH_BASE_URL_ENV, LH_NOTICE_PATH, LH_SERVICE_KEY_ENV, LhConfig, LhNoticeSource};

@@ -67,7 +67,10 @@ impl TypedTool for SaveNote {
         true
     }
     async fn run(&self, args: SaveNoteArgs, _ctx: &ToolContext) -> Result<ToolResult, ToolError> {
-        Ok(ToolResult::ok(format!("kept {} characters", args.text.chars().count())))
+        Ok(ToolResult::ok(format!(
+            "kept {} characters",
+            args.text.chars().count()
+        )))
     }
 }
 
@@ -78,7 +81,9 @@ struct ShortNotesOnly;
 impl Approver for ShortNotesOnly {
     async fn approve(&self, call: &ToolCallInfo<'_>) -> ApprovalDecision {
         let short_note = call.tool_name == "save_note"
-            && call.arguments["text"].as_str().is_some_and(|t| t.chars().count() <= 100);
+            && call.arguments["text"]
+                .as_str()
+                .is_some_and(|t| t.chars().count() <= 100);
         if !call.requires_approval || short_note {
             ApprovalDecision::Allow
         } else {

@@ -313,7 +313,12 @@ impl ToolGate {
     /// plugin hook's rewrite is prepared again with
     /// [`prepare_call`] before later stages see it, so rules and people
     /// judge what will run; a rewrite that does not prepare is refused.
-    pub async fn check_prepared(&self, call: &ToolCallInfo<'_>, tool: &dyn Tool, ctx: &ToolContext) -> GateVerdict {
+    pub async fn check_prepared(
+        &self,
+        call: &ToolCallInfo<'_>,
+        tool: &dyn Tool,
+        ctx: &ToolContext,
+    ) -> GateVerdict {
         self.run(call, Some((tool, ctx))).await
     }
 
@@ -365,7 +370,9 @@ impl ToolGate {
                             Err(error) => {
                                 return GateVerdict::Denied {
                                     stage: GateStage::Plugin(hook.name().to_owned()),
-                                    reason: format!("the plugin rewrote the arguments to a call that cannot run: {error}"),
+                                    reason: format!(
+                                        "the plugin rewrote the arguments to a call that cannot run: {error}"
+                                    ),
                                 };
                             }
                         },
@@ -399,7 +406,10 @@ impl ToolGate {
             Some(approver) => approver.approve(&current).await,
             None if !call.requires_approval => ApprovalDecision::Allow,
             None => {
-                tracing::info!(tool = call.tool_name, "tool call refused: it needs approval and no approver is configured");
+                tracing::info!(
+                    tool = call.tool_name,
+                    "tool call refused: it needs approval and no approver is configured"
+                );
                 return GateVerdict::Denied {
                     stage: GateStage::Approval,
                     reason: format!(

@@ -435,7 +435,11 @@ pub fn normalize_sandbox_path(raw: &str) -> Result<String, SandboxPathError> {
 /// [`Tool::sandbox_path_arguments`] names, then runs [`Tool::prepare`].
 /// This is the one place arguments change before the gate; the loop calls
 /// it before the gate and again on arguments a plugin hook rewrote.
-pub async fn prepare_call(tool: &dyn Tool, mut args: Value, ctx: &ToolContext) -> Result<PreparedCall, ToolError> {
+pub async fn prepare_call(
+    tool: &dyn Tool,
+    mut args: Value,
+    ctx: &ToolContext,
+) -> Result<PreparedCall, ToolError> {
     if let Value::Object(map) = &mut args {
         for name in tool.sandbox_path_arguments() {
             if let Some(Value::String(raw)) = map.get_mut(*name) {

@@ -237,6 +237,8 @@ impl std::fmt::Debug for AppConfig {
             .field("memory", &self.memory)
             .field("durability", &self.durability)
             .field("web_token", &self.web_token.as_ref().map(|_| "<redacted>"))
+            .field("sandbox", &self.sandbox)
+            .field("require_sandbox", &self.require_sandbox)
             .finish_non_exhaustive()
     }
 }

@@ -82,6 +82,7 @@ pub use session::{
 };
 pub use tool_policy::{AgentToolPolicy, Boundaries};
 pub use tools::{
-    BuiltinConfig, Confinement, DEFAULT_COMMAND_TIMEOUT, DEFAULT_LIST_CAP, DEFAULT_OUTPUT_CAP, DEFAULT_READ_CAP,
-    DEFAULT_WRITE_CAP, SandboxSettings, builtin_tools, kernel_confinement, register_builtin_tools,
+    BuiltinConfig, Confinement, DEFAULT_COMMAND_TIMEOUT, DEFAULT_LIST_CAP, DEFAULT_OUTPUT_CAP,
+    DEFAULT_READ_CAP, DEFAULT_WRITE_CAP, SandboxSettings, builtin_tools, kernel_confinement,
+    register_builtin_tools,
 };

@@ -21,10 +21,10 @@
 //! is read as the sandbox's own. Writes replace names, never inodes,
 //! so a write through such a link does not reach the other name.
 //!
-//! The sandbox confines this module's file operations only. Programs started
-//! by `run_command` and `run_python` get the sandbox as their working
-//! directory but are not locked into it by the kernel (see the `tools`
-//! module).
+//! The sandbox confines this module's file operations. Programs started by
+//! `run_command` and `run_python` get the sandbox as their working
+//! directory and, on Linux, are locked into it by the kernel (Landlock and
+//! seccomp; see the `tools` module's `confine`).
 
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, OpenOptions};
@@ -33,8 +33,8 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::agent::{
-    MAX_SANDBOX_COMPONENT_LEN, MAX_SANDBOX_PATH_LEN, MAX_SESSION_ID_LEN, SandboxPathError, normalize_sandbox_path,
-    session_id_problem,
+    MAX_SANDBOX_COMPONENT_LEN, MAX_SANDBOX_PATH_LEN, MAX_SESSION_ID_LEN, SandboxPathError,
+    normalize_sandbox_path, session_id_problem,
 };
 
 /// The longest tool path accepted, in bytes.

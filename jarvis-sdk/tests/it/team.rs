@@ -214,7 +214,10 @@ fn jarvis_sandbox_settings_come_from_the_environment() {
     assert_eq!(default.sandbox, Default::default());
     assert!(!default.require_sandbox);
     for bad in [
-        &[("JARVIS_HOME", "/tmp/j"), ("JARVIS_SANDBOX__READ", "relative/dir")][..],
+        &[
+            ("JARVIS_HOME", "/tmp/j"),
+            ("JARVIS_SANDBOX__READ", "relative/dir"),
+        ][..],
         &[("JARVIS_HOME", "/tmp/j"), ("JARVIS_SANDBOX__NETWORK", "maybe")][..],
         &[("JARVIS_HOME", "/tmp/j"), ("JARVIS_SANDBOX__REQUIRE", "sure")][..],
     ] {

@@ -239,7 +239,12 @@ impl<'a> Driver<'a> {
                 programs: &prepared.programs,
                 requires_approval: tool.requires_approval(),
             };
-            let arguments = match self.ctx.gate.check_prepared(&info, tool.as_ref(), &tool_ctx).await {
+            let arguments = match self
+                .ctx
+                .gate
+                .check_prepared(&info, tool.as_ref(), &tool_ctx)
+                .await
+            {
                 GateVerdict::Allowed => prepared.arguments.clone(),
                 GateVerdict::AllowedWith(rewritten) => rewritten,
                 denied => {

@@ -129,7 +129,10 @@ mod tests {
         assert!(glob_match(r"a\*b", "a*b") && !glob_match(r"a\*b", "axb"));
         assert!(glob_match("", "") && !glob_match("", "x") && glob_match("*", ""));
         assert!(glob_match("**", "a/b") && glob_match("a**b", "a/x/b"));
-        assert!(glob_match("*", "line one\nline two"), "a star crosses line breaks");
+        assert!(
+            glob_match("*", "line one\nline two"),
+            "a star crosses line breaks"
+        );
     }
 
     #[test]

@@ -105,7 +105,8 @@ impl ApprovalRule {
     /// Whether the rule covers `call`, its program arguments matched
     /// against the files that will run (see the module documentation).
     pub fn matches_call(&self, call: &ToolCallInfo<'_>) -> bool {
-        CompiledRule::new(self.clone()).is_ok_and(|rule| rule.matches(call.tool_name, call.arguments, call.programs))
+        CompiledRule::new(self.clone())
+            .is_ok_and(|rule| rule.matches(call.tool_name, call.arguments, call.programs))
     }
 
     /// The rule that allows exactly this call.
@@ -189,7 +190,12 @@ impl CompiledRule {
 
     /// Matches a program argument: allow rules strictly (the file that
     /// runs), deny rules broadly (any name the program goes by).
-    fn matches_program(&self, pattern: &Pattern, program: &ProgramPattern, resolved: &ResolvedProgram) -> bool {
+    fn matches_program(
+        &self,
+        pattern: &Pattern,
+        program: &ProgramPattern,
+        resolved: &ResolvedProgram,
+    ) -> bool {
         let deny = self.rule.decision == RuleDecision::Deny;
         match program {
             ProgramPattern::Absolute => {
@@ -203,10 +209,14 @@ impl CompiledRule {
                     || (deny && pattern.is_match(&text(&resolved.located)))
             }
             ProgramPattern::InSandbox(relative) => {
-                let inside = resolved.in_sandbox.as_deref().is_some_and(|p| relative.is_match(p));
+                let inside = resolved
+                    .in_sandbox
+                    .as_deref()
+                    .is_some_and(|p| relative.is_match(p));
                 let written = deny
                     && !resolved.written.starts_with('/')
-                    && crate::agent::normalize_sandbox_path(&resolved.written).is_ok_and(|w| relative.is_match(&w));
+                    && crate::agent::normalize_sandbox_path(&resolved.written)
+                        .is_ok_and(|w| relative.is_match(&w));
                 inside || written
             }
             ProgramPattern::Bare if deny => resolved.file_names().iter().any(|n| pattern.is_match(n)),

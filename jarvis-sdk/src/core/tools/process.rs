@@ -152,10 +152,11 @@ impl TypedTool for RunCommand {
         if ctx.cancel.is_cancelled() {
             return Err(ToolError::Cancelled);
         }
-        let (surroundings, resolved) = match find(&self.config, &ctx.session_id, "program", &args.program).await? {
-            Ok(found) => found,
-            Err(refusal) => return Ok(ToolResult::error(refusal)),
-        };
+        let (surroundings, resolved) =
+            match find(&self.config, &ctx.session_id, "program", &args.program).await? {
+                Ok(found) => found,
+                Err(refusal) => return Ok(ToolResult::error(refusal)),
+            };
         if let Some(checked) = &args.file
             && Path::new(checked) != resolved.file
         {
@@ -230,7 +231,8 @@ impl TypedTool for RunPython {
             return Err(ToolError::Cancelled);
         }
         let python = self.config.python.to_string_lossy().into_owned();
-        let (surroundings, interpreter) = match find(&self.config, &ctx.session_id, "python", &python).await? {
+        let (surroundings, interpreter) = match find(&self.config, &ctx.session_id, "python", &python).await?
+        {
             Ok(found) => found,
             Err(refusal) => return Ok(ToolResult::error(refusal)),
         };
@@ -496,7 +498,11 @@ mod tests {
 
     #[test]
     fn the_environment_is_an_allow_list() {
-        let env = child_env(Path::new("/sb/s1"), Path::new("/sb/s1/.tmp"), OsString::from("/usr/bin"));
+        let env = child_env(
+            Path::new("/sb/s1"),
+            Path::new("/sb/s1/.tmp"),
+            OsString::from("/usr/bin"),
+        );
         let names: Vec<_> = env
             .iter()
             .map(|(k, _)| k.to_string_lossy().into_owned())

@@ -169,7 +169,9 @@ fn interpreter_prefixes(config: &BuiltinConfig, server_dirs: &[PathBuf]) -> Vec<
     };
     let canonical = std::fs::canonicalize(&found).ok();
     let protected: Vec<PathBuf> = [
-        Some(lexical(&std::path::absolute(&config.sandboxes_dir).unwrap_or_default())),
+        Some(lexical(
+            &std::path::absolute(&config.sandboxes_dir).unwrap_or_default(),
+        )),
         std::env::var_os("HOME").map(|h| lexical(Path::new(&h))),
     ]
     .into_iter()
@@ -181,7 +183,10 @@ fn interpreter_prefixes(config: &BuiltinConfig, server_dirs: &[PathBuf]) -> Vec<
         let Some(prefix) = file.parent().and_then(Path::parent).map(Path::to_owned) else {
             continue;
         };
-        let depth = prefix.components().filter(|c| matches!(c, Component::Normal(_))).count();
+        let depth = prefix
+            .components()
+            .filter(|c| matches!(c, Component::Normal(_)))
+            .count();
         let opens_protected = protected.iter().any(|p| p.starts_with(&prefix));
         if depth >= 2 && !opens_protected && !beneath_any(&prefix, &system) && !out.contains(&prefix) {
             out.push(prefix);

@@ -250,12 +250,7 @@ async fn commands_cannot_write_outside_their_sandbox() {
     let config = home.config(SandboxSettings::new());
     let outside = home.path().join("pwned.txt");
     let other = home.sandbox("other").join("secret.txt");
-    let (is_error, text) = sh(
-        &config,
-        "mine",
-        &format!("echo x > '{}'", outside.display()),
-    )
-    .await;
+    let (is_error, text) = sh(&config, "mine", &format!("echo x > '{}'", outside.display())).await;
     assert!(is_error && text.contains("Permission denied"), "{text}");
     let code = format!("open({:?}, 'w').write('x')", other.display().to_string());
     let (is_error, text) = python(&config, "mine", &code).await;
@@ -419,7 +414,10 @@ async fn turn_of(app: &AppAssembly, agent: &str) -> Vec<(String, bool, String)> 
     let screen = Arc::new(RecordingAdapter::new());
     let _attached = session.attach(screen.clone());
     for prompt in ["python", "cat"] {
-        session.prompt(prompt, Caller::Local).await.expect("the turn runs");
+        session
+            .prompt(prompt, Caller::Local)
+            .await
+            .expect("the turn runs");
     }
     tool_ends(&screen)
 }

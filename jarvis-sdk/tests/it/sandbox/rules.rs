@@ -81,7 +81,11 @@ impl Setup {
     /// An executable script in the sandbox that touches `marker` there.
     fn plant(&self, name: &str, marker: &str) -> PathBuf {
         let path = self.sandbox().join(name);
-        std::fs::write(&path, format!("#!/bin/sh\ntouch '{}'\n", self.sandbox().join(marker).display())).unwrap();
+        std::fs::write(
+            &path,
+            format!("#!/bin/sh\ntouch '{}'\n", self.sandbox().join(marker).display()),
+        )
+        .unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
         path
     }
@@ -162,7 +166,10 @@ async fn a_path_rule_does_not_allow_a_path_that_climbs_out_of_its_directory() {
     // Covered by the rule: no one is asked and the file lands where the
     // normalised path says.
     let r = setup
-        .call("write_file", json!({"path": "notes/./a/../b.txt", "content": "b"}))
+        .call(
+            "write_file",
+            json!({"path": "notes/./a/../b.txt", "content": "b"}),
+        )
         .await;
     assert!(!r.is_error, "{r:?}");
     assert!(setup.asked().is_empty());
@@ -177,7 +184,10 @@ async fn a_path_rule_does_not_allow_a_path_that_climbs_out_of_its_directory() {
         .call("write_file", json!({"path": "notes/../x.txt", "content": "x"}))
         .await;
     assert!(!r.is_error, "{r:?}");
-    assert_eq!(std::fs::read_to_string(setup.sandbox().join("x.txt")).unwrap(), "x");
+    assert_eq!(
+        std::fs::read_to_string(setup.sandbox().join("x.txt")).unwrap(),
+        "x"
+    );
     assert!(!setup.sandbox().join("notes").exists());
 }
 
@@ -186,14 +196,24 @@ async fn a_climbing_path_is_refused_before_any_rule_or_person() {
     let rules = "- { tool: write_file, decision: allow }\n- { tool: read_file, decision: allow }\n";
     let setup = Setup::new(rules, ApprovalDecision::Allow);
     for (tool, args) in [
-        ("write_file", json!({"path": "notes/../../escaped.txt", "content": "x"})),
+        (
+            "write_file",
+            json!({"path": "notes/../../escaped.txt", "content": "x"}),
+        ),
         ("read_file", json!({"path": "../../approvals.yaml"})),
         ("list_dir", json!({"path": ".."})),
     ] {
         let r = setup.call(tool, args).await;
-        assert!(r.is_error && r.content.contains("leads outside the sandbox"), "{r:?}");
+        assert!(
+            r.is_error && r.content.contains("leads outside the sandbox"),
+            "{r:?}"
+        );
     }
-    assert_eq!(setup.reached_plugins.load(Ordering::SeqCst), 0, "no stage saw them");
+    assert_eq!(
+        setup.reached_plugins.load(Ordering::SeqCst),
+        0,
+        "no stage saw them"
+    );
     assert!(setup.asked().is_empty());
     assert!(!setup.home.path().join("escaped.txt").exists());
     assert!(!setup.home.path().join("sandboxes/escaped.txt").exists());
@@ -216,9 +236,15 @@ async fn a_deny_rule_on_a_name_catches_every_path_to_a_program_of_that_name() {
             continue;
         }
         let r = setup
-            .call("run_command", json!({"program": program, "args": ["-f", victim_arg]}))
+            .call(
+                "run_command",
+                json!({"program": program, "args": ["-f", victim_arg]}),
+            )
             .await;
-        assert!(r.is_error && r.content.contains("refused by approval"), "{program}: {r:?}");
+        assert!(
+            r.is_error && r.content.contains("refused by approval"),
+            "{program}: {r:?}"
+        );
     }
     assert!(victim.exists(), "no rm ran");
     assert!(!setup.sandbox().join("planted-rm-ran").exists());
@@ -260,14 +286,15 @@ async fn a_path_rule_matches_the_canonical_file() {
     // `/bin/sh` names the same file as its canonical path; a relative
     // pattern names a file in the sandbox.
     let sh = std::fs::canonicalize("/bin/sh").unwrap();
-    let rules = format!(
-        "- {{ tool: run_command, args: {{ program: \"/bin/sh\" }}, decision: allow }}\n\
-         - {{ tool: run_command, args: {{ program: \"./scripts/*\" }}, decision: allow }}\n"
-    );
-    let setup = Setup::new(&rules, ApprovalDecision::Deny);
+    let rules = "- { tool: run_command, args: { program: \"/bin/sh\" }, decision: allow }\n\
+                 - { tool: run_command, args: { program: \"./scripts/*\" }, decision: allow }\n";
+    let setup = Setup::new(rules, ApprovalDecision::Deny);
     for program in ["sh", "/bin/sh", &sh.display().to_string()] {
         let r = setup
-            .call("run_command", json!({"program": program, "args": ["-c", "exit 0"]}))
+            .call(
+                "run_command",
+                json!({"program": program, "args": ["-c", "exit 0"]}),
+            )
             .await;
         assert!(!r.is_error, "{program}: {r:?}");
     }

@@ -76,7 +76,9 @@ impl Probe {
             Some(_) => {}
         }
         if let Err(error) = &self.seccomp {
-            gaps.push(format!("kernel lacks seccomp ({error}), so the network stays reachable"));
+            gaps.push(format!(
+                "kernel lacks seccomp ({error}), so the network stays reachable"
+            ));
         }
         Confinement::lacking(gaps)
     }
@@ -146,7 +148,9 @@ pub(super) fn confine_this_thread(reach: &Reach, target: Target) -> Confinement 
         let applied = seccomp_filter(&[socket(), io_uring_setup()])
             .and_then(|filter| seccompiler::apply_filter(&filter).map_err(|e| e.to_string()));
         if let Err(error) = applied {
-            gaps.push(format!("kernel lacks seccomp ({error}), so the network stays reachable"));
+            gaps.push(format!(
+                "kernel lacks seccomp ({error}), so the network stays reachable"
+            ));
         }
     }
     Confinement::lacking(gaps)
@@ -254,8 +258,12 @@ fn io_uring_setup() -> Refused {
 /// A seccomp filter refusing `calls` with `EACCES` and allowing everything
 /// else. On x86-64 the x32 numbers of the same calls are refused too.
 fn seccomp_filter(calls: &[Refused]) -> Result<BpfProgram, String> {
-    let arch = TargetArch::try_from(std::env::consts::ARCH)
-        .map_err(|_| format!("no seccomp filter for the {} architecture", std::env::consts::ARCH))?;
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|_| {
+        format!(
+            "no seccomp filter for the {} architecture",
+            std::env::consts::ARCH
+        )
+    })?;
     let mut rules = BTreeMap::new();
     for Refused(nr) in calls {
         rules.insert(*nr, Vec::new());

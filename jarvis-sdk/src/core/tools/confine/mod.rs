@@ -156,8 +156,15 @@ impl Confinement {
         if self.full {
             return None;
         }
-        let none = self.gaps.iter().any(|g| g.contains("lacks Landlock") || g.contains("only on Linux"));
-        let lead = if none { "not confined" } else { "not fully confined" };
+        let none = self
+            .gaps
+            .iter()
+            .any(|g| g.contains("lacks Landlock") || g.contains("only on Linux"));
+        let lead = if none {
+            "not confined"
+        } else {
+            "not fully confined"
+        };
         Some(format!("{lead}: {}", self.gaps.join("; ")))
     }
 }
@@ -233,14 +240,19 @@ fn confine_and_spawn(
     require: bool,
 ) -> Result<(tokio::process::Child, Confinement), SpawnError> {
     let confinement = confine_this_thread(reach);
-    if require && !confinement.full {
-        return Err(SpawnError::Refused(format!(
-            "the program was not started: JARVIS_SANDBOX__REQUIRE is set and it would run {}",
-            confinement.note().unwrap_or_default()
-        )));
+    if let Some(reason) = refusal(require, &confinement) {
+        return Err(SpawnError::Refused(reason));
     }
     let child = command.spawn().map_err(SpawnError::Start)?;
     Ok((child, confinement))
+}
+
+/// Why a program is not started: confinement is required and not full.
+fn refusal(require: bool, confinement: &Confinement) -> Option<String> {
+    let note = confinement.note()?;
+    require.then(|| {
+        format!("the program was not started: JARVIS_SANDBOX__REQUIRE is set and it would run {note}")
+    })
 }
 
 #[cfg(target_os = "linux")]
@@ -284,14 +296,40 @@ mod tests {
     }
 
     #[test]
+    fn required_confinement_refuses_what_is_not_fully_confined() {
+        let none = Confinement::lacking(vec!["kernel lacks Landlock".into()]);
+        let partial = Confinement::lacking(vec![
+            "the kernel's Landlock ABI 3 enforces only part of the rules".into(),
+        ]);
+        let full = Confinement::lacking(Vec::new());
+        assert_eq!(refusal(false, &none), None, "without the switch: run with a note");
+        assert_eq!(refusal(true, &full), None);
+        assert_eq!(
+            refusal(true, &none).as_deref(),
+            Some(
+                "the program was not started: JARVIS_SANDBOX__REQUIRE is set and it would run not confined: kernel lacks Landlock"
+            )
+        );
+        let partly = refusal(true, &partial).unwrap();
+        assert!(
+            partly.contains("not fully confined") && partly.contains("ABI 3"),
+            "{partly}"
+        );
+    }
+
+    #[test]
     fn notes_say_how_far_confinement_went() {
         assert_eq!(Confinement::lacking(Vec::new()).note(), None);
         assert_eq!(
-            Confinement::lacking(vec!["kernel lacks Landlock".into()]).note().as_deref(),
+            Confinement::lacking(vec!["kernel lacks Landlock".into()])
+                .note()
+                .as_deref(),
             Some("not confined: kernel lacks Landlock")
         );
         assert_eq!(
-            Confinement::lacking(vec!["kernel lacks seccomp".into()]).note().as_deref(),
+            Confinement::lacking(vec!["kernel lacks seccomp".into()])
+                .note()
+                .as_deref(),
             Some("not fully confined: kernel lacks seccomp")
         );
     }
