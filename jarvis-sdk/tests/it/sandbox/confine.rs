@@ -228,8 +228,10 @@ async fn commands_cannot_read_the_servers_environment_through_proc() {
     let home = Home::new();
     let config = home.config(SandboxSettings::new());
     let server = std::process::id();
-    let (is_error, text) = sh(&config, "mine", &format!("cat /proc/{server}/environ")).await;
-    assert!(is_error && text.contains("Permission denied"), "{text}");
+    for entry in ["environ", "mem"] {
+        let (is_error, text) = sh(&config, "mine", &format!("head -c 64 /proc/{server}/{entry}")).await;
+        assert!(is_error && text.contains("Permission denied"), "{entry}: {text}");
+    }
     // Its own /proc entries are readable, and say what binds it: no
     // capabilities (also when the server runs as root), no_new_privs and a
     // seccomp filter.
