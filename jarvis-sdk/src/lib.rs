@@ -104,6 +104,10 @@ pub use agent::{
     INTERRUPTED_RESULT, JournalError, JournalStep, JournaledApproval, LoopState, PendingTurn,
     TURN_JOURNAL_FILE, TurnBegin, TurnJournal, TurnOptions, TurnRecorder, descendants,
 };
+pub use agent::{
+    MAX_SANDBOX_COMPONENT_LEN, MAX_SANDBOX_PATH_LEN, PreparedCall, ResolvedProgram, SandboxPathError,
+    normalize_sandbox_path, prepare_call,
+};
 #[cfg(feature = "postgres")]
 pub use agent::{PostgresOpenLoopStore, PostgresSessionStore};
 pub use app::{
@@ -154,9 +158,10 @@ pub use core::{
     validate_job_id, watch_report,
 };
 pub use core::{
-    BuiltinConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_LIST_CAP, DEFAULT_OUTPUT_CAP, DEFAULT_READ_CAP,
-    DEFAULT_WRITE_CAP, DirEntryInfo, DirListing, EntryKind, FileContent, MAX_COMPONENT_LEN, MAX_PATH_LEN,
-    Sandbox, SandboxError, builtin_tools, register_builtin_tools, validate_session_id,
+    BuiltinConfig, Confinement, DEFAULT_COMMAND_TIMEOUT, DEFAULT_LIST_CAP, DEFAULT_OUTPUT_CAP,
+    DEFAULT_READ_CAP, DEFAULT_WRITE_CAP, DirEntryInfo, DirListing, EntryKind, FileContent, MAX_COMPONENT_LEN,
+    MAX_PATH_LEN, Sandbox, SandboxError, SandboxSettings, builtin_tools, kernel_confinement,
+    register_builtin_tools, validate_session_id,
 };
 #[cfg(feature = "http")]
 pub use core::{LH_BASE_URL, LH_BASE_URL_ENV, LH_NOTICE_PATH, LH_SERVICE_KEY_ENV, LhConfig, LhNoticeSource};

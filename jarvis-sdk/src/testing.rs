@@ -191,6 +191,7 @@ pub struct FnTool {
     description: String,
     parameters: Value,
     requires_approval: bool,
+    sandbox_paths: Vec<&'static str>,
     f: ToolFn,
 }
 
@@ -215,6 +216,7 @@ impl FnTool {
             name,
             parameters: serde_json::json!({"type": "object"}),
             requires_approval: false,
+            sandbox_paths: Vec::new(),
             f: Arc::new(f),
         }
     }
@@ -228,6 +230,13 @@ impl FnTool {
     /// Marks the tool as one that asks for approval.
     pub fn asking_approval(mut self) -> Self {
         self.requires_approval = true;
+        self
+    }
+
+    /// Declares the argument `name` a path relative to the session's
+    /// sandbox (see [`Tool::sandbox_path_arguments`]).
+    pub fn with_sandbox_path(mut self, name: &'static str) -> Self {
+        self.sandbox_paths.push(name);
         self
     }
 }
@@ -245,6 +254,9 @@ impl Tool for FnTool {
     }
     fn requires_approval(&self) -> bool {
         self.requires_approval
+    }
+    fn sandbox_path_arguments(&self) -> &[&str] {
+        &self.sandbox_paths
     }
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolResult, ToolError> {
         (self.f)(args)

@@ -1,12 +1,19 @@
-//! Embeds one agent in an app: a typed tool, the `final` tool, a screen
-//! that prints events, and a scripted model so it runs offline.
+//! Embeds one agent in an app: a typed tool, a tool that asks for
+//! approval and the approver that answers for it, the `final` tool, a
+//! screen that prints events, and a scripted model so it runs offline.
+//!
+//! The default gate refuses every call of a tool that requires approval
+//! ("`save_note` needs approval and no approver is configured"); an app
+//! gives it an approver (here a rule in code; the assembled app asks the
+//! person on their screens). `ToolGate::allow_all_unsafe()` runs everything
+//! unasked and is for throwaway settings only.
 //!
 //! Run with `cargo run -p example-hello-agent`.
 
 use jarvis_sdk::{
-    AgentEvent, AgentLoopConfig, CancellationToken, FauxProvider, FinalTool, LoopContext, Message,
-    MessageDelta, ModelSettings, ToolContext, ToolError, ToolRegistry, ToolResult, TypedTool, UIAdapter,
-    run_agent_loop,
+    AgentEvent, AgentLoopConfig, ApprovalDecision, Approver, CancellationToken, FauxProvider, FinalTool,
+    LoopContext, Message, MessageDelta, ModelSettings, ToolCallInfo, ToolContext, ToolError, ToolGate,
+    ToolRegistry, ToolResult, TypedTool, UIAdapter, run_agent_loop,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -37,6 +44,54 @@ impl TypedTool for WordCount {
     }
 }
 
+/// Arguments of `save_note`.
+#[derive(Debug, Deserialize, JsonSchema)]
+struct SaveNoteArgs {
+    /// The note.
+    text: String,
+}
+
+/// Keeps a note: it changes something, so it asks for approval.
+struct SaveNote;
+
+#[jarvis_sdk::async_trait]
+impl TypedTool for SaveNote {
+    type Args = SaveNoteArgs;
+    fn name(&self) -> &str {
+        "save_note"
+    }
+    fn description(&self) -> &str {
+        "Keeps a short note for later."
+    }
+    fn requires_approval(&self) -> bool {
+        true
+    }
+    async fn run(&self, args: SaveNoteArgs, _ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+        Ok(ToolResult::ok(format!(
+            "kept {} characters",
+            args.text.chars().count()
+        )))
+    }
+}
+
+/// Approves short notes and nothing else that asks.
+struct ShortNotesOnly;
+
+#[jarvis_sdk::async_trait]
+impl Approver for ShortNotesOnly {
+    async fn approve(&self, call: &ToolCallInfo<'_>) -> ApprovalDecision {
+        let short_note = call.tool_name == "save_note"
+            && call.arguments["text"]
+                .as_str()
+                .is_some_and(|t| t.chars().count() <= 100);
+        if !call.requires_approval || short_note {
+            ApprovalDecision::Allow
+        } else {
+            ApprovalDecision::Deny
+        }
+    }
+}
+
 /// A screen that prints what happens.
 struct Screen;
 
@@ -61,6 +116,7 @@ impl UIAdapter for Screen {
 const SCRIPT: &str = r#"
 replies:
   - tool_calls: [ { name: word_count, arguments: { text: "the quick brown fox" } } ]
+  - tool_calls: [ { name: save_note, arguments: { text: "the quick brown fox: 4 words" } } ]
   - tool_calls: [ { name: final, arguments: { answer: "That sentence has 4 words." } } ]
 "#;
 
@@ -68,9 +124,11 @@ replies:
 async fn main() -> anyhow::Result<()> {
     let mut tools = ToolRegistry::new();
     tools.register_typed(WordCount)?;
+    tools.register_typed(SaveNote)?;
     tools.register_typed(FinalTool)?;
     let ctx = LoopContext::new(Arc::new(FauxProvider::from_yaml(SCRIPT)?))
         .with_tools(tools)
+        .with_gate(ToolGate::new().with_approver(Arc::new(ShortNotesOnly)))
         .with_ui(Arc::new(Screen))
         .with_model(ModelSettings {
             model: "faux".into(),
@@ -86,5 +144,10 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
     anyhow::ensure!(outcome.final_message.content == "That sentence has 4 words.");
+    let kept = outcome
+        .new_messages
+        .iter()
+        .any(|m| matches!(m, Message::Tool(r) if r.tool_name == "save_note" && !r.is_error));
+    anyhow::ensure!(kept, "the approver allowed the short note");
     Ok(())
 }

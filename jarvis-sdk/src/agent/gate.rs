@@ -6,12 +6,26 @@
 //!
 //! This module holds the traits and the fixed chain. The real allow-list,
 //! plugin registry and approval broker live in `core` and implement them.
+//!
+//! **Approval by default.** A gate without an approver
+//! ([`ToolGate::default`], [`ToolGate::new`]) refuses every call of a tool
+//! that [requires approval](crate::Tool::requires_approval), with the
+//! reason "`<tool>` needs approval and no approver is configured"; tools
+//! that do not ask still run. Running everything unasked is the explicit
+//! [`ToolGate::allow_all_unsafe`].
+//!
+//! The arguments every stage sees are the prepared ones
+//! ([`prepare_call`](crate::prepare_call)): the loop prepares them before
+//! the gate, and [`ToolGate::check_prepared`] prepares again whatever a
+//! plugin hook rewrote, so rules and people judge what will run.
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
 use std::sync::Arc;
+
+use super::tool::{ResolvedProgram, Tool, ToolContext, prepare_call};
 
 /// What the gate knows about one call.
 #[derive(Debug, Clone, Copy)]
@@ -26,10 +40,37 @@ pub struct ToolCallInfo<'a> {
     pub tool_call_id: &'a str,
     /// The tool's name.
     pub tool_name: &'a str,
-    /// The call's arguments.
+    /// The call's arguments (prepared: see [`prepare_call`]).
     pub arguments: &'a Value,
+    /// The program arguments resolved to the files that will run (empty
+    /// for tools that run no program).
+    pub programs: &'a [ResolvedProgram],
     /// Whether the tool asks for approval unless a rule allows it.
     pub requires_approval: bool,
+}
+
+impl<'a> ToolCallInfo<'a> {
+    /// A call of `tool_name` with `arguments`, outside a journaled turn and
+    /// with no resolved program.
+    pub fn new(
+        session_id: &'a str,
+        agent_id: &'a str,
+        tool_call_id: &'a str,
+        tool_name: &'a str,
+        arguments: &'a Value,
+        requires_approval: bool,
+    ) -> Self {
+        Self {
+            session_id,
+            turn_id: "",
+            agent_id,
+            tool_call_id,
+            tool_name,
+            arguments,
+            programs: &[],
+            requires_approval,
+        }
+    }
 }
 
 /// A stage's answer.
@@ -155,7 +196,9 @@ impl GateVerdict {
     }
 }
 
-/// Allows everything; the default of every stage.
+/// A policy that allows every call: the default policy slot (the policy
+/// stage is an allow-list; without one, every registered tool may be
+/// called, and approval still applies).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct AllowAll;
 
@@ -165,8 +208,12 @@ impl ToolPolicy for AllowAll {
     }
 }
 
+/// The approver of [`ToolGate::allow_all_unsafe`]: allows every call unasked.
+#[derive(Debug, Clone, Copy)]
+struct ApproveEverything;
+
 #[async_trait]
-impl Approver for AllowAll {
+impl Approver for ApproveEverything {
     async fn approve(&self, _call: &ToolCallInfo<'_>) -> ApprovalDecision {
         ApprovalDecision::Allow
     }
@@ -175,13 +222,14 @@ impl Approver for AllowAll {
 /// The fixed chain: policy → plugin hooks (in registration order) → approval.
 ///
 /// Callers choose what sits in each slot, never the order, and cannot skip a
-/// stage. [`ToolGate::default`] allows everything: fine for embedding and
-/// tests; the assembled app puts the real stages in.
+/// stage. [`ToolGate::default`] allows every call of a tool that does not
+/// ask for approval and refuses the others until an approver is set with
+/// [`ToolGate::with_approver`]; the assembled app puts the real stages in.
 #[derive(Clone)]
 pub struct ToolGate {
     policy: Arc<dyn ToolPolicy>,
     hooks: Vec<Arc<dyn BeforeToolCall>>,
-    approver: Arc<dyn Approver>,
+    approver: Option<Arc<dyn Approver>>,
 }
 
 impl Default for ToolGate {
@@ -189,7 +237,7 @@ impl Default for ToolGate {
         Self {
             policy: Arc::new(AllowAll),
             hooks: Vec::new(),
-            approver: Arc::new(AllowAll),
+            approver: None,
         }
     }
 }
@@ -201,14 +249,37 @@ impl fmt::Debug for ToolGate {
                 "hooks",
                 &self.hooks.iter().map(|h| h.name().to_owned()).collect::<Vec<_>>(),
             )
+            .field("approver", &self.approver.is_some())
             .finish_non_exhaustive()
     }
 }
 
+/// A call's arguments after a plugin's rewrite, prepared again.
+struct Rewritten {
+    arguments: Value,
+    programs: Vec<ResolvedProgram>,
+}
+
 impl ToolGate {
-    /// A gate that allows everything.
+    /// A gate with no policy, no hooks and no approver: tools that require
+    /// approval are refused, the others run. Same as [`ToolGate::default`].
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A gate that runs **every** call without asking anyone, also calls of
+    /// tools that write files or run programs.
+    ///
+    /// Unsafe in the plain sense: whatever the model (or a prompt injected
+    /// into what it reads) asks for runs with the rights of the process.
+    /// Use it only where nothing the model could ask for can do harm (tests
+    /// with harmless tools, a throwaway machine); otherwise give the gate an
+    /// approver with [`ToolGate::with_approver`].
+    pub fn allow_all_unsafe() -> Self {
+        Self {
+            approver: Some(Arc::new(ApproveEverything)),
+            ..Self::default()
+        }
     }
 
     /// Puts `policy` in the first slot.
@@ -225,13 +296,37 @@ impl ToolGate {
 
     /// Puts `approver` in the last slot.
     pub fn with_approver(mut self, approver: Arc<dyn Approver>) -> Self {
-        self.approver = approver;
+        self.approver = Some(approver);
         self
     }
 
-    /// Runs the chain for one call; the first refusal decides. A hook's
-    /// rewrite is what later hooks, approval and the tool see.
+    /// Whether an approver is set.
+    pub fn has_approver(&self) -> bool {
+        self.approver.is_some()
+    }
+
+    /// Runs the chain for one call whose arguments are already what the
+    /// tool will get; the first refusal decides. A hook's rewrite is what
+    /// later hooks, approval and the tool see, as it is (use
+    /// [`ToolGate::check_prepared`] to have rewrites prepared again).
     pub async fn check(&self, call: &ToolCallInfo<'_>) -> GateVerdict {
+        self.run(call, None).await
+    }
+
+    /// Runs the chain for one prepared call of `tool` (the loop's way): a
+    /// plugin hook's rewrite is prepared again with
+    /// [`prepare_call`] before later stages see it, so rules and people
+    /// judge what will run; a rewrite that does not prepare is refused.
+    pub async fn check_prepared(
+        &self,
+        call: &ToolCallInfo<'_>,
+        tool: &dyn Tool,
+        ctx: &ToolContext,
+    ) -> GateVerdict {
+        self.run(call, Some((tool, ctx))).await
+    }
+
+    async fn run(&self, call: &ToolCallInfo<'_>, preparer: Option<(&dyn Tool, &ToolContext)>) -> GateVerdict {
         match self.policy.check(call) {
             GateDecision::Allow => {}
             GateDecision::Deny(reason) => {
@@ -248,11 +343,15 @@ impl ToolGate {
                 };
             }
         }
-        let mut rewritten: Option<Value> = None;
+        let mut rewritten: Option<Rewritten> = None;
         for hook in &self.hooks {
-            let current = ToolCallInfo {
-                arguments: rewritten.as_ref().unwrap_or(call.arguments),
-                ..*call
+            let current = match &rewritten {
+                Some(r) => ToolCallInfo {
+                    arguments: &r.arguments,
+                    programs: &r.programs,
+                    ..*call
+                },
+                None => *call,
             };
             match hook.before_tool_call(&current).await {
                 GateDecision::Allow => {}
@@ -262,7 +361,26 @@ impl ToolGate {
                         plugin = hook.name(),
                         "tool call arguments rewritten"
                     );
-                    rewritten = Some(arguments);
+                    rewritten = Some(match preparer {
+                        None => Rewritten {
+                            arguments,
+                            programs: Vec::new(),
+                        },
+                        Some((tool, ctx)) => match prepare_call(tool, arguments, ctx).await {
+                            Ok(prepared) => Rewritten {
+                                arguments: prepared.arguments,
+                                programs: prepared.programs,
+                            },
+                            Err(error) => {
+                                return GateVerdict::Denied {
+                                    stage: GateStage::Plugin(hook.name().to_owned()),
+                                    reason: format!(
+                                        "the plugin rewrote the arguments to a call that cannot run: {error}"
+                                    ),
+                                };
+                            }
+                        },
+                    });
                 }
                 GateDecision::Rewrite(_) => {
                     return GateVerdict::Denied {
@@ -280,13 +398,34 @@ impl ToolGate {
                 }
             }
         }
-        let current = ToolCallInfo {
-            arguments: rewritten.as_ref().unwrap_or(call.arguments),
-            ..*call
+        let current = match &rewritten {
+            Some(r) => ToolCallInfo {
+                arguments: &r.arguments,
+                programs: &r.programs,
+                ..*call
+            },
+            None => *call,
         };
-        match self.approver.approve(&current).await {
+        let decision = match &self.approver {
+            Some(approver) => approver.approve(&current).await,
+            None if !call.requires_approval => ApprovalDecision::Allow,
+            None => {
+                tracing::info!(
+                    tool = call.tool_name,
+                    "tool call refused: it needs approval and no approver is configured"
+                );
+                return GateVerdict::Denied {
+                    stage: GateStage::Approval,
+                    reason: format!(
+                        "`{}` needs approval and no approver is configured",
+                        call.tool_name
+                    ),
+                };
+            }
+        };
+        match decision {
             d if d.is_allowed() => match rewritten {
-                Some(arguments) => GateVerdict::AllowedWith(arguments),
+                Some(r) => GateVerdict::AllowedWith(r.arguments),
                 None => GateVerdict::Allowed,
             },
             ApprovalDecision::Timeout => GateVerdict::Denied {

@@ -59,7 +59,8 @@ pub use thinking::{
     ThoughtEngine, ThoughtFrame, ThoughtRouter, TurnReport,
 };
 pub use tool::{
-    FINAL_TOOL_NAME, FinalArgs, FinalTool, Tool, ToolContext, ToolError, ToolRegistry, ToolResult, Typed,
-    TypedTool, schema_for,
+    FINAL_TOOL_NAME, FinalArgs, FinalTool, MAX_SANDBOX_COMPONENT_LEN, MAX_SANDBOX_PATH_LEN, PreparedCall,
+    ResolvedProgram, SandboxPathError, Tool, ToolContext, ToolError, ToolRegistry, ToolResult, Typed,
+    TypedTool, normalize_sandbox_path, prepare_call, schema_for,
 };
 pub use ui::{FanoutAdapter, HubAttachment, NoopAdapter, ScreenHub, UIAdapter};

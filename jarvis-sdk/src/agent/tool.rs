@@ -1,5 +1,14 @@
 //! Tools: the [`Tool`] trait, typed tools with generated schemas
 //! ([`TypedTool`]), the [`ToolRegistry`] and the loop's own [`FinalTool`].
+//!
+//! Before the gate sees a call, its arguments are **prepared** once
+//! ([`prepare_call`]): every argument the tool declares as a sandbox path
+//! ([`Tool::sandbox_path_arguments`]) is normalised lexically
+//! ([`normalize_sandbox_path`]: `notes/../x` becomes `x`, a path that climbs
+//! out is refused), then the tool's own [`Tool::prepare`] runs (the process
+//! tools resolve the program to the file that will run). Plugin hooks,
+//! approval rules, the request people see and the tool all get the prepared
+//! arguments, so what is checked is what runs.
 
 use async_trait::async_trait;
 use schemars::JsonSchema;
@@ -8,6 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -147,6 +157,23 @@ pub trait Tool: Send + Sync {
     fn requires_approval(&self) -> bool {
         false
     }
+    /// Names of the arguments that are paths relative to the session's
+    /// sandbox. Before the gate, each one present as a string is normalised
+    /// lexically ([`normalize_sandbox_path`]) and replaced by its normal
+    /// form; one that is absolute or climbs out of the sandbox refuses the
+    /// call before any gate stage runs.
+    fn sandbox_path_arguments(&self) -> &[&str] {
+        &[]
+    }
+    /// Prepares one call's arguments before the gate, after the sandbox
+    /// paths were normalised (see [`prepare_call`]). What it returns is what
+    /// the gate's stages, the approval request and [`Tool::call`] see; an
+    /// error refuses the call before any stage runs. It must be idempotent:
+    /// preparing prepared arguments gives them back unchanged. The default
+    /// keeps the arguments as they are.
+    async fn prepare(&self, args: Value, _ctx: &ToolContext) -> Result<PreparedCall, ToolError> {
+        Ok(PreparedCall::new(args))
+    }
     /// Runs one call.
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolResult, ToolError>;
 
@@ -173,6 +200,14 @@ pub trait TypedTool: Send + Sync + 'static {
     /// Whether a person must approve a call unless a rule allows it.
     fn requires_approval(&self) -> bool {
         false
+    }
+    /// See [`Tool::sandbox_path_arguments`].
+    fn sandbox_path_arguments(&self) -> &[&str] {
+        &[]
+    }
+    /// See [`Tool::prepare`].
+    async fn prepare(&self, args: Value, _ctx: &ToolContext) -> Result<PreparedCall, ToolError> {
+        Ok(PreparedCall::new(args))
     }
     /// Runs one call with checked arguments.
     async fn run(&self, args: Self::Args, ctx: &ToolContext) -> Result<ToolResult, ToolError>;
@@ -214,11 +249,217 @@ impl<T: TypedTool> Tool for Typed<T> {
     fn requires_approval(&self) -> bool {
         self.inner.requires_approval()
     }
+    fn sandbox_path_arguments(&self) -> &[&str] {
+        self.inner.sandbox_path_arguments()
+    }
+    async fn prepare(&self, args: Value, ctx: &ToolContext) -> Result<PreparedCall, ToolError> {
+        self.inner.prepare(args, ctx).await
+    }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
         let args: T::Args =
             serde_json::from_value(args).map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
         self.inner.run(args, ctx).await
     }
+}
+
+/// A call's arguments as the gate and the tool see them, with what
+/// preparing them found out (see [`Tool::prepare`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct PreparedCall {
+    /// The arguments (a JSON object for every built-in tool).
+    pub arguments: Value,
+    /// The program arguments resolved to the files that will run; approval
+    /// rules on those arguments match these files (see the `approval`
+    /// module of `core`).
+    pub programs: Vec<ResolvedProgram>,
+}
+
+impl PreparedCall {
+    /// Arguments with no program argument.
+    pub fn new(arguments: Value) -> Self {
+        Self {
+            arguments,
+            programs: Vec::new(),
+        }
+    }
+
+    /// Adds a resolved program argument.
+    pub fn with_program(mut self, program: ResolvedProgram) -> Self {
+        self.programs.push(program);
+        self
+    }
+}
+
+/// One argument naming a program, resolved to the file that will run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ResolvedProgram {
+    /// The argument's name (`program` for `run_command`).
+    pub argument: String,
+    /// The argument's value as the model wrote it (`git`, `./build.sh`,
+    /// `/bin/rm`).
+    pub written: String,
+    /// Where the written value leads before symlinks are resolved: the
+    /// file found on the tool's `PATH` for a bare name, the lexically
+    /// normalised path otherwise (a relative one joined to the sandbox).
+    pub located: PathBuf,
+    /// The canonical path (every symlink resolved) of the file that will run.
+    pub file: PathBuf,
+    /// The file's path relative to the session's sandbox, when it lies
+    /// inside it.
+    pub in_sandbox: Option<String>,
+    /// The bare names that resolve, on the tool's `PATH`, to exactly
+    /// [`ResolvedProgram::file`] (among the file names of `written` and of
+    /// `file`). A bare name in an allow rule matches only these.
+    pub path_names: Vec<String>,
+}
+
+impl ResolvedProgram {
+    /// A program argument `argument` written as `written`, located at
+    /// `located` and running the canonical file `file`.
+    pub fn new(
+        argument: impl Into<String>,
+        written: impl Into<String>,
+        located: impl Into<PathBuf>,
+        file: impl Into<PathBuf>,
+    ) -> Self {
+        Self {
+            argument: argument.into(),
+            written: written.into(),
+            located: located.into(),
+            file: file.into(),
+            in_sandbox: None,
+            path_names: Vec::new(),
+        }
+    }
+
+    /// Sets [`ResolvedProgram::in_sandbox`].
+    pub fn with_in_sandbox(mut self, relative: impl Into<String>) -> Self {
+        self.in_sandbox = Some(relative.into());
+        self
+    }
+
+    /// Sets [`ResolvedProgram::path_names`].
+    pub fn with_path_names(mut self, names: Vec<String>) -> Self {
+        self.path_names = names;
+        self
+    }
+
+    /// Every file name the program goes by: of what was written, of where
+    /// it was located and of the canonical file (a deny rule's bare name
+    /// matches any of them).
+    pub fn file_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        let written = Path::new(&self.written);
+        for path in [written, self.located.as_path(), self.file.as_path()] {
+            if let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned())
+                && !names.contains(&name)
+            {
+                names.push(name);
+            }
+        }
+        names
+    }
+}
+
+/// The longest sandbox path accepted, in bytes.
+pub const MAX_SANDBOX_PATH_LEN: usize = 1024;
+/// The longest component of a sandbox path accepted, in bytes (`NAME_MAX`).
+pub const MAX_SANDBOX_COMPONENT_LEN: usize = 255;
+
+/// Why a sandbox path was refused by [`normalize_sandbox_path`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SandboxPathError {
+    /// An absolute path; sandbox paths are relative to the sandbox.
+    #[error("absolute path {0:?} refused: paths are relative to the session's sandbox")]
+    Absolute(String),
+    /// The path climbs above the sandbox root.
+    #[error("path {0:?} leads outside the sandbox")]
+    Escape(String),
+    /// The path contains a NUL byte.
+    #[error("path {0:?} contains a NUL byte")]
+    NulByte(String),
+    /// The whole path is longer than [`MAX_SANDBOX_PATH_LEN`] bytes.
+    #[error("path is too long ({0} bytes, at most {MAX_SANDBOX_PATH_LEN})")]
+    TooLong(usize),
+    /// One component is longer than [`MAX_SANDBOX_COMPONENT_LEN`] bytes.
+    #[error("a path component is too long ({0} bytes, at most {MAX_SANDBOX_COMPONENT_LEN})")]
+    ComponentTooLong(usize),
+}
+
+/// Normalises a path relative to a sandbox lexically, without touching
+/// the file system: `.` components go, each `..` removes the component
+/// before it, and the empty path is `.`. A path that is absolute, holds a
+/// NUL byte, is too long, or whose `..` climbs above the root is refused.
+///
+/// ```
+/// use jarvis_sdk::normalize_sandbox_path;
+///
+/// assert_eq!(normalize_sandbox_path("notes/../x").unwrap(), "x");
+/// assert_eq!(normalize_sandbox_path("./a//b/").unwrap(), "a/b");
+/// assert_eq!(normalize_sandbox_path("").unwrap(), ".");
+/// assert!(normalize_sandbox_path("notes/../../x").is_err());
+/// assert!(normalize_sandbox_path("/etc/passwd").is_err());
+/// ```
+pub fn normalize_sandbox_path(raw: &str) -> Result<String, SandboxPathError> {
+    if raw.contains('\0') {
+        return Err(SandboxPathError::NulByte(raw.to_owned()));
+    }
+    if raw.len() > MAX_SANDBOX_PATH_LEN {
+        return Err(SandboxPathError::TooLong(raw.len()));
+    }
+    let path = Path::new(raw);
+    if path.has_root() || path.is_absolute() {
+        return Err(SandboxPathError::Absolute(raw.to_owned()));
+    }
+    let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if parts.pop().is_none() {
+                    return Err(SandboxPathError::Escape(raw.to_owned()));
+                }
+            }
+            Component::Normal(name) => {
+                if name.len() > MAX_SANDBOX_COMPONENT_LEN {
+                    return Err(SandboxPathError::ComponentTooLong(name.len()));
+                }
+                parts.push(name);
+            }
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(SandboxPathError::Absolute(raw.to_owned()));
+            }
+        }
+    }
+    if parts.is_empty() {
+        return Ok(".".to_owned());
+    }
+    let joined: PathBuf = parts.iter().collect();
+    Ok(joined.to_string_lossy().into_owned())
+}
+
+/// Prepares one call of `tool` for the gate: normalises the arguments
+/// [`Tool::sandbox_path_arguments`] names, then runs [`Tool::prepare`].
+/// This is the one place arguments change before the gate; the loop calls
+/// it before the gate and again on arguments a plugin hook rewrote.
+pub async fn prepare_call(
+    tool: &dyn Tool,
+    mut args: Value,
+    ctx: &ToolContext,
+) -> Result<PreparedCall, ToolError> {
+    if let Value::Object(map) = &mut args {
+        for name in tool.sandbox_path_arguments() {
+            if let Some(Value::String(raw)) = map.get_mut(*name) {
+                let normal = normalize_sandbox_path(raw)
+                    .map_err(|e| ToolError::InvalidArguments(format!("`{name}`: {e}")))?;
+                *raw = normal;
+            }
+        }
+    }
+    tool.prepare(args, ctx).await
 }
 
 /// The JSON Schema of `A`, inlined (no `$ref`) and without the `$schema` and

@@ -3,7 +3,7 @@
 //! Sessions are built here (the session builder, R-ASM-4) and nowhere else.
 
 use async_trait::async_trait;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use tokio_util::sync::CancellationToken;
@@ -29,9 +29,9 @@ use crate::core::{
     AgentToolPolicy, ApprovalBroker, AskAgentTool, Boundaries, BuiltinConfig, Caller, CountingFeedback,
     DEFAULT_OUTBOX_CAPACITY, Delegation, DelegationError, DirectoryLink, LayeredApprovalRules, OUTBOX_FILE,
     Outbox, OutboxItem, PEER_REQUEST_RULE, ProactiveDaemon, ProactiveSessions, ProactiveTarget,
-    PromptOptions, RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, Reaction, RosterEntry, SecurityPipeline,
-    SessionPolicy, StandardCommands, TokenAuth, TurnError, Validation, builtin_tools, housing_tools,
-    memory_tools,
+    PromptOptions, RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, Reaction, RosterEntry, SandboxSettings,
+    SecurityPipeline, SessionPolicy, StandardCommands, TokenAuth, TurnError, Validation, builtin_tools,
+    housing_tools, kernel_confinement, memory_tools,
 };
 use crate::core::{
     AgentStance, Job, JobOutput, JobRunner, Notice, NoticeWatch, Scheduler, SchedulerConfig, Supervisor,
@@ -129,8 +129,23 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     );
 
     // Tools: the built-in ones, KAREN's, and ask_agent once the team is known.
+    let confinement = kernel_confinement();
+    if let Some(note) = confinement.note() {
+        if config.require_sandbox {
+            tracing::warn!(%note, "the programs of run_command and run_python cannot be fully confined by this kernel; JARVIS_SANDBOX__REQUIRE=1 refuses to run them");
+        } else {
+            tracing::warn!(%note, "the programs of run_command and run_python cannot be fully confined by this kernel; each result says so (JARVIS_SANDBOX__REQUIRE=1 refuses to run them instead)");
+        }
+    }
+    let builtin = |sandbox: &SandboxSettings| {
+        builtin_tools(
+            BuiltinConfig::for_home(&config.home)
+                .with_sandbox(sandbox.clone())
+                .with_require_confinement(config.require_sandbox),
+        )
+    };
     let mut tools = ToolRegistry::new();
-    for tool in builtin_tools(BuiltinConfig::for_home(&config.home))
+    for tool in builtin(&SandboxSettings::default())
         .into_iter()
         .chain(housing_tools(&config.housing))
     {
@@ -168,6 +183,20 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     }
     others.sort_by(|a, b| a.id.cmp(&b.id));
     let registry = AgentRegistry::new(main, others, skipped);
+    // Agents whose programs reach further than the sandbox get built-in
+    // tools of their own, confined to what their settings allow.
+    let sandboxed: BTreeMap<String, ToolRegistry> = registry
+        .agents()
+        .iter()
+        .filter(|p| p.sandbox != SandboxSettings::default())
+        .map(|p| {
+            let mut own = ToolRegistry::new();
+            for tool in builtin(&p.sandbox) {
+                let _ = own.register(tool);
+            }
+            (p.id.clone(), own)
+        })
+        .collect();
 
     let mut learners = None;
     if let Some(service) = &memory {
@@ -247,6 +276,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         store,
         provider,
         tools,
+        sandboxed,
         security,
         memory,
         learners,
@@ -407,6 +437,7 @@ fn main_profile(config: &AppConfig, tools: &BTreeSet<String>, agent_only: &BTree
         proactive: config.proactive,
         memory_read: MemoryRead::own_only(),
         boundaries: Boundaries::default(),
+        sandbox: config.sandbox.clone(),
         thinking: config.thinking.clone(),
         feedback: Arc::new(CountingFeedback::default()),
     }
@@ -418,6 +449,9 @@ struct AppInner {
     store: Arc<dyn SessionStore>,
     provider: Arc<dyn Provider>,
     tools: ToolRegistry,
+    /// The built-in tools of agents whose sandbox settings widen what
+    /// their programs reach, by agent.
+    sandboxed: BTreeMap<String, ToolRegistry>,
     rules: Arc<LayeredApprovalRules>,
     security: SecurityPipeline,
     memory: Option<Arc<MemoryService>>,
@@ -778,7 +812,8 @@ impl AppInner {
         }
         let mut tools = ToolRegistry::new();
         for name in &profile.tools {
-            if let Some(tool) = self.tools.get(name) {
+            let own = self.sandboxed.get(&profile.id).and_then(|tools| tools.get(name));
+            if let Some(tool) = own.or_else(|| self.tools.get(name)) {
                 register(&mut tools, tool.clone())?;
             }
         }

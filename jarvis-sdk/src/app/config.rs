@@ -10,7 +10,7 @@ use crate::agent::{AgentLoopConfig, BeforeToolCall, Durability};
 use crate::common::{Clock, IdSource, SystemClock, UniqueIds};
 use crate::core::{
     DEFAULT_APPROVAL_TIMEOUT, DEFAULT_ASK_TIMEOUT, HOUSING_MODE_ENV, HousingConfig, SH_URL_ENV,
-    SecurityStage, UtcOffset,
+    SandboxSettings, SecurityStage, UtcOffset,
 };
 use crate::memory::{DEFAULT_USER, MemoryConfig, MemoryStore};
 use crate::model::{Embedder, LlmConfig, Provider, ProviderKind};
@@ -218,6 +218,13 @@ pub struct AppConfig {
     pub max_loaded_sessions: usize,
     /// KAREN's notice sources and stores.
     pub housing: HousingConfig,
+    /// What JARVIS's programs may reach beyond the session's sandbox
+    /// (`JARVIS_SANDBOX__NETWORK`, `__READ`, `__WRITE`); other agents say
+    /// it in their definitions.
+    pub sandbox: SandboxSettings,
+    /// Refuse to run programs the kernel cannot fully confine
+    /// (`JARVIS_SANDBOX__REQUIRE=1`) instead of running them with a note.
+    pub require_sandbox: bool,
     /// `before_tool_call` plugin hooks, in order, for every session.
     pub hooks: Vec<Arc<dyn BeforeToolCall>>,
     /// A validation stage to use instead of the standard one.
@@ -241,6 +248,8 @@ impl std::fmt::Debug for AppConfig {
             .field("memory", &self.memory)
             .field("durability", &self.durability)
             .field("web_token", &self.web_token.as_ref().map(|_| "<redacted>"))
+            .field("sandbox", &self.sandbox)
+            .field("require_sandbox", &self.require_sandbox)
             .finish_non_exhaustive()
     }
 }
@@ -273,6 +282,8 @@ impl AppConfig {
             ask_timeout: DEFAULT_ASK_TIMEOUT,
             max_loaded_sessions: DEFAULT_MAX_LOADED_SESSIONS,
             housing: HousingConfig::fixture(&home),
+            sandbox: SandboxSettings::default(),
+            require_sandbox: false,
             hooks: Vec::new(),
             validation: None,
             policy: None,
@@ -346,6 +357,22 @@ impl AppConfig {
             }
         };
         config.web_token = var("JARVIS_WEB__TOKEN");
+        if let Some(on) = var("JARVIS_SANDBOX__NETWORK") {
+            config.sandbox.network = switch("JARVIS_SANDBOX__NETWORK", &on)?;
+        }
+        if let Some(paths) = var("JARVIS_SANDBOX__READ") {
+            config.sandbox.read = SandboxSettings::parse_path_list(&paths);
+        }
+        if let Some(paths) = var("JARVIS_SANDBOX__WRITE") {
+            config.sandbox.write = SandboxSettings::parse_path_list(&paths);
+        }
+        config
+            .sandbox
+            .validate()
+            .map_err(|e| AppError::Config(format!("JARVIS_SANDBOX__*: {e}")))?;
+        if let Some(on) = var("JARVIS_SANDBOX__REQUIRE") {
+            config.require_sandbox = switch("JARVIS_SANDBOX__REQUIRE", &on)?;
+        }
         if let Some(on) = var("JARVIS_MEMORY__ENABLED") {
             config.memory.enabled = truthy(&on);
         }
@@ -498,6 +525,16 @@ impl AppConfig {
     pub fn without_memory(mut self) -> Self {
         self.memory.enabled = false;
         self
+    }
+}
+
+/// A security switch: `1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off`;
+/// anything else is an error rather than a guess.
+fn switch(name: &str, value: &str) -> Result<bool, AppError> {
+    match value.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(AppError::Config(format!("{name}={value} is not 0 or 1"))),
     }
 }
 

@@ -6,8 +6,17 @@
 //! that does not parse, has an unknown key (also inside `memory.read`) or
 //! bad values is skipped with one log line naming the file and the reason,
 //! and the others still load; unknown tool names are warned about and
-//! dropped; fields left empty inherit JARVIS's settings; agent-only tools are
-//! visible only to agents that list them.
+//! dropped; fields left empty inherit JARVIS's settings, except `sandbox`
+//! (what the agent's programs may reach beyond their sandbox), which
+//! widens only the agent that says it; agent-only tools are visible only to
+//! agents that list them.
+//!
+//! ```yaml
+//! sandbox:
+//!   network: true              # programs may open network sockets
+//!   read: [/opt/datasets]      # absolute paths they may also read
+//!   write: [/srv/reports]      # absolute paths they may also write
+//! ```
 
 use serde::Deserialize;
 use std::collections::BTreeSet;
@@ -17,6 +26,7 @@ use std::sync::Arc;
 use super::profile::{AgentProfile, MAIN_AGENT, Palette, wordmark};
 use crate::core::Boundaries;
 use crate::core::CountingFeedback;
+use crate::core::SandboxSettings;
 use crate::memory::MemoryRead;
 
 /// The built-in team, written into a new team directory on first start.
@@ -35,6 +45,7 @@ struct DefinitionFile {
     proactive: Option<bool>,
     memory: Option<MemoryFile>,
     boundaries: Option<Boundaries>,
+    sandbox: Option<SandboxSettings>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -156,6 +167,8 @@ pub fn parse_definition(id: &str, yaml: &str, team: &TeamContext<'_>) -> Result<
             tools.push(tool.to_owned());
         }
     }
+    let sandbox = file.sandbox.unwrap_or_default();
+    sandbox.validate()?;
     let name = non_empty(file.name).unwrap_or_else(|| wordmark(id));
     Ok(AgentProfile {
         id: id.to_owned(),
@@ -169,6 +182,7 @@ pub fn parse_definition(id: &str, yaml: &str, team: &TeamContext<'_>) -> Result<
         proactive: file.proactive.unwrap_or(main.proactive),
         memory_read,
         boundaries: file.boundaries.unwrap_or_default(),
+        sandbox,
         thinking: main.thinking.clone(),
         feedback: Arc::new(CountingFeedback::default()),
     })

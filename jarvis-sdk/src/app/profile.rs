@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-use crate::core::{Boundaries, FeedbackLearner};
+use crate::core::{Boundaries, FeedbackLearner, SandboxSettings};
 use crate::memory::MemoryRead;
 
 /// The id of JARVIS, the lead agent.
@@ -88,6 +88,11 @@ pub struct AgentProfile {
     pub memory_read: MemoryRead,
     /// Tools that always ask, and tools that are refused.
     pub boundaries: Boundaries,
+    /// What its programs (`run_command`, `run_python`) may reach beyond the
+    /// session's sandbox: a definition's `sandbox:`, or
+    /// `JARVIS_SANDBOX__*` for JARVIS. Not inherited: each agent is
+    /// widened on its own.
+    pub sandbox: SandboxSettings,
     /// Thinking settings (shared from JARVIS).
     pub thinking: ThinkingSettings,
     /// The agent's own feedback learner.

@@ -86,6 +86,7 @@ pub use session::{
 pub use supervise::{Supervisor, TaskHealth, TaskStatus};
 pub use tool_policy::{AgentToolPolicy, Boundaries};
 pub use tools::{
-    BuiltinConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_LIST_CAP, DEFAULT_OUTPUT_CAP, DEFAULT_READ_CAP,
-    DEFAULT_WRITE_CAP, builtin_tools, register_builtin_tools,
+    BuiltinConfig, Confinement, DEFAULT_COMMAND_TIMEOUT, DEFAULT_LIST_CAP, DEFAULT_OUTPUT_CAP,
+    DEFAULT_READ_CAP, DEFAULT_WRITE_CAP, SandboxSettings, builtin_tools, kernel_confinement,
+    register_builtin_tools,
 };

@@ -21,10 +21,10 @@
 //! is read as the sandbox's own. Writes replace names, never inodes,
 //! so a write through such a link does not reach the other name.
 //!
-//! The sandbox confines this module's file operations only. Programs started
-//! by `run_command` and `run_python` get the sandbox as their working
-//! directory but are not locked into it by the kernel (see the `tools`
-//! module).
+//! The sandbox confines this module's file operations. Programs started by
+//! `run_command` and `run_python` get the sandbox as their working
+//! directory and, on Linux, are locked into it by the kernel (Landlock and
+//! seccomp; see the `tools` module's `confine`).
 
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, OpenOptions};
@@ -32,12 +32,15 @@ use std::io::{self, Read, Write};
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::agent::{MAX_SESSION_ID_LEN, session_id_problem};
+use crate::agent::{
+    MAX_SANDBOX_COMPONENT_LEN, MAX_SANDBOX_PATH_LEN, MAX_SESSION_ID_LEN, SandboxPathError,
+    normalize_sandbox_path, session_id_problem,
+};
 
 /// The longest tool path accepted, in bytes.
-pub const MAX_PATH_LEN: usize = 1024;
+pub const MAX_PATH_LEN: usize = MAX_SANDBOX_PATH_LEN;
 /// The longest single path component accepted, in bytes (`NAME_MAX`).
-pub const MAX_COMPONENT_LEN: usize = 255;
+pub const MAX_COMPONENT_LEN: usize = MAX_SANDBOX_COMPONENT_LEN;
 
 /// Why the sandbox refused or failed an operation.
 #[derive(Debug, thiserror::Error)]
@@ -151,55 +154,26 @@ pub fn validate_session_id(id: &str) -> Result<(), SandboxError> {
 }
 
 /// The lexical half of confinement: refuses what no file-system lookup should
-/// even see, and returns the path without `.` components (`..` stays for
-/// the beneath-lookup to resolve physically). The empty path is `.`.
+/// even see, and returns the path in its lexical normal form
+/// ([`normalize_sandbox_path`]: no `.`, no `..`; the empty path is `.`).
+/// The loop has already normalised the paths of tool calls the same way,
+/// so this is the same path the gate's stages saw.
 pub(crate) fn check_path(raw: &str) -> Result<PathBuf, SandboxError> {
-    if raw.contains('\0') {
-        return Err(SandboxError::NulByte { path: raw.to_owned() });
-    }
-    if raw.len() > MAX_PATH_LEN {
-        return Err(SandboxError::PathTooLong {
-            len: raw.len(),
-            max: MAX_PATH_LEN,
-        });
-    }
-    let path = Path::new(raw);
-    if path.has_root() || path.is_absolute() {
-        return Err(SandboxError::AbsolutePath { path: raw.to_owned() });
-    }
-    let mut out = PathBuf::new();
-    let mut depth: usize = 0;
-    for component in path.components() {
-        match component {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                // Counted lexically: `a/../../x` is refused even if `a` is a
-                // symlink to a deeper directory. Stricter, never looser.
-                depth = depth
-                    .checked_sub(1)
-                    .ok_or_else(|| SandboxError::Escape { path: raw.to_owned() })?;
-                out.push("..");
-            }
-            Component::Normal(name) => {
-                let len = name.len();
-                if len > MAX_COMPONENT_LEN {
-                    return Err(SandboxError::ComponentTooLong {
-                        len,
-                        max: MAX_COMPONENT_LEN,
-                    });
-                }
-                depth += 1;
-                out.push(name);
-            }
-            Component::RootDir | Component::Prefix(_) => {
-                return Err(SandboxError::AbsolutePath { path: raw.to_owned() });
-            }
-        }
-    }
-    if out.as_os_str().is_empty() {
-        out.push(".");
-    }
-    Ok(out)
+    normalize_sandbox_path(raw)
+        .map(PathBuf::from)
+        .map_err(|e| match e {
+            SandboxPathError::Absolute(path) => SandboxError::AbsolutePath { path },
+            SandboxPathError::NulByte(path) => SandboxError::NulByte { path },
+            SandboxPathError::TooLong(len) => SandboxError::PathTooLong {
+                len,
+                max: MAX_PATH_LEN,
+            },
+            SandboxPathError::ComponentTooLong(len) => SandboxError::ComponentTooLong {
+                len,
+                max: MAX_COMPONENT_LEN,
+            },
+            _ => SandboxError::Escape { path: raw.to_owned() },
+        })
 }
 
 /// Turns an error of a beneath-lookup into the typed refusal it stands for.
@@ -478,6 +452,19 @@ impl Sandbox {
 }
 
 impl Sandbox {
+    /// Creates the directory `path` (and missing parents) inside the
+    /// sandbox unless it is there; an existing directory is fine.
+    pub fn create_dir(&self, path: &str) -> Result<(), SandboxError> {
+        let rel = check_path(path)?;
+        match self.dir.create_dir_all(&rel) {
+            Ok(()) => Ok(()),
+            Err(e) => match self.dir.open_dir(&rel) {
+                Ok(_) => Ok(()),
+                Err(_) => Err(map_io(path, e)),
+            },
+        }
+    }
+
     /// Opens `parent` beneath the root, creating it first when it is
     /// missing. An existing symlink on the way that leads outside is
     /// reported as the escape it is, not as "already exists".
@@ -574,7 +561,8 @@ mod tests {
     fn lexical_check_refuses_what_no_lookup_should_see() {
         assert_eq!(check_path("").unwrap(), PathBuf::from("."));
         assert_eq!(check_path("./a/./b").unwrap(), PathBuf::from("a/b"));
-        assert_eq!(check_path("a/../b").unwrap(), PathBuf::from("a/../b"));
+        assert_eq!(check_path("a/../b").unwrap(), PathBuf::from("b"));
+        assert_eq!(check_path("notes/../x").unwrap(), PathBuf::from("x"));
         assert!(matches!(
             check_path("/etc/passwd"),
             Err(SandboxError::AbsolutePath { .. })

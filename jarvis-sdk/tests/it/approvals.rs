@@ -49,6 +49,7 @@ fn call<'a>(agent: &'a str, tool: &'a str, args: &'a Value, asks: bool) -> ToolC
         tool_call_id: "c1",
         tool_name: tool,
         arguments: args,
+        programs: &[],
         requires_approval: asks,
     }
 }

@@ -54,6 +54,7 @@ fn main_profile() -> AgentProfile {
         proactive: true,
         memory_read: Default::default(),
         boundaries: Default::default(),
+        sandbox: Default::default(),
         thinking: Default::default(),
         feedback: Arc::new(jarvis_sdk::CountingFeedback::default()),
     }
@@ -157,6 +158,72 @@ fn definition_rules_each_with_its_failing_case() {
     assert!(karen.proactive && karen.has_tool("sh_notice") && karen.has_tool("lh_notice"));
     assert_eq!(karen.palette.primary, "#97BC62");
     assert_eq!(karen.memory_read.edm, ["self"]);
+}
+
+#[test]
+fn a_definitions_sandbox_is_strict_absolute_and_not_inherited() {
+    let widened = parse(
+        "net",
+        "sandbox:\n  network: true\n  read: [/opt/data]\n  write: [/srv/out]\n",
+    )
+    .unwrap();
+    assert_eq!(
+        widened.sandbox,
+        jarvis_sdk::SandboxSettings::new()
+            .with_network(true)
+            .with_read("/opt/data")
+            .with_write("/srv/out")
+    );
+    // Absent: nothing beyond the sandbox, whatever JARVIS has.
+    assert_eq!(parse("plain", "").unwrap().sandbox, Default::default());
+    for (yaml, reason) in [
+        ("sandbox: { net: true }", "unknown field `net`"),
+        ("sandbox: { network: maybe }", "invalid definition"),
+        ("sandbox: { read: [data] }", "not an absolute path"),
+        ("sandbox: { write: [\"/srv/../etc\"] }", "`..`"),
+        ("sandbox: { read: /opt }", "invalid definition"),
+    ] {
+        let error = parse("bad", yaml).unwrap_err();
+        assert!(error.contains(reason), "{yaml}: {error}");
+    }
+}
+
+#[test]
+fn jarvis_sandbox_settings_come_from_the_environment() {
+    let lookup = |vars: &'static [(&'static str, &'static str)]| {
+        AppConfig::from_lookup(move |k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()))
+    };
+    let config = lookup(&[
+        ("JARVIS_HOME", "/tmp/jarvis-env-test"),
+        ("JARVIS_SANDBOX__NETWORK", "1"),
+        ("JARVIS_SANDBOX__READ", "/opt/a:/opt/b"),
+        ("JARVIS_SANDBOX__WRITE", "/srv/out"),
+        ("JARVIS_SANDBOX__REQUIRE", "1"),
+    ])
+    .unwrap();
+    assert_eq!(
+        config.sandbox,
+        jarvis_sdk::SandboxSettings::new()
+            .with_network(true)
+            .with_read("/opt/a")
+            .with_read("/opt/b")
+            .with_write("/srv/out")
+    );
+    assert!(config.require_sandbox);
+    let default = lookup(&[("JARVIS_HOME", "/tmp/jarvis-env-test")]).unwrap();
+    assert_eq!(default.sandbox, Default::default());
+    assert!(!default.require_sandbox);
+    for bad in [
+        &[
+            ("JARVIS_HOME", "/tmp/j"),
+            ("JARVIS_SANDBOX__READ", "relative/dir"),
+        ][..],
+        &[("JARVIS_HOME", "/tmp/j"), ("JARVIS_SANDBOX__NETWORK", "maybe")][..],
+        &[("JARVIS_HOME", "/tmp/j"), ("JARVIS_SANDBOX__REQUIRE", "sure")][..],
+    ] {
+        let error = lookup(bad).unwrap_err().to_string();
+        assert!(error.contains("JARVIS_SANDBOX__"), "{error}");
+    }
 }
 
 #[tokio::test]

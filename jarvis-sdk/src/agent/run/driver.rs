@@ -11,7 +11,7 @@ use super::machine::{Action, CallPlan, Finished, Limits, Machine, Reply};
 use super::{AgentLoopConfig, LoopContext, Resume};
 use crate::agent::event::{AgentEvent, MessageDelta};
 use crate::agent::gate::{GateVerdict, ToolCallInfo};
-use crate::agent::tool::{ToolContext, ToolError, ToolResult};
+use crate::agent::tool::{ToolContext, ToolError, ToolResult, prepare_call};
 use crate::common::truncate_with_marker;
 use crate::model::{
     ChatRequest, Message, ProviderEvent, ResponseAssembler, ToolCall, ToolResultMessage, ToolSpec,
@@ -243,8 +243,9 @@ impl<'a> Driver<'a> {
             .collect()
     }
 
-    /// One call: argument check, tool lookup, the gate, then the tool, all
-    /// racing the abort signal. Never fails: every problem is an error result.
+    /// One call: argument check, tool lookup, argument preparation, the
+    /// gate, then the tool, all racing the abort signal. Never fails: every
+    /// problem is an error result.
     async fn execute(&self, call: &ToolCall) -> ToolResult {
         if call.name.is_empty() {
             return ToolResult::error("the tool call has no tool name");
@@ -263,23 +264,39 @@ impl<'a> Driver<'a> {
             return ToolError::Cancelled.into();
         }
         let identity = &self.ctx.identity;
-        let info = ToolCallInfo {
-            session_id: &identity.session_id,
-            turn_id: &self.ctx.turn_id,
-            agent_id: &identity.agent_id,
-            tool_call_id: &call.id,
-            tool_name: &call.name,
-            arguments: &call.arguments,
-            requires_approval: tool.requires_approval(),
-        };
         let tool_ctx = ToolContext::new(identity.session_id.clone(), identity.agent_id.clone())
             .with_call_id(call.id.clone())
             .with_turn_id(self.ctx.turn_id.clone())
             .with_cancel(self.cancel.clone())
             .with_extensions(self.ctx.extensions.clone());
         let work = async {
-            let arguments = match self.ctx.gate.check(&info).await {
-                GateVerdict::Allowed => call.arguments.clone(),
+            // The one place arguments change before the gate: what the
+            // stages, people and the tool see is the prepared call.
+            let preparing = prepare_call(tool.as_ref(), call.arguments.clone(), &tool_ctx);
+            let prepared = match AssertUnwindSafe(preparing).catch_unwind().await {
+                Ok(Ok(prepared)) => prepared,
+                Ok(Err(error)) => {
+                    return ToolResult::error(format!("cannot call {}: {error}", call.name));
+                }
+                Err(panic) => return crashed(&call.name, &*panic),
+            };
+            let info = ToolCallInfo {
+                session_id: &identity.session_id,
+                turn_id: &self.ctx.turn_id,
+                agent_id: &identity.agent_id,
+                tool_call_id: &call.id,
+                tool_name: &call.name,
+                arguments: &prepared.arguments,
+                programs: &prepared.programs,
+                requires_approval: tool.requires_approval(),
+            };
+            let arguments = match self
+                .ctx
+                .gate
+                .check_prepared(&info, tool.as_ref(), &tool_ctx)
+                .await
+            {
+                GateVerdict::Allowed => prepared.arguments.clone(),
                 GateVerdict::AllowedWith(rewritten) => rewritten,
                 denied => {
                     return ToolResult::error(denied.refusal_message(&call.name).unwrap_or_default());
@@ -291,15 +308,7 @@ impl<'a> Driver<'a> {
             {
                 Ok(Ok(result)) => result,
                 Ok(Err(error)) => error.into(),
-                Err(panic) => {
-                    let what = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| (*s).to_owned())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_default();
-                    tracing::error!(tool = %call.name, %what, "tool panicked");
-                    ToolResult::error(format!("the tool {} crashed: {what}", call.name))
-                }
+                Err(panic) => crashed(&call.name, &*panic),
             }
         };
         tokio::select! {
@@ -308,4 +317,15 @@ impl<'a> Driver<'a> {
             result = work => result,
         }
     }
+}
+
+/// The result of a tool whose code panicked.
+fn crashed(tool: &str, panic: &(dyn std::any::Any + Send)) -> ToolResult {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    tracing::error!(%tool, %what, "tool panicked");
+    ToolResult::error(format!("the tool {tool} crashed: {what}"))
 }

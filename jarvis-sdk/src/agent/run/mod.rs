@@ -221,8 +221,9 @@ impl fmt::Debug for LoopContext {
 }
 
 impl LoopContext {
-    /// A context over `provider` with no tools, an allow-all gate, no
-    /// subscriber and the `main` identity.
+    /// A context over `provider` with no tools, the default gate (no
+    /// approver: calls of tools that require approval are refused, the
+    /// others run), no subscriber and the `main` identity.
     pub fn new(provider: Arc<dyn Provider>) -> Self {
         Self {
             provider,

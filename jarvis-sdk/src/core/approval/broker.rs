@@ -229,7 +229,7 @@ impl Approver for ApprovalBroker {
         let inner = &*self.inner;
         let always_ask = inner.ask_always.contains(call.tool_name);
         if !always_ask {
-            match inner.rules.decide(call.agent_id, call.tool_name, call.arguments) {
+            match inner.rules.decide_call(call) {
                 Some((RuleDecision::Allow, source)) => {
                     tracing::debug!(tool = call.tool_name, ?source, "allowed by an approval rule");
                     return ApprovalDecision::Allow;

@@ -14,15 +14,50 @@
 //! ```
 //!
 //! `tool` and each value in `args` are glob patterns (`*`, `?`, `\` to
-//! escape). An argument named in `args` must be present and match: strings
-//! are matched as they are, other JSON values by their compact JSON text
-//! (`args: ["status"]` is matched as `["status"]`). Arguments a rule does
-//! not name may be anything. `decision` is `allow` or `deny`.
+//! escape; see the `glob` module). An argument named in `args` must be
+//! present and match: strings are matched as they are, other JSON values by
+//! their compact JSON text (`args: ["status"]` is matched as `["status"]`).
+//! Arguments a rule does not name may be anything. `decision` is `allow` or
+//! `deny`.
+//!
+//! **Rules see the call as it will run.** The loop prepares every call
+//! before the gate (see [`prepare_call`](crate::prepare_call)): sandbox
+//! paths are normalised, so `notes/*` is matched against `x` for
+//! `notes/../x` (and does not match it), and a path that climbs out of the
+//! sandbox is refused before any rule is read. An argument that names a
+//! program (`run_command`'s `program`) is matched against the file that
+//! will run:
+//!
+//! - a pattern containing `/` matches the canonical path of that file
+//!   (every symlink resolved; `/bin/rm` is `/usr/bin/rm` where `/bin` links
+//!   to `/usr/bin`); a pattern without wildcards is resolved the same way
+//!   first, so `program: "/bin/rm"` names that file wherever it is. A
+//!   relative pattern (`./build.sh`, `scripts/*`) matches the file's path
+//!   inside the session's sandbox;
+//! - a bare name in an **allow** rule (`git`) matches only when the file
+//!   that will run is the file that name resolves to on the tool's `PATH`:
+//!   `allow git` allows `git`, `/usr/local/bin/git` when that is the `git`
+//!   on `PATH`, never a `./git` written into the sandbox;
+//! - a bare name in a **deny** rule matches any program with that file
+//!   name (as written, where it was found, or after symlinks): `deny rm`
+//!   catches `rm`, `/bin/rm`, `/usr/bin/rm` and `./rm`.
+//!
+//! **What a rule does not constrain.** A rule sees the arguments of one
+//! call, not what the program then does: an allow rule for `git` allows
+//! `git -c core.pager=… log`, whatever a repository's hooks or aliases run,
+//! and a script allowed by path runs whatever it contains when it runs. An
+//! allow rule for `run_python` allows the code it matches, and code can do
+//! anything the sandbox lets it. Deny rules on names are a tripwire, not a
+//! boundary: a program can be copied and renamed inside the sandbox (a
+//! deny rule on a path pattern or on `run_command` as a whole holds). What
+//! bounds every program, whatever the rules say, is the sandbox's kernel
+//! confinement (see the `tools` module).
 //!
 //! The agent's file is consulted first, then the shared file; in each, the
 //! first matching rule decides. Files are re-read when they change. A file
 //! that does not parse is ignored with a warning (it is never rewritten);
-//! a bad rule is skipped with a warning and the others still apply.
+//! a bad rule (also one with an invalid pattern) is skipped with a warning
+//! and the others still apply.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -31,7 +66,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::SystemTime;
 
-use super::glob::{glob_escape, glob_match};
+use super::glob::{Pattern, glob_escape};
+use crate::agent::{ResolvedProgram, ToolCallInfo};
 use crate::common::write_atomic;
 
 /// What a rule decides.
@@ -58,14 +94,19 @@ pub struct ApprovalRule {
 }
 
 impl ApprovalRule {
-    /// Whether the rule covers a call of `tool` with `args`.
+    /// Whether the rule covers a call of `tool` with `args`, every argument
+    /// matched as text (no program resolution; see
+    /// [`ApprovalRule::matches_call`]). A rule with an invalid pattern
+    /// matches nothing.
     pub fn matches(&self, tool: &str, args: &Value) -> bool {
-        glob_match(&self.tool, tool)
-            && self.args.iter().all(|(name, pattern)| match args.get(name) {
-                Some(Value::String(s)) => glob_match(pattern, s),
-                Some(other) => glob_match(pattern, &other.to_string()),
-                None => false,
-            })
+        CompiledRule::new(self.clone()).is_ok_and(|rule| rule.matches(tool, args, &[]))
+    }
+
+    /// Whether the rule covers `call`, its program arguments matched
+    /// against the files that will run (see the module documentation).
+    pub fn matches_call(&self, call: &ToolCallInfo<'_>) -> bool {
+        CompiledRule::new(self.clone())
+            .is_ok_and(|rule| rule.matches(call.tool_name, call.arguments, call.programs))
     }
 
     /// The rule that allows exactly this call.
@@ -87,6 +128,99 @@ impl ApprovalRule {
             tool: glob_escape(tool),
             args,
             decision: RuleDecision::Allow,
+        }
+    }
+}
+
+/// A rule with its patterns compiled.
+#[derive(Debug, Clone)]
+struct CompiledRule {
+    rule: ApprovalRule,
+    tool: Pattern,
+    args: Vec<(String, Pattern, ProgramPattern)>,
+}
+
+/// How an argument pattern reads when the argument names a program.
+#[derive(Debug, Clone)]
+enum ProgramPattern {
+    /// Starts with `/`: the canonical file's path.
+    Absolute,
+    /// Contains `/` but does not start with it: the file's path inside the
+    /// sandbox, matched by this pattern (leading `./` removed).
+    InSandbox(Pattern),
+    /// No `/`: a file name.
+    Bare,
+}
+
+impl CompiledRule {
+    fn new(rule: ApprovalRule) -> Result<Self, String> {
+        let tool = Pattern::new(&rule.tool)?;
+        let mut args = Vec::with_capacity(rule.args.len());
+        for (name, text) in &rule.args {
+            let pattern = Pattern::new(text)?;
+            let program = if text.starts_with('/') {
+                ProgramPattern::Absolute
+            } else if text.contains('/') {
+                let mut relative = text.as_str();
+                while let Some(rest) = relative.strip_prefix("./") {
+                    relative = rest.trim_start_matches('/');
+                }
+                ProgramPattern::InSandbox(Pattern::new(relative)?)
+            } else {
+                ProgramPattern::Bare
+            };
+            args.push((name.clone(), pattern, program));
+        }
+        Ok(Self { rule, tool, args })
+    }
+
+    fn matches(&self, tool: &str, args: &Value, programs: &[ResolvedProgram]) -> bool {
+        self.tool.is_match(tool)
+            && self.args.iter().all(|(name, pattern, program)| {
+                match programs.iter().find(|p| &p.argument == name) {
+                    Some(resolved) => self.matches_program(pattern, program, resolved),
+                    None => match args.get(name) {
+                        Some(Value::String(s)) => pattern.is_match(s),
+                        Some(other) => pattern.is_match(&other.to_string()),
+                        None => false,
+                    },
+                }
+            })
+    }
+
+    /// Matches a program argument: allow rules strictly (the file that
+    /// runs), deny rules broadly (any name the program goes by).
+    fn matches_program(
+        &self,
+        pattern: &Pattern,
+        program: &ProgramPattern,
+        resolved: &ResolvedProgram,
+    ) -> bool {
+        let deny = self.rule.decision == RuleDecision::Deny;
+        match program {
+            ProgramPattern::Absolute => {
+                let text = |p: &Path| p.to_string_lossy().into_owned();
+                let names_file = pattern
+                    .literal()
+                    .and_then(|literal| std::fs::canonicalize(literal).ok())
+                    .is_some_and(|named| named == resolved.file);
+                names_file
+                    || pattern.is_match(&text(&resolved.file))
+                    || (deny && pattern.is_match(&text(&resolved.located)))
+            }
+            ProgramPattern::InSandbox(relative) => {
+                let inside = resolved
+                    .in_sandbox
+                    .as_deref()
+                    .is_some_and(|p| relative.is_match(p));
+                let written = deny
+                    && !resolved.written.starts_with('/')
+                    && crate::agent::normalize_sandbox_path(&resolved.written)
+                        .is_ok_and(|w| relative.is_match(&w));
+                inside || written
+            }
+            ProgramPattern::Bare if deny => resolved.file_names().iter().any(|n| pattern.is_match(n)),
+            ProgramPattern::Bare => resolved.path_names.iter().any(|n| pattern.is_match(n)),
         }
     }
 }
@@ -133,7 +267,7 @@ pub enum ApprovalError {
 #[derive(Debug)]
 struct Cached {
     stamp: Option<(SystemTime, u64)>,
-    rules: Vec<ApprovalRule>,
+    rules: Vec<CompiledRule>,
 }
 
 /// The shared and per-agent rule files under one `JARVIS_HOME`.
@@ -175,16 +309,41 @@ impl LayeredApprovalRules {
         Ok(self.home.join("approvals").join(format!("{agent_id}.yaml")))
     }
 
-    /// The decision of the first matching rule: the agent's file, then the shared one.
+    /// The decision of the first matching rule, the agent's file first,
+    /// then the shared one, every argument matched as text (no program
+    /// resolution; the approval broker uses [`LayeredApprovalRules::decide_call`]).
     pub fn decide(&self, agent_id: &str, tool: &str, args: &Value) -> Option<(RuleDecision, RuleSource)> {
+        self.decide_with(agent_id, tool, args, &[])
+    }
+
+    /// The decision of the first matching rule for a prepared call: its
+    /// program arguments are matched against the files that will run (see
+    /// the module documentation).
+    pub fn decide_call(&self, call: &ToolCallInfo<'_>) -> Option<(RuleDecision, RuleSource)> {
+        self.decide_with(call.agent_id, call.tool_name, call.arguments, call.programs)
+    }
+
+    fn decide_with(
+        &self,
+        agent_id: &str,
+        tool: &str,
+        args: &Value,
+        programs: &[ResolvedProgram],
+    ) -> Option<(RuleDecision, RuleSource)> {
         if let Ok(path) = self.agent_path(agent_id)
-            && let Some(rule) = self.rules(&path).into_iter().find(|r| r.matches(tool, args))
+            && let Some(rule) = self
+                .rules(&path)
+                .into_iter()
+                .find(|r| r.matches(tool, args, programs))
         {
-            return Some((rule.decision, RuleSource::Agent(path)));
+            return Some((rule.rule.decision, RuleSource::Agent(path)));
         }
         let shared = self.shared_path();
-        let rule = self.rules(&shared).into_iter().find(|r| r.matches(tool, args))?;
-        Some((rule.decision, RuleSource::Shared(shared)))
+        let rule = self
+            .rules(&shared)
+            .into_iter()
+            .find(|r| r.matches(tool, args, programs))?;
+        Some((rule.rule.decision, RuleSource::Shared(shared)))
     }
 
     /// "Always allow": appends the rule allowing exactly this call to the
@@ -249,7 +408,7 @@ impl LayeredApprovalRules {
     }
 
     /// The rules of one file, re-read when its size or time changed.
-    fn rules(&self, path: &Path) -> Vec<ApprovalRule> {
+    fn rules(&self, path: &Path) -> Vec<CompiledRule> {
         let stamp = std::fs::metadata(path)
             .ok()
             .map(|m| (m.modified().unwrap_or(SystemTime::UNIX_EPOCH), m.len()));
@@ -262,10 +421,13 @@ impl LayeredApprovalRules {
         let rules = match stamp {
             None => Vec::new(),
             Some(_) => match std::fs::read_to_string(path) {
-                Ok(text) => parse(&text).unwrap_or_else(|message| {
-                    tracing::warn!(path = %path.display(), %message, "approval rule file ignored: it does not parse");
-                    Vec::new()
-                }),
+                Ok(text) => match parse(&text) {
+                    Ok(rules) => compile(path, rules),
+                    Err(message) => {
+                        tracing::warn!(path = %path.display(), %message, "approval rule file ignored: it does not parse");
+                        Vec::new()
+                    }
+                },
                 Err(error) => {
                     tracing::warn!(path = %path.display(), %error, "approval rule file ignored: it cannot be read");
                     Vec::new()
@@ -281,6 +443,22 @@ impl LayeredApprovalRules {
         );
         rules
     }
+}
+
+/// Compiles the rules of `path`; a rule with an invalid pattern is skipped
+/// with a warning.
+fn compile(path: &Path, rules: Vec<ApprovalRule>) -> Vec<CompiledRule> {
+    rules
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, rule)| match CompiledRule::new(rule) {
+            Ok(rule) => Some(rule),
+            Err(error) => {
+                tracing::warn!(path = %path.display(), rule = i + 1, %error, "approval rule skipped");
+                None
+            }
+        })
+        .collect()
 }
 
 /// Parses a rule file; bad rules are skipped with a warning.

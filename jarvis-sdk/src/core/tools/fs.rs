@@ -42,6 +42,10 @@ impl TypedTool for ReadFile {
         "read_file"
     }
 
+    fn sandbox_path_arguments(&self) -> &[&str] {
+        &["path"]
+    }
+
     fn description(&self) -> &str {
         "Reads a text file in your sandbox directory. `path` is relative to the sandbox; \
          absolute paths and paths leading outside it are refused. Long files are cut and say so."
@@ -133,6 +137,10 @@ impl TypedTool for ListDir {
         "list_dir"
     }
 
+    fn sandbox_path_arguments(&self) -> &[&str] {
+        &["path"]
+    }
+
     fn description(&self) -> &str {
         "Lists a directory in your sandbox: one line per entry with its kind (file, dir, symlink), \
          size in bytes and name, sorted by name. `path` is relative to the sandbox (default `.`)."
@@ -207,6 +215,10 @@ impl TypedTool for WriteFile {
 
     fn name(&self) -> &str {
         "write_file"
+    }
+
+    fn sandbox_path_arguments(&self) -> &[&str] {
+        &["path"]
     }
 
     fn description(&self) -> &str {

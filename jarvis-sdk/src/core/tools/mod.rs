@@ -13,17 +13,26 @@
 //! comes from the [`ToolContext`] of each call. Every refusal or failure is
 //! an `is_error` result the model reads; nothing here panics on bad input.
 //!
-//! The file tools are confined by the sandbox itself. The process tools
-//! (`run_command`, `run_python`) are confined by what they are given, not by
-//! the kernel: the sandbox as working directory, an argument list that no
-//! shell reads, an environment that starts empty, a time limit that kills
-//! the whole process group, and capped output. A program they start can
-//! still read and write wherever the server's user can; that is why they ask
-//! for approval.
+//! The file tools are confined by the sandbox itself; their `path`
+//! arguments are declared as sandbox paths, so the loop normalises them
+//! before the gate and rules match the path that is used. The process
+//! tools (`run_command`, `run_python`) get the sandbox as working
+//! directory, an argument list that no shell reads, an environment that
+//! starts empty, a time limit that kills the whole process group and
+//! capped output, and on Linux the kernel confines the program to the
+//! sandbox (the `confine` module: Landlock, seccomp, no capabilities, no
+//! network unless [`SandboxSettings::network`]). `run_command` resolves its
+//! `program` to the canonical file that will run before the gate (the
+//! `program` module), so approval rules match that file.
 
+mod confine;
 mod fs;
 #[cfg(unix)]
 mod process;
+#[cfg(unix)]
+mod program;
+
+pub use confine::{Confinement, SandboxSettings, kernel_confinement};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -58,6 +67,11 @@ pub struct BuiltinConfig {
     pub write_cap: usize,
     /// Entries `list_dir` shows at most. Default 1,000.
     pub list_cap: usize,
+    /// What programs may reach beyond the sandbox (default: nothing).
+    pub sandbox: SandboxSettings,
+    /// Refuse to run programs the kernel cannot fully confine
+    /// (`JARVIS_SANDBOX__REQUIRE=1`) instead of running them with a note.
+    pub require_confinement: bool,
 }
 
 /// Default of [`BuiltinConfig::command_timeout`].
@@ -82,6 +96,8 @@ impl BuiltinConfig {
             read_cap: DEFAULT_READ_CAP,
             write_cap: DEFAULT_WRITE_CAP,
             list_cap: DEFAULT_LIST_CAP,
+            sandbox: SandboxSettings::default(),
+            require_confinement: false,
         }
     }
 
@@ -105,6 +121,18 @@ impl BuiltinConfig {
     /// Sets [`BuiltinConfig::python`].
     pub fn with_python(mut self, interpreter: impl Into<PathBuf>) -> Self {
         self.python = interpreter.into();
+        self
+    }
+
+    /// Sets [`BuiltinConfig::sandbox`].
+    pub fn with_sandbox(mut self, sandbox: SandboxSettings) -> Self {
+        self.sandbox = sandbox;
+        self
+    }
+
+    /// Sets [`BuiltinConfig::require_confinement`].
+    pub fn with_require_confinement(mut self, require: bool) -> Self {
+        self.require_confinement = require;
         self
     }
 }

@@ -2,10 +2,20 @@
 //!
 //! Each call starts one program, never a shell, in its own process group:
 //!
+//! - `run_command`'s `program` is resolved to the canonical file that will
+//!   run before the gate (see the `program` module); the prepared call
+//!   carries it as `file`, approval rules match it, and the tool runs
+//!   exactly that file (its `argv[0]` is the name as written). Should the
+//!   name resolve to another file by the time the call runs, it is refused;
+//! - the kernel confines the program on Linux (see the `confine` module);
+//!   a result of a program that is not (fully) confined ends with a note
+//!   saying so;
 //! - the working directory is the session's sandbox and `HOME` points there;
-//! - the environment starts empty; only `PATH`, `LANG`, `LC_ALL`, `LC_CTYPE`
-//!   and `TZ` are copied from the server's, so no API key and no `JARVIS_*`
-//!   setting reaches the program;
+//!   `TMPDIR` is `<sandbox>/.tmp` (created);
+//! - the environment starts empty; only `LANG`, `LC_ALL`, `LC_CTYPE` and
+//!   `TZ` are copied from the server's, and `PATH` is the server's without
+//!   relative entries and without directories the program may not read, so
+//!   no API key and no `JARVIS_*` setting reaches the program;
 //! - stdin is closed (`run_python` feeds its code there instead);
 //! - stdout and stderr are captured, each capped at
 //!   [`BuiltinConfig::output_cap`] bytes (the rest is drained and counted);
@@ -19,14 +29,13 @@
 //! output after a short grace period. After a normal exit the group is
 //! killed right after the program is reaped; were its process id reused by
 //! an unrelated process group leader within that instant, that group would
-//! receive the signal. The programs are not confined by the kernel: they can
-//! touch whatever the server's user can, which is why both tools ask for
-//! approval.
+//! receive the signal.
 
 use async_trait::async_trait;
 use rustix::process::{Pid, Signal, kill_process_group};
 use schemars::JsonSchema;
 use serde::Deserialize;
+use serde_json::{Value, json};
 use std::ffi::{OsStr, OsString};
 use std::fmt::Write as _;
 use std::os::unix::process::ExitStatusExt;
@@ -38,14 +47,16 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::confine::{SpawnError, spawn_confined};
+use super::program::Surroundings;
 use super::{BuiltinConfig, in_sandbox};
-use crate::agent::{ToolContext, ToolError, ToolResult, TypedTool};
-use crate::core::sandbox::{SandboxError, check_path};
+use crate::agent::{PreparedCall, ResolvedProgram, ToolContext, ToolError, ToolResult, TypedTool};
+use crate::core::sandbox::SandboxError;
 
 /// Variables copied from the server's environment when set; nothing else is.
 const PASSED_ENV: [&str; 4] = ["LANG", "LC_ALL", "LC_CTYPE", "TZ"];
-/// `PATH` when the server has none.
-const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+/// The sandbox directory programs get as `TMPDIR`.
+const TMP_DIR: &str = ".tmp";
 /// How long output is still awaited after the group was killed.
 const OUTPUT_GRACE: Duration = Duration::from_secs(2);
 
@@ -58,6 +69,11 @@ pub(super) struct RunCommandArgs {
     /// Its arguments, one string each; no shell interprets them.
     #[serde(default)]
     args: Vec<String>,
+    /// The canonical file `program` resolved to when the call was
+    /// prepared; set by the tool, never by the model.
+    #[serde(default)]
+    #[schemars(skip)]
+    file: Option<String>,
 }
 
 /// `run_command {program, args}`.
@@ -66,10 +82,34 @@ pub(super) struct RunCommand {
     config: Arc<BuiltinConfig>,
 }
 
+/// A program found, with the surroundings it was found in.
+type Found = (Surroundings, ResolvedProgram);
+
 impl RunCommand {
     pub(super) fn new(config: Arc<BuiltinConfig>) -> Self {
         Self { config }
     }
+}
+
+/// Resolves `program` (the argument `argument`) in the surroundings of the
+/// session's sandbox, on the blocking pool. The inner error is the refusal
+/// the model reads.
+async fn find(
+    config: &Arc<BuiltinConfig>,
+    session_id: &str,
+    argument: &'static str,
+    program: &str,
+) -> Result<Result<Found, String>, ToolError> {
+    let shared = config.clone();
+    let program = program.to_owned();
+    let found = in_sandbox(config, session_id, move |sb| {
+        let surroundings = Surroundings::new(&shared, sb.root());
+        Ok(surroundings
+            .resolve(argument, &program)
+            .map(|resolved| (surroundings, resolved)))
+    })
+    .await?;
+    Ok(found.unwrap_or_else(|e| Err(e.to_string())))
 }
 
 #[async_trait]
@@ -84,40 +124,57 @@ impl TypedTool for RunCommand {
         "Runs a program in your sandbox directory with an argument list (no shell: pipes, \
          redirections and variables are not interpreted). Returns the exit status, stdout and \
          stderr, cut when long. The program is killed, with everything it started, when it runs \
-         past the time limit."
+         past the time limit. It can write only inside your sandbox, read only the sandbox and the \
+         system's programs and libraries, and has no network unless your settings allow it."
     }
 
     fn requires_approval(&self) -> bool {
         true
     }
 
+    /// Resolves `program` to the canonical file that will run and records
+    /// it as `file`, so rules, people and the tool see the same program.
+    async fn prepare(&self, args: Value, ctx: &ToolContext) -> Result<PreparedCall, ToolError> {
+        let parsed: RunCommandArgs =
+            serde_json::from_value(args).map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
+        let (_, resolved) = find(&self.config, &ctx.session_id, "program", &parsed.program)
+            .await?
+            .map_err(ToolError::Failed)?;
+        let arguments = json!({
+            "program": parsed.program,
+            "args": parsed.args,
+            "file": resolved.file.to_string_lossy(),
+        });
+        Ok(PreparedCall::new(arguments).with_program(resolved))
+    }
+
     async fn run(&self, args: RunCommandArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
-        if let Err(refusal) = check_program(&args.program) {
-            return Ok(ToolResult::error(refusal));
+        if ctx.cancel.is_cancelled() {
+            return Err(ToolError::Cancelled);
+        }
+        let (surroundings, resolved) =
+            match find(&self.config, &ctx.session_id, "program", &args.program).await? {
+                Ok(found) => found,
+                Err(refusal) => return Ok(ToolResult::error(refusal)),
+            };
+        if let Some(checked) = &args.file
+            && Path::new(checked) != resolved.file
+        {
+            return Ok(ToolResult::error(format!(
+                "run_command: not run: {:?} now resolves to {}, not to {checked}, the file the call \
+                 was checked with",
+                args.program,
+                resolved.file.display()
+            )));
         }
         let job = Job {
-            program: OsString::from(&args.program),
+            program: resolved.file.into_os_string(),
+            arg0: OsString::from(&args.program),
             args: args.args.into_iter().map(OsString::from).collect(),
             stdin: None,
         };
-        run_job(&self.config, ctx, job).await
+        run_job(&self.config, ctx, surroundings, job).await
     }
-}
-
-/// Refuses a program that is empty, holds a NUL byte, or is a relative path
-/// that leaves the sandbox. Bare names and absolute paths are allowed: the
-/// program is not confined by the kernel either way.
-fn check_program(program: &str) -> Result<(), String> {
-    if program.trim().is_empty() {
-        return Err("run_command: `program` is empty".to_owned());
-    }
-    if program.contains('\0') {
-        return Err("run_command: `program` contains a NUL byte".to_owned());
-    }
-    if program.contains('/') && !program.starts_with('/') {
-        check_path(program).map_err(|e| e.to_string())?;
-    }
-    Ok(())
 }
 
 /// Arguments of `run_python`.
@@ -151,7 +208,8 @@ impl TypedTool for RunPython {
     fn description(&self) -> &str {
         "Runs Python 3 code in your sandbox directory and returns what it prints (stdout and \
          stderr, cut when long) and its exit status. Files it opens by relative path are in the \
-         sandbox. It is killed when it runs past the time limit."
+         sandbox. It is killed when it runs past the time limit. Like run_command, it can write \
+         only inside your sandbox and has no network unless your settings allow it."
     }
 
     fn requires_approval(&self) -> bool {
@@ -169,18 +227,31 @@ impl TypedTool for RunPython {
                 "run_python: the code is too long: {e}"
             )));
         }
+        if ctx.cancel.is_cancelled() {
+            return Err(ToolError::Cancelled);
+        }
+        let python = self.config.python.to_string_lossy().into_owned();
+        let (surroundings, interpreter) = match find(&self.config, &ctx.session_id, "python", &python).await?
+        {
+            Ok(found) => found,
+            Err(refusal) => return Ok(ToolResult::error(refusal)),
+        };
         let job = Job {
-            program: self.config.python.clone().into_os_string(),
+            program: interpreter.file.into_os_string(),
+            arg0: self.config.python.clone().into_os_string(),
             args: vec![OsString::from("-I"), OsString::from("-")],
             stdin: Some(args.code.into_bytes()),
         };
-        run_job(&self.config, ctx, job).await
+        run_job(&self.config, ctx, surroundings, job).await
     }
 }
 
 /// One program to run.
 struct Job {
+    /// The canonical file to run.
     program: OsString,
+    /// Its `argv[0]`: the name it was asked for by.
+    arg0: OsString,
     args: Vec<OsString>,
     stdin: Option<Vec<u8>>,
 }
@@ -192,21 +263,29 @@ enum Ending {
     Cancelled,
 }
 
-/// Runs `job` in the session's sandbox under the configured limits.
-async fn run_job(config: &Arc<BuiltinConfig>, ctx: &ToolContext, job: Job) -> Result<ToolResult, ToolError> {
+/// Runs `job` in the session's sandbox under the configured limits,
+/// confined to `surroundings`.
+async fn run_job(
+    config: &Arc<BuiltinConfig>,
+    ctx: &ToolContext,
+    surroundings: Surroundings,
+    job: Job,
+) -> Result<ToolResult, ToolError> {
     if ctx.cancel.is_cancelled() {
         return Err(ToolError::Cancelled);
     }
-    let root = match in_sandbox(config, &ctx.session_id, |sb| Ok(sb.root().to_owned())).await? {
-        Ok(root) => root,
+    let tmp = match in_sandbox(config, &ctx.session_id, |sb| sb.create_dir(TMP_DIR)).await? {
+        Ok(()) => surroundings.reach.sandbox.join(TMP_DIR),
         Err(e) => return Ok(ToolResult::error(e.to_string())),
     };
+    let root = surroundings.reach.sandbox.clone();
     let mut command = tokio::process::Command::new(&job.program);
     command
+        .arg0(&job.arg0)
         .args(&job.args)
         .current_dir(&root)
         .env_clear()
-        .envs(child_env(&root))
+        .envs(child_env(&root, &tmp, surroundings.path_var()))
         .stdin(if job.stdin.is_some() {
             Stdio::piped()
         } else {
@@ -216,12 +295,14 @@ async fn run_job(config: &Arc<BuiltinConfig>, ctx: &ToolContext, job: Job) -> Re
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = match command.spawn() {
-        Ok(child) => child,
-        Err(e) => {
+    let spawned = spawn_confined(command, surroundings.reach, config.require_confinement).await;
+    let (mut child, confinement) = match spawned {
+        Ok(spawned) => spawned,
+        Err(SpawnError::Refused(reason)) => return Ok(ToolResult::error(reason)),
+        Err(SpawnError::Start(e)) => {
             return Ok(ToolResult::error(format!(
                 "could not start {:?}: {e}",
-                job.program.to_string_lossy()
+                job.arg0.to_string_lossy()
             )));
         }
     };
@@ -259,7 +340,10 @@ async fn run_job(config: &Arc<BuiltinConfig>, ctx: &ToolContext, job: Job) -> Re
         Ending::Exited(Err(e)) => (format!("could not wait for the program: {e}"), true),
         Ending::Exited(Ok(status)) => describe(status),
     };
-    let text = report(head, &stdout, &stderr);
+    let mut text = report(head, &stdout, &stderr);
+    if let Some(note) = confinement.note() {
+        let _ = write!(text, "\n[{note}]");
+    }
     Ok(if is_error {
         ToolResult::error(text)
     } else {
@@ -276,13 +360,11 @@ async fn wait(child: &mut tokio::process::Child, timeout: Duration, cancel: &Can
 }
 
 /// The whole environment a program sees.
-fn child_env(root: &Path) -> Vec<(OsString, OsString)> {
+fn child_env(root: &Path, tmp: &Path, path: OsString) -> Vec<(OsString, OsString)> {
     let mut env = vec![
-        (
-            OsString::from("PATH"),
-            std::env::var_os("PATH").unwrap_or_else(|| OsString::from(DEFAULT_PATH)),
-        ),
+        (OsString::from("PATH"), path),
         (OsString::from("HOME"), root.as_os_str().to_owned()),
+        (OsString::from("TMPDIR"), tmp.as_os_str().to_owned()),
     ];
     for name in PASSED_ENV {
         if let Some(value) = std::env::var_os(name) {
@@ -415,30 +497,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn programs_are_checked() {
-        assert!(check_program("git").is_ok());
-        assert!(check_program("/usr/bin/env").is_ok());
-        assert!(check_program("./build.sh").is_ok());
-        assert!(check_program("").is_err());
-        assert!(check_program("a\0b").is_err());
-        let e = check_program("../../bin/sh").unwrap_err();
-        assert!(e.contains("leads outside the sandbox"), "{e}");
-    }
-
-    #[test]
     fn the_environment_is_an_allow_list() {
-        let env = child_env(Path::new("/sb/s1"));
+        let env = child_env(
+            Path::new("/sb/s1"),
+            Path::new("/sb/s1/.tmp"),
+            OsString::from("/usr/bin"),
+        );
         let names: Vec<_> = env
             .iter()
             .map(|(k, _)| k.to_string_lossy().into_owned())
             .collect();
         for name in &names {
             assert!(
-                ["PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ"].contains(&name.as_str()),
+                ["PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "LC_CTYPE", "TZ"].contains(&name.as_str()),
                 "{name} passed on"
             );
         }
         assert!(env.contains(&(OsString::from("HOME"), OsString::from("/sb/s1"))));
+        assert!(env.contains(&(OsString::from("TMPDIR"), OsString::from("/sb/s1/.tmp"))));
         assert!(names.iter().any(|n| n == "LANG"));
     }
 

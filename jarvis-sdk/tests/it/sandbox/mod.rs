@@ -1,10 +1,13 @@
 //! The per-session sandbox and the built-in tools: the escape suite
-//! (`escape`), the process tools' limits (`process`) and one turn of the
-//! loop using them (`through_loop`). Everything runs in temporary
-//! directories.
+//! (`escape`), the process tools' limits (`process`), the kernel's
+//! confinement of programs (`confine`), approval rules matching what runs
+//! (`rules`) and one turn of the loop using them (`through_loop`).
+//! Everything runs in temporary directories.
 
+mod confine;
 mod escape;
 mod process;
+mod rules;
 mod through_loop;
 
 use jarvis_sdk::{BuiltinConfig, Tool, ToolContext, ToolResult, builtin_tools};

@@ -1,8 +1,10 @@
 //! One loop turn on a FauxProvider script that writes a file with
-//! `write_file` and reads it back with `read_file`, through the default
-//! allow-all gate: the tools work as the model sees them.
+//! `write_file` and reads it back with `read_file`, through a gate whose
+//! approver allows everything: the tools work as the model sees them.
 
-use jarvis_sdk::{AgentEvent, Message, StopReason};
+use jarvis_sdk::testing::FixedApprover;
+use jarvis_sdk::{AgentEvent, ApprovalDecision, Message, StopReason, ToolGate};
+use std::sync::Arc;
 
 use super::Fixture;
 use crate::support::Turn;
@@ -17,6 +19,8 @@ replies:
   - text: "The note says 42."
 "#;
     let mut turn = Turn::new(script);
+    let approver = Arc::new(FixedApprover::new(ApprovalDecision::Allow));
+    turn.gate = ToolGate::new().with_approver(approver.clone());
     for tool in jarvis_sdk::builtin_tools(fx.config.clone()) {
         turn.tools.register(tool).unwrap();
     }
@@ -49,4 +53,5 @@ replies:
         .filter(|e| matches!(e, AgentEvent::ToolExecutionEnd { is_error: false, .. }))
         .count();
     assert_eq!(ends, 2);
+    assert_eq!(approver.asked(), ["write_file"], "only the write asks");
 }
