@@ -263,6 +263,12 @@ impl Index {
         }
     }
 
+    /// Whether it holds a record with `id`.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) fn contains(&self, id: &str) -> bool {
+        self.by_id.contains_key(id)
+    }
+
     /// The record with `id`.
     pub(crate) fn get(&self, id: &str) -> Option<MemoryRecord> {
         let &(part, row) = self.by_id.get(id)?;
