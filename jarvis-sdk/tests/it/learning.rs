@@ -2,7 +2,8 @@
 //! repeated overflows (through the assembled app, with its `[절차 기억]` in
 //! the next turn), procedure learning from turns that went well, failed
 //! reflections writing nothing, user-model distillation with provenance and
-//! without duplicates, and forgetting (in memory and on Postgres).
+//! without duplicates, and forgetting (in memory, in SQLite and on
+//! Postgres).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use jarvis_sdk::{
     DistillConfig, Distiller, FauxProvider, HashEmbedder, InMemoryMemoryStore, KIND_PROCEDURE, Layer,
     LearnError, ManualClock, MemoryConfig, MemoryError, MemoryFilter, MemoryRecord, MemoryScope,
     MemoryService, MemoryStore, PostgresMemoryStore, Provider, Purpose, REFLECTION_TEMPLATE_FILE, Reflection,
-    ReflectionConfig, Reflector, ScopeResolver, SectionKind, StaticScopes, StopReason, TurnRecord,
+    ReflectionConfig, Reflector, ScopeResolver, SectionKind, SqliteMemoryStore, StaticScopes, StopReason, TurnRecord,
     TurnReport, build_app, fact_digest, normalise_fact,
 };
 
@@ -706,6 +707,13 @@ fallback: { text: "?" }
 #[tokio::test]
 async fn forgetting_in_memory() {
     forgetting_works_on(Arc::new(InMemoryMemoryStore::new()), None).await;
+}
+
+#[tokio::test]
+async fn forgetting_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteMemoryStore::open_in_home(dir.path()).await.unwrap();
+    forgetting_works_on(Arc::new(store), None).await;
 }
 
 #[tokio::test]

@@ -8,6 +8,7 @@ mod capture;
 mod deps;
 mod dual;
 mod embed;
+mod files;
 mod gate;
 mod harness;
 mod housing;
