@@ -19,18 +19,58 @@
 //! (add `-- --smoke` for a quick check that it works).
 
 use jarvis_sdk::{
-    Embedder, HashEmbedder, InMemoryMemoryStore, Layer, MemoryRecord, MemoryScope, MemoryService, MemoryStore,
-    SqliteMemoryStore, Timestamp, TurnRecord,
+    Embedder, HashEmbedder, InMemoryMemoryStore, Layer, MemoryRecord, MemoryScope, MemoryService,
+    MemoryStore, SqliteMemoryStore, Timestamp, TurnRecord,
 };
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const WORDS: &[&str] = &[
-    "서울", "행복주택", "청약", "공고", "마감일", "대출", "금리", "보증금", "월세", "전세", "신혼부부", "자격",
-    "소득", "계약", "이사", "회의", "보고서", "일정", "병원", "예약", "여행", "숙소", "가족", "생일", "선물",
-    "housing", "notice", "deadline", "mortgage", "deposit", "meeting", "report", "draft", "flight", "hotel",
-    "birthday", "insurance", "school", "homework", "weekend", "morning", "friend", "parents", "garden",
+    "서울",
+    "행복주택",
+    "청약",
+    "공고",
+    "마감일",
+    "대출",
+    "금리",
+    "보증금",
+    "월세",
+    "전세",
+    "신혼부부",
+    "자격",
+    "소득",
+    "계약",
+    "이사",
+    "회의",
+    "보고서",
+    "일정",
+    "병원",
+    "예약",
+    "여행",
+    "숙소",
+    "가족",
+    "생일",
+    "선물",
+    "housing",
+    "notice",
+    "deadline",
+    "mortgage",
+    "deposit",
+    "meeting",
+    "report",
+    "draft",
+    "flight",
+    "hotel",
+    "birthday",
+    "insurance",
+    "school",
+    "homework",
+    "weekend",
+    "morning",
+    "friend",
+    "parents",
+    "garden",
 ];
 
 /// A small deterministic random source (xorshift).
@@ -184,13 +224,21 @@ async fn record_turns(store: Arc<dyn MemoryStore>, turns: usize) -> Vec<Duration
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let smoke = std::env::args().any(|a| a == "--smoke");
-    let sizes: &[usize] = if smoke { &[1_000, 2_000] } else { &[10_000, 100_000] };
+    let sizes: &[usize] = if smoke {
+        &[1_000, 2_000]
+    } else {
+        &[10_000, 100_000]
+    };
     let (reopens, puts, turns) = if smoke { (2, 50, 50) } else { (3, 2_000, 1_000) };
     let embedder = HashEmbedder::default();
     let dir = tempfile::tempdir().unwrap();
     println!(
         "memory_open: SQLite memory store ({} build, {} CPUs, page cache warm, hash-embedder vectors of 512 dims)",
-        if cfg!(debug_assertions) { "debug" } else { "release" },
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
     println!();

@@ -112,8 +112,8 @@ pub use app::{
 };
 pub use common::{
     CivilTime, Clock, Extensions, HOME_LOCK_FILE, HomeLock, HomeLockError, IdSource, LockHolder, ManualClock,
-    SequentialIds, SystemClock, Timestamp, TimestampError, UniqueIds, char_len, lock_file_path, truncate_chars,
-    truncate_with_marker, update_file_locked, write_atomic,
+    SequentialIds, SystemClock, Timestamp, TimestampError, UniqueIds, char_len, lock_file_path,
+    truncate_chars, truncate_with_marker, update_file_locked, write_atomic,
 };
 pub use core::{
     AGENT_ONLY_TOOLS, DEFAULT_NOTICE_LIMIT, DEFAULT_REFERENCE_RATE, FileProfileStore, FileWatchStore,
@@ -159,8 +159,6 @@ pub use core::{LH_BASE_URL, LH_BASE_URL_ENV, LH_NOTICE_PATH, LH_SERVICE_KEY_ENV,
 pub use core::{RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, memory_tools, register_memory_tools};
 #[cfg(feature = "postgres")]
 pub use memory::PostgresMemoryStore;
-#[cfg(feature = "sqlite")]
-pub use memory::{MEMORY_DB_FILE, SQLITE_SCHEMA_VERSION, SqliteMemoryStore, SqliteOpenReport};
 pub use memory::{
     Agents, DEFAULT_USER, DEFAULT_WRITE_RULE, InMemoryMemoryStore, KIND_EPISODE, KIND_FACT, KIND_NOTE,
     KIND_PROCEDURE, KIND_TASK_PATTERN, KIND_USER_MODEL, LEGACY_PROCEDURE_AGENT, Layer, MAX_PROCEDURE_BYTES,
@@ -176,6 +174,8 @@ pub use memory::{
     DistillMark, DistillReport, DistilledFact, ForgetReport, ForgottenSecret, MAX_FACT_VALUE_CHARS,
     MIN_FORGET_CHARS, contains_forgotten, episode_request, fact_digest, normalise_fact,
 };
+#[cfg(feature = "sqlite")]
+pub use memory::{MEMORY_DB_FILE, SQLITE_SCHEMA_VERSION, SqliteMemoryStore, SqliteOpenReport};
 #[cfg(feature = "anthropic")]
 pub use model::{
     ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, AnthropicConfig, AnthropicDecoder, AnthropicProvider,

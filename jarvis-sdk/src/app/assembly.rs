@@ -306,7 +306,9 @@ async fn memory_store(config: &AppConfig) -> Result<Arc<dyn MemoryStore>, AppErr
         }
         #[cfg(not(feature = "sqlite"))]
         MemoryBackend::Sqlite if config.memory.backend == MemoryBackend::Auto => {
-            tracing::warn!("this build has no SQLite store (cargo feature `sqlite`): memory is kept in the process");
+            tracing::warn!(
+                "this build has no SQLite store (cargo feature `sqlite`): memory is kept in the process"
+            );
             Ok(Arc::new(InMemoryMemoryStore::new()))
         }
         #[cfg(not(feature = "sqlite"))]
@@ -314,7 +316,9 @@ async fn memory_store(config: &AppConfig) -> Result<Arc<dyn MemoryStore>, AppErr
             "JARVIS_MEMORY__STORE=sqlite, but this build has no SQLite store (cargo feature `sqlite`)".into(),
         )),
         #[cfg(feature = "postgres")]
-        MemoryBackend::Postgres { url } => Ok(Arc::new(crate::memory::PostgresMemoryStore::connect(&url).await?)),
+        MemoryBackend::Postgres { url } => {
+            Ok(Arc::new(crate::memory::PostgresMemoryStore::connect(&url).await?))
+        }
         #[cfg(not(feature = "postgres"))]
         MemoryBackend::Postgres { .. } => Err(AppError::Config(
             "memory in Postgres, but this build has no Postgres store (cargo feature `postgres`)".into(),

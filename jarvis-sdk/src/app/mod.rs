@@ -16,8 +16,8 @@ pub use assembly::{
     AppAssembly, REFLECTION_TEMPLATE_FILE, SessionObserver, THOUGHT_TEMPLATE_FILE, build_app,
 };
 pub use config::{
-    AgendaSettings, AppConfig, BrandConfig, JARVIS_SYSTEM_PROMPT, MemoryBackend, MemorySettings, ReflectionSettings,
-    StoreBackend, parse_utc_offset,
+    AgendaSettings, AppConfig, BrandConfig, JARVIS_SYSTEM_PROMPT, MemoryBackend, MemorySettings,
+    ReflectionSettings, StoreBackend, parse_utc_offset,
 };
 pub use definition::{
     ALWAYS_ATTACHED, BUILTIN_TEAM, Skipped, TeamContext, load_team, parse_definition, seed_team_dir,

@@ -213,8 +213,9 @@ mod tests {
 
     #[test]
     fn temporary_names_are_never_shared() {
-        let names: std::collections::HashSet<OsString> =
-            (0..10_000).map(|_| temp_name(std::ffi::OsStr::new("f"))).collect();
+        let names: std::collections::HashSet<OsString> = (0..10_000)
+            .map(|_| temp_name(std::ffi::OsStr::new("f")))
+            .collect();
         assert_eq!(names.len(), 10_000);
     }
 

@@ -620,7 +620,8 @@ impl MemoryService {
             let mut forgotten = model.forgotten.clone();
             forgotten.extend(forgotten_here);
             for (key, value) in &entries {
-                if !value.trim().is_empty() && contains_forgotten(&format!("{key}: {}", value.trim()), &forgotten)
+                if !value.trim().is_empty()
+                    && contains_forgotten(&format!("{key}: {}", value.trim()), &forgotten)
                 {
                     return Err(MemoryError::Forgotten {
                         source_name: SOURCE_USER_MODEL.to_owned(),
@@ -918,12 +919,11 @@ impl MemoryService {
         let prompt_vector = self.embed_prompt(prompt).await?;
         let id = self.ids.next_id("mem_");
         let episode = self.record(scope, id, SOURCE_TURN, text, metadata, episode_vector);
-        self.store.put(episode.clone()).await?;
 
         let mut working = self.working(scope).await?;
         working.record_turn(prompt, prompt_vector, answer, self.now(), &self.config.working);
         working.push_episode(episode.id.clone(), self.config.history_turns.saturating_sub(1));
-        self.store.save_working(&working).await?;
+        self.store.put_with_working(episode.clone(), &working).await?;
         Ok(Some(episode))
     }
 

@@ -5,14 +5,16 @@
 //! The rules are documented on [`SqliteMemoryStore`].
 
 use async_trait::async_trait;
-use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params};
+use rusqlite::{
+    Connection, ErrorCode, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
+};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::error::MemoryError;
-use super::index::Index;
+use super::index::{Index, IndexLoader, LoadBatch, LoadKey, LoadedRow};
 use super::record::{Layer, MemoryFilter, MemoryRecord, SearchHit, SearchQuery};
 use super::store::MemoryStore;
 use super::working::WorkingMemory;
@@ -201,56 +203,90 @@ fn vector_bytes(vector: &[f32]) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// The vector in `bytes` (little-endian `f32`s); `None` when the length is
-/// not a whole number of them.
-fn bytes_vector(bytes: &[u8]) -> Option<Vec<f32>> {
-    if !bytes.len().is_multiple_of(4) {
-        return None;
-    }
-    Some(
-        bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-    )
-}
-
-/// A record from a row of [`SELECT_ALL`]; `Err` names what is wrong with it.
-fn record_from_row(row: &rusqlite::Row<'_>) -> Result<MemoryRecord, String> {
-    let get = |e: rusqlite::Error| e.to_string();
-    let id: String = row.get(0).map_err(get)?;
-    let layer_name: String = row.get(3).map_err(get)?;
+/// Reads a row of [`SELECT_ALL`] into `batch` (its key into `keys` and,
+/// when new, `batch.new_keys`); `Err` names what is wrong with the row,
+/// which is then left out. Borrows what it can from the row: only the id,
+/// the source, the text and non-null metadata are copied.
+fn load_row(row: &rusqlite::Row<'_>, keys: &mut Vec<LoadKey>, batch: &mut LoadBatch) -> Result<(), String> {
+    let text_at = |i: usize| -> Result<&str, String> {
+        row.get_ref(i)
+            .map_err(|e| e.to_string())?
+            .as_str()
+            .map_err(|e| format!("column {i}: {e}"))
+    };
+    let id = text_at(0)?;
+    let layer_name = text_at(3)?;
     let layer =
-        Layer::parse(&layer_name).ok_or_else(|| format!("row {id} has unknown layer {layer_name:?}"))?;
-    let metadata = match row.get_ref(7).map_err(get)?.as_str_or_null().map_err(|e| e.to_string())? {
-        None | Some("") => serde_json::Value::Null,
-        Some(text) => serde_json::from_str(text).map_err(|e| format!("row {id} has damaged metadata: {e}"))?,
+        Layer::parse(layer_name).ok_or_else(|| format!("row {id} has unknown layer {layer_name:?}"))?;
+    let metadata: Box<str> = match row
+        .get_ref(7)
+        .map_err(|e| e.to_string())?
+        .as_str_or_null()
+        .map_err(|e| e.to_string())?
+    {
+        None | Some("") | Some("null") => "null".into(),
+        Some(text) => {
+            serde_json::from_str::<serde::de::IgnoredAny>(text)
+                .map_err(|e| format!("row {id} has damaged metadata: {e}"))?;
+            text.into()
+        }
     };
-    let created_at: i64 = row.get(8).map_err(get)?;
-    let rehearsal: i64 = row.get(9).map_err(get)?;
-    let embedding = match row.get_ref(10).map_err(get)?.as_blob_or_null().map_err(|e| e.to_string())? {
-        None => Vec::new(),
-        Some(bytes) => bytes_vector(bytes).ok_or_else(|| format!("row {id} has a damaged vector"))?,
+    let created_at: i64 = row.get(8).map_err(|e| e.to_string())?;
+    let rehearsal: i64 = row.get(9).map_err(|e| e.to_string())?;
+    let vector = row
+        .get_ref(10)
+        .map_err(|e| e.to_string())?
+        .as_blob_or_null()
+        .map_err(|e| e.to_string())?
+        .unwrap_or_default();
+    if !vector.len().is_multiple_of(4) {
+        return Err(format!("row {id} has a damaged vector"));
+    }
+    let dims = vector.len() / 4;
+    let embedder = if dims == 0 { "" } else { text_at(11)? };
+    let (user, agent_id, kind) = (text_at(1)?, text_at(2)?, text_at(4)?);
+    let (source, text) = (text_at(5)?, text_at(6)?);
+    let same = |k: &LoadKey| {
+        k.dims == dims
+            && k.layer == layer
+            && k.user == user
+            && k.agent_id == agent_id
+            && k.kind == kind
+            && k.embedder == embedder
     };
-    let embedder: String = row.get(11).map_err(get)?;
-    Ok(MemoryRecord {
-        user: row.get(1).map_err(get)?,
-        agent_id: row.get(2).map_err(get)?,
-        layer,
-        kind: row.get(4).map_err(get)?,
-        source: row.get(5).map_err(get)?,
-        text: row.get(6).map_err(get)?,
+    let key = match keys.iter().rposition(same) {
+        Some(k) => k,
+        None => {
+            let key = LoadKey {
+                user: user.to_owned(),
+                agent_id: agent_id.to_owned(),
+                layer,
+                kind: kind.to_owned(),
+                embedder: embedder.to_owned(),
+                dims,
+            };
+            keys.push(key.clone());
+            batch.new_keys.push(key);
+            keys.len() - 1
+        }
+    };
+    let start = batch.vectors.len();
+    batch.vectors.extend(
+        vector
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+    );
+    batch.rows.push(LoadedRow {
+        id: Arc::from(id),
+        key,
+        source: source.to_owned(),
+        text: text.to_owned(),
         metadata,
         created_at: Timestamp::from_millis(created_at),
         rehearsal: u32::try_from(rehearsal.max(0)).unwrap_or(u32::MAX),
-        embedder: if embedding.is_empty() {
-            String::new()
-        } else {
-            embedder
-        },
-        embedding,
-        id,
-    })
+        vector: start,
+    });
+    Ok(())
 }
 
 fn upsert(tx: &Transaction<'_>, record: &MemoryRecord) -> rusqlite::Result<()> {
@@ -334,7 +370,12 @@ fn connect(path: &Path) -> Result<Connection, MemoryError> {
 }
 
 /// Refuses another program's file and a newer schema.
-fn check_header(path: &Path, application_id: i64, version: i64, conn: &Connection) -> Result<(), MemoryError> {
+fn check_header(
+    path: &Path,
+    application_id: i64,
+    version: i64,
+    conn: &Connection,
+) -> Result<(), MemoryError> {
     if application_id != 0 && application_id != APPLICATION_ID {
         return Err(MemoryError::SqliteDamaged {
             path: path.to_owned(),
@@ -386,23 +427,85 @@ fn migrate(path: &Path, conn: &Connection) -> Result<(), MemoryError> {
     tx.commit().map_err(err)
 }
 
+/// Records handed from the scan to the index builder at a time.
+const LOAD_BATCH: usize = 512;
+
+/// Bytes of the file mapped into memory while the index is rebuilt (reads
+/// without a system call per page); unmapped again after the load.
+const LOAD_MMAP_BYTES: i64 = 1 << 34;
+
 /// Reads every record into a new index; answers it and the rows skipped.
+///
+/// Two threads share the work: this one steps through the table in one
+/// sequential scan (the file mapped into memory) and decodes rows into
+/// batches, a second one puts them into the index, so the two overlap.
 fn load(path: &Path, conn: &Connection) -> Result<(Index, usize), MemoryError> {
     let err = |e| sqlite_error("read the memories of", path, e);
-    let mut index = Index::default();
+    let estimate: i64 = conn
+        .query_row("SELECT coalesce(max(rowid), 0) FROM ltm_entries", [], |r| {
+            r.get(0)
+        })
+        .map_err(err)?;
+    conn.pragma_update(None, "mmap_size", LOAD_MMAP_BYTES)
+        .map_err(err)?;
+    let (batches, received) = std::sync::mpsc::sync_channel::<LoadBatch>(16);
+    let loaded = std::thread::scope(|s| {
+        let builder = s.spawn(move || {
+            let mut loader = IndexLoader::with_capacity(usize::try_from(estimate).unwrap_or(0));
+            for batch in received {
+                loader.add(batch);
+            }
+            loader.finish()
+        });
+        let started = Instant::now();
+        let scanned = scan(path, conn, |batch| batches.send(batch).is_ok());
+        let scan_took = started.elapsed();
+        drop(batches);
+        let joined = builder.join();
+        tracing::debug!(
+            scan_ms = scan_took.as_secs_f64() * 1e3,
+            index_ms = started.elapsed().as_secs_f64() * 1e3,
+            "memory store (sqlite): index rebuilt"
+        );
+        match joined {
+            Ok(index) => scanned.map(|skipped| (index, skipped)),
+            Err(_) => Err(MemoryError::Sqlite {
+                op: "rebuild the index of",
+                path: path.to_owned(),
+                source: "the index builder failed".into(),
+            }),
+        }
+    });
+    conn.pragma_update(None, "mmap_size", 0).map_err(err)?;
+    loaded
+}
+
+/// Steps through `ltm_entries` and hands the records to `deliver` in
+/// batches (stopping when it answers false); answers the rows skipped.
+fn scan(
+    path: &Path,
+    conn: &Connection,
+    mut deliver: impl FnMut(LoadBatch) -> bool,
+) -> Result<usize, MemoryError> {
+    let err = |e| sqlite_error("read the memories of", path, e);
     let mut skipped = 0;
     let mut stmt = conn.prepare(SELECT_ALL).map_err(err)?;
     let mut rows = stmt.query([]).map_err(err)?;
+    let mut keys = Vec::new();
+    let mut batch = LoadBatch::default();
     while let Some(row) = rows.next().map_err(err)? {
-        match record_from_row(row) {
-            Ok(record) => index.upsert(record),
-            Err(reason) => {
-                skipped += 1;
-                tracing::warn!(path = %path.display(), "memory store (sqlite): skipped a damaged row: {reason}");
-            }
+        if let Err(reason) = load_row(row, &mut keys, &mut batch) {
+            skipped += 1;
+            tracing::warn!(path = %path.display(), "memory store (sqlite): skipped a damaged row: {reason}");
+        }
+        if batch.rows.len() == LOAD_BATCH && !deliver(std::mem::take(&mut batch)) {
+            return Ok(skipped);
         }
     }
-    Ok((index, skipped))
+    if !batch.rows.is_empty() || !batch.new_keys.is_empty() {
+        deliver(batch);
+    }
+    Ok(skipped)
 }
 
 impl SqliteMemoryStore {
@@ -539,7 +642,9 @@ fn checkpoint(path: &Path, conn: &Connection) -> Result<(), MemoryError> {
         })
         .map_err(|e| sqlite_error("checkpoint", path, e))?;
     if busy != 0 {
-        return Err(MemoryError::SqliteLocked { path: path.to_owned() });
+        return Err(MemoryError::SqliteLocked {
+            path: path.to_owned(),
+        });
     }
     Ok(())
 }
@@ -593,7 +698,8 @@ impl MemoryStore for SqliteMemoryStore {
         self.write(
             "rehearse memories in",
             move |tx| {
-                let mut stmt = tx.prepare_cached("UPDATE ltm_entries SET rehearsal = rehearsal + 1 WHERE id = ?1")?;
+                let mut stmt =
+                    tx.prepare_cached("UPDATE ltm_entries SET rehearsal = rehearsal + 1 WHERE id = ?1")?;
                 for id in &unique {
                     stmt.execute([id])?;
                 }
@@ -679,35 +785,79 @@ impl MemoryStore for SqliteMemoryStore {
     }
 
     async fn save_working(&self, memory: &WorkingMemory) -> Result<(), MemoryError> {
+        let saved = self.encode_working(memory)?;
+        let inner = self.inner.clone();
+        self.write(
+            "write working memory to",
+            move |tx| save_working(tx, &saved).map(|()| saved),
+            move |_, saved| {
+                inner
+                    .working()
+                    .insert(saved.memory.session_id.clone(), Some(saved.memory));
+            },
+        )
+        .await
+    }
+
+    async fn put_with_working(
+        &self,
+        record: MemoryRecord,
+        memory: &WorkingMemory,
+    ) -> Result<(), MemoryError> {
+        let saved = self.encode_working(memory)?;
+        let inner = self.inner.clone();
+        self.write(
+            "write a turn's memories to",
+            move |tx| {
+                upsert(tx, &record)?;
+                save_working(tx, &saved)?;
+                Ok((record, saved))
+            },
+            move |index, (record, saved)| {
+                index.upsert(record);
+                inner
+                    .working()
+                    .insert(saved.memory.session_id.clone(), Some(saved.memory));
+            },
+        )
+        .await
+    }
+}
+
+/// A working memory and its JSON body, ready to write.
+struct SavedWorking {
+    memory: WorkingMemory,
+    body: String,
+}
+
+impl SqliteMemoryStore {
+    fn encode_working(&self, memory: &WorkingMemory) -> Result<SavedWorking, MemoryError> {
         let body = serde_json::to_string(memory).map_err(|e| MemoryError::Sqlite {
             op: "encode working memory for",
             path: self.inner.path.clone(),
             source: Box::new(e),
         })?;
-        let (session, user, agent) = (
-            memory.session_id.clone(),
-            memory.user.clone(),
-            memory.agent_id.clone(),
-        );
-        let saved = memory.clone();
-        let inner = self.inner.clone();
-        self.write(
-            "write working memory to",
-            move |tx| {
-                tx.prepare_cached(
-                    "INSERT INTO working_memory (session_id, user_id, agent_id, body) VALUES (?1, ?2, ?3, ?4) \
-                     ON CONFLICT (session_id) DO UPDATE SET user_id = excluded.user_id, \
-                     agent_id = excluded.agent_id, body = excluded.body, updated_at = excluded.updated_at",
-                )?
-                .execute(params![session, user, agent, body])?;
-                Ok(())
-            },
-            move |_, ()| {
-                inner.working().insert(saved.session_id.clone(), Some(saved));
-            },
-        )
-        .await
+        Ok(SavedWorking {
+            memory: memory.clone(),
+            body,
+        })
     }
+}
+
+fn save_working(tx: &Transaction<'_>, saved: &SavedWorking) -> rusqlite::Result<()> {
+    let memory = &saved.memory;
+    tx.prepare_cached(
+        "INSERT INTO working_memory (session_id, user_id, agent_id, body) VALUES (?1, ?2, ?3, ?4) \
+         ON CONFLICT (session_id) DO UPDATE SET user_id = excluded.user_id, \
+         agent_id = excluded.agent_id, body = excluded.body, updated_at = excluded.updated_at",
+    )?
+    .execute(params![
+        memory.session_id,
+        memory.user,
+        memory.agent_id,
+        saved.body
+    ])?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -715,13 +865,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn vectors_round_trip_and_damaged_lengths_are_refused() {
+    fn vectors_are_little_endian_floats() {
         let v = vec![1.0f32, -0.5, 0.0, f32::MIN_POSITIVE];
         let bytes = vector_bytes(&v).unwrap();
         assert_eq!(bytes.len(), 16);
         assert_eq!(bytes[..4], 1.0f32.to_le_bytes());
-        assert_eq!(bytes_vector(&bytes).unwrap(), v);
+        assert_eq!(bytes[4..8], (-0.5f32).to_le_bytes());
         assert_eq!(vector_bytes(&[]), None);
-        assert_eq!(bytes_vector(&bytes[..7]), None);
     }
 }

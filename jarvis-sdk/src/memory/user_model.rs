@@ -223,12 +223,12 @@ impl UserModelFile {
         let outcome = update_file_locked(path, |old| {
             let mut model = match old {
                 None => UserModel::default(),
-                Some(bytes) => {
-                    serde_json::from_slice::<UserModel>(&bytes).map_err(|e| MemoryError::DamagedUserModel {
+                Some(bytes) => serde_json::from_slice::<UserModel>(&bytes).map_err(|e| {
+                    MemoryError::DamagedUserModel {
                         path: path.clone(),
                         reason: e.to_string(),
-                    })?
-                }
+                    }
+                })?,
             };
             let out = change(&mut model)?;
             model.v = version();

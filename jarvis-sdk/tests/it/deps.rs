@@ -61,7 +61,10 @@ fn the_default_build_has_no_server_terminal_or_database_crates() {
 fn sqlite_is_compiled_in_by_default_and_only_with_its_feature() {
     let default = normal_deps(&[]);
     for wanted in ["rusqlite", "libsqlite3-sys"] {
-        assert!(default.iter().any(|d| d == wanted), "{wanted} is missing by default");
+        assert!(
+            default.iter().any(|d| d == wanted),
+            "{wanted} is missing by default"
+        );
     }
     let bare = normal_deps(&["--no-default-features"]);
     for unwanted in ["rusqlite", "libsqlite3-sys"] {

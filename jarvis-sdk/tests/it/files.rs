@@ -1,6 +1,7 @@
 //! Files several writers share: `update_file_locked` keeps every update
-//! when processes (not only threads) update one file at once, and the
-//! user model keeps both of two updates made at once.
+//! when processes (not only threads) update one file at once, and the user
+//! model and the housing files keep every one of several updates made at
+//! once by separate handles.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -73,7 +74,11 @@ fn processes_updating_one_file_at_once_lose_no_update() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    assert_eq!(names, ["counter", "counter.lock"], "no temporary file left behind");
+    assert_eq!(
+        names,
+        ["counter", "counter.lock"],
+        "no temporary file left behind"
+    );
 }
 
 #[test]
@@ -96,4 +101,43 @@ fn two_user_model_files_updating_at_once_keep_both_updates() {
     });
     let model = UserModelFile::new(dir.path()).read().unwrap().unwrap();
     assert_eq!(model.entries.len(), 160);
+}
+
+#[test]
+fn two_housing_stores_on_one_home_keep_every_update() {
+    use jarvis_sdk::{FileProfileStore, FileWatchStore, HousingProfile, ProfileStore, WatchStore};
+    let home = tempfile::tempdir().unwrap();
+    // Two stores on the same files behave as two processes would: each has
+    // its own in-process lock, so only the file's lock orders them.
+    std::thread::scope(|s| {
+        for t in 0..2u32 {
+            let home = home.path();
+            s.spawn(move || {
+                let watches = FileWatchStore::in_home(home);
+                let profile = FileProfileStore::in_home(home);
+                for i in 0..25u32 {
+                    futures::executor::block_on(watches.add(Some(format!("지역{t}-{i}")), None)).unwrap();
+                    let patch = if t == 0 {
+                        HousingProfile {
+                            household_size: Some(1 + i % 5),
+                            ..HousingProfile::default()
+                        }
+                    } else {
+                        HousingProfile {
+                            savings: Some(1_000_000 * u64::from(i + 1)),
+                            ..HousingProfile::default()
+                        }
+                    };
+                    futures::executor::block_on(profile.merge(patch)).unwrap();
+                }
+            });
+        }
+    });
+    let watches = futures::executor::block_on(FileWatchStore::in_home(home.path()).list()).unwrap();
+    assert_eq!(watches.len(), 50, "every watch added at once is kept");
+    let profile = futures::executor::block_on(FileProfileStore::in_home(home.path()).load())
+        .unwrap()
+        .unwrap();
+    assert_eq!(profile.household_size, Some(5), "{profile:?}");
+    assert_eq!(profile.savings, Some(25_000_000), "{profile:?}");
 }

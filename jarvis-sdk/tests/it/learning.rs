@@ -14,8 +14,8 @@ use jarvis_sdk::{
     DistillConfig, Distiller, FauxProvider, HashEmbedder, InMemoryMemoryStore, KIND_PROCEDURE, Layer,
     LearnError, ManualClock, MemoryConfig, MemoryError, MemoryFilter, MemoryRecord, MemoryScope,
     MemoryService, MemoryStore, PostgresMemoryStore, Provider, Purpose, REFLECTION_TEMPLATE_FILE, Reflection,
-    ReflectionConfig, Reflector, ScopeResolver, SectionKind, SqliteMemoryStore, StaticScopes, StopReason, TurnRecord,
-    TurnReport, build_app, fact_digest, normalise_fact,
+    ReflectionConfig, Reflector, ScopeResolver, SectionKind, SqliteMemoryStore, StaticScopes, StopReason,
+    TurnRecord, TurnReport, build_app, fact_digest, normalise_fact,
 };
 
 use crate::memory::fixed_clock;
@@ -796,7 +796,10 @@ async fn a_forgotten_fact_leaves_no_bytes_in_any_file_of_the_home() {
     assert_eq!(say("이번 주 일정 정리해 줘".into()).await, "알겠어요.");
     assert!(say(format!("/remember {fact}")).await.contains("remembered"));
     assert_eq!(say("내일 날씨 알려 줘".into()).await, "알겠어요.");
-    assert!(home.path().join("memory.sqlite3").exists(), "the default store is SQLite");
+    assert!(
+        home.path().join("memory.sqlite3").exists(),
+        "the default store is SQLite"
+    );
     assert!(
         !files_holding(home.path(), part).is_empty(),
         "the remembered fact is on disk before it is forgotten"
@@ -813,7 +816,10 @@ async fn a_forgotten_fact_leaves_no_bytes_in_any_file_of_the_home() {
     }
     drop(session);
     drop(app);
-    assert!(files_holding(home.path(), part).is_empty(), "nor after the app closed");
+    assert!(
+        files_holding(home.path(), part).is_empty(),
+        "nor after the app closed"
+    );
 }
 
 #[tokio::test]

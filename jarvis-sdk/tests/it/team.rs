@@ -941,8 +941,10 @@ fn the_memory_store_comes_from_the_environment() {
         ("SQLite", MemoryBackend::Sqlite),
         (" memory ", MemoryBackend::Memory),
     ] {
-        let vars: &'static [(&'static str, &'static str)] =
-            Box::leak(Box::new([("JARVIS_HOME", "/tmp/x"), ("JARVIS_MEMORY__STORE", value)]));
+        let vars: &'static [(&'static str, &'static str)] = Box::leak(Box::new([
+            ("JARVIS_HOME", "/tmp/x"),
+            ("JARVIS_MEMORY__STORE", value),
+        ]));
         assert_eq!(backend(vars), expected, "{value}");
     }
     assert_eq!(
@@ -959,12 +961,16 @@ fn the_memory_store_comes_from_the_environment() {
     assert!(e.to_string().contains("needs JARVIS_STORE__POSTGRES_URL"), "{e}");
     let e = lookup(&[("JARVIS_HOME", "/tmp/x"), ("JARVIS_MEMORY__STORE", "redis")]).unwrap_err();
     assert!(
-        e.to_string().contains("JARVIS_MEMORY__STORE=redis") && e.to_string().contains("auto, sqlite, memory or postgres"),
+        e.to_string().contains("JARVIS_MEMORY__STORE=redis")
+            && e.to_string().contains("auto, sqlite, memory or postgres"),
         "{e}"
     );
     // An embedded app keeps memory in the process, like its sessions,
     // unless asked otherwise.
-    assert_eq!(AppConfig::embedded("/tmp/x").memory.backend, MemoryBackend::Memory);
+    assert_eq!(
+        AppConfig::embedded("/tmp/x").memory.backend,
+        MemoryBackend::Memory
+    );
     assert_eq!(
         AppConfig::embedded("/tmp/x")
             .with_memory_backend(MemoryBackend::Sqlite)

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use jarvis_sdk::{
     HashEmbedder, Layer, MEMORY_DB_FILE, MemoryConfig, MemoryError, MemoryFilter, MemoryRecord, MemoryScope,
-    MemoryService, MemoryStore, SQLITE_SCHEMA_VERSION, SectionKind, SqliteMemoryStore, Timestamp,
-    TurnRecord, WorkingMemory,
+    MemoryService, MemoryStore, SQLITE_SCHEMA_VERSION, SectionKind, SqliteMemoryStore, Timestamp, TurnRecord,
+    WorkingMemory,
 };
 use serde_json::json;
 
@@ -83,7 +83,10 @@ async fn database_with(dir: &Path, n: usize) -> PathBuf {
     let store = SqliteMemoryStore::open(path.clone()).await.unwrap();
     for i in 0..n {
         store
-            .put(record(&format!("r{i}"), &format!("fact number {i} {}", "x".repeat(300))))
+            .put(record(
+                &format!("r{i}"),
+                &format!("fact number {i} {}", "x".repeat(300)),
+            ))
             .await
             .unwrap();
     }
@@ -102,13 +105,23 @@ async fn memory_survives_a_restart_through_the_service() {
     };
     let episode_id = {
         let memory = service(SqliteMemoryStore::open_in_home(home.path()).await.unwrap());
-        memory.remember(&scope, "서연이는 피아노 학원에 다닌다").await.unwrap();
         memory
-            .remember_task_pattern(&scope, "weekly report", "open the sheet, sum the week, write one paragraph")
+            .remember(&scope, "서연이는 피아노 학원에 다닌다")
+            .await
+            .unwrap();
+        memory
+            .remember_task_pattern(
+                &scope,
+                "weekly report",
+                "open the sheet, sum the week, write one paragraph",
+            )
             .await
             .unwrap();
         let episode = memory
-            .record_turn(&scope, TurnRecord::new("SH 행복주택 공고 찾아줘", "3건을 찾았습니다"))
+            .record_turn(
+                &scope,
+                TurnRecord::new("SH 행복주택 공고 찾아줘", "3건을 찾았습니다"),
+            )
             .await
             .unwrap()
             .unwrap();
@@ -151,14 +164,22 @@ async fn memory_survives_a_restart_through_the_service() {
 async fn opening_a_current_database_again_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let path = database_with(dir.path(), 3).await;
-    assert_eq!(header_field(&path, 60), SQLITE_SCHEMA_VERSION as u32, "user_version");
+    assert_eq!(
+        header_field(&path, 60),
+        SQLITE_SCHEMA_VERSION as u32,
+        "user_version"
+    );
     assert_eq!(header_field(&path, 68), 0x4a52_564d, "application_id");
     let before = std::fs::read(&path).unwrap();
     for _ in 0..2 {
         let store = SqliteMemoryStore::open(path.clone()).await.unwrap();
         assert_eq!(store.len(), 3);
         drop(store);
-        assert_eq!(std::fs::read(&path).unwrap(), before, "the open wrote to the file");
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            before,
+            "the open wrote to the file"
+        );
     }
 }
 
@@ -170,7 +191,14 @@ async fn a_database_of_a_newer_schema_is_refused_and_left_alone() {
     let before = std::fs::read(&path).unwrap();
     let err = SqliteMemoryStore::open(path.clone()).await.unwrap_err();
     assert!(
-        matches!(err, MemoryError::SchemaTooNew { found: 7, supported: 1, .. }),
+        matches!(
+            err,
+            MemoryError::SchemaTooNew {
+                found: 7,
+                supported: 1,
+                ..
+            }
+        ),
         "{err:?}"
     );
     let message = err.to_string();
@@ -218,7 +246,19 @@ async fn damaged_files_and_other_programs_databases_give_clear_errors() {
     let cut = tempfile::tempdir().unwrap();
     let path = database_with(cut.path(), 200).await;
     let whole = std::fs::read(&path).unwrap();
-    for len in [1, 50, 99, 100, 101, 4095, 4096, 4097, 9000, whole.len() / 2, whole.len() - 1] {
+    for len in [
+        1,
+        50,
+        99,
+        100,
+        101,
+        4095,
+        4096,
+        4097,
+        9000,
+        whole.len() / 2,
+        whole.len() - 1,
+    ] {
         std::fs::write(&path, &whole[..len]).unwrap();
         match SqliteMemoryStore::open(path.clone()).await {
             Ok(store) => assert!(store.len() <= 200),
@@ -247,10 +287,14 @@ async fn a_place_where_no_database_can_be_made_gives_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("a-file");
     std::fs::write(&file, "x").unwrap();
-    let err = SqliteMemoryStore::open(file.join(MEMORY_DB_FILE)).await.unwrap_err();
+    let err = SqliteMemoryStore::open(file.join(MEMORY_DB_FILE))
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("memory"), "{err}");
     // A directory where the file should be.
-    let err = SqliteMemoryStore::open(dir.path().to_path_buf()).await.unwrap_err();
+    let err = SqliteMemoryStore::open(dir.path().to_path_buf())
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("memory store (sqlite)"), "{err}");
     assert_eq!(std::fs::read(&file).unwrap(), b"x");
 }
@@ -269,9 +313,15 @@ async fn a_delete_leaves_the_text_in_no_file() {
     // One secret copied into the database file by a checkpoint, one only
     // in the log.
     let (old, new) = ("ZEBRA-CROSSING-7731-SECRET", "OCELOT-LANTERN-0412-SECRET");
-    store.put(record("old", &format!("door code {old}"))).await.unwrap();
+    store
+        .put(record("old", &format!("door code {old}")))
+        .await
+        .unwrap();
     store.checkpoint().await.unwrap();
-    store.put(record("new", &format!("safe code {new}"))).await.unwrap();
+    store
+        .put(record("new", &format!("safe code {new}")))
+        .await
+        .unwrap();
     store.touch(&["old".into(), "new".into()]).await.unwrap();
     assert!(
         files_containing(dir.path(), old).contains(&path),
@@ -281,7 +331,11 @@ async fn a_delete_leaves_the_text_in_no_file() {
 
     assert_eq!(store.delete(&["old".into(), "new".into()]).await.unwrap(), 2);
     for secret in [old, new] {
-        assert_eq!(files_containing(dir.path(), secret), Vec::<PathBuf>::new(), "{secret}");
+        assert_eq!(
+            files_containing(dir.path(), secret),
+            Vec::<PathBuf>::new(),
+            "{secret}"
+        );
     }
     // And the rest is intact.
     store.checkpoint().await.unwrap();
@@ -332,7 +386,11 @@ fn memory_kill_child() {
         .build()
         .unwrap();
     runtime.block_on(async move {
-        let store = Arc::new(SqliteMemoryStore::open(Path::new(&dir).join(MEMORY_DB_FILE)).await.unwrap());
+        let store = Arc::new(
+            SqliteMemoryStore::open(Path::new(&dir).join(MEMORY_DB_FILE))
+                .await
+                .unwrap(),
+        );
         let started = Instant::now();
         let writers = (0..2).map(|w| {
             let store = store.clone();
@@ -435,12 +493,22 @@ fn sigkill_at_random_moments_loses_no_reported_memory() {
             for r in &all {
                 let head: Vec<&str> = r.text.splitn(4, ' ').collect();
                 let n = head[1];
-                assert!(r.text.ends_with(&format!(" end {n}")), "seed {seed}: {} is cut", r.id);
-                *texts.entry(format!("{} {}", head[3].split(' ').next().unwrap_or(""), n)).or_default() += 1;
+                assert!(
+                    r.text.ends_with(&format!(" end {n}")),
+                    "seed {seed}: {} is cut",
+                    r.id
+                );
+                *texts
+                    .entry(format!("{} {}", head[3].split(' ').next().unwrap_or(""), n))
+                    .or_default() += 1;
             }
             for id in &reported {
                 let got = store.get(std::slice::from_ref(id)).await.unwrap();
-                assert_eq!(got.len(), 1, "seed {seed}, kill {kill}: {id} was reported written but is missing");
+                assert_eq!(
+                    got.len(),
+                    1,
+                    "seed {seed}, kill {kill}: {id} was reported written but is missing"
+                );
                 assert_eq!(got[0].embedding.len(), 512, "seed {seed}: {id}");
             }
             assert!(
@@ -457,8 +525,9 @@ fn sigkill_at_random_moments_loses_no_reported_memory() {
         });
     }
     let total: usize = by_kill.values().sum();
-    println!(
-        "memory kill test: {KILLS} kills, {total} writes reported, every one found once (seed {seed})"
+    println!("memory kill test: {KILLS} kills, {total} writes reported, every one found once (seed {seed})");
+    assert!(
+        total > KILLS,
+        "seed {seed}: the children wrote almost nothing: {by_kill:?}"
     );
-    assert!(total > KILLS, "seed {seed}: the children wrote almost nothing: {by_kill:?}");
 }

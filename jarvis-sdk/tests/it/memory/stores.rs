@@ -34,7 +34,10 @@ impl Subject {
             return;
         };
         // Closed first: the file is held exclusively.
-        drop(std::mem::replace(&mut self.store, Arc::new(InMemoryMemoryStore::new())));
+        drop(std::mem::replace(
+            &mut self.store,
+            Arc::new(InMemoryMemoryStore::new()),
+        ));
         self.store = Arc::new(SqliteMemoryStore::open(path.clone()).await.unwrap());
     }
 }
@@ -138,8 +141,17 @@ async fn contract(backend: Backend) {
         ids(s.store.list(&mains.clone().kinds(["note"])).await.unwrap()),
         ["legacy"]
     );
-    assert_eq!(ids(s.store.list(&all.clone().limit(2)).await.unwrap()), ["d", "c"]);
-    assert!(s.store.list(&MemoryFilter::for_user("v")).await.unwrap().is_empty());
+    assert_eq!(
+        ids(s.store.list(&all.clone().limit(2)).await.unwrap()),
+        ["d", "c"]
+    );
+    assert!(
+        s.store
+            .list(&MemoryFilter::for_user("v"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     // search: by similarity, within the filter and the embedder's space.
     let q = unit(8, &[(0, 1.0)]);
@@ -183,7 +195,10 @@ async fn contract(backend: Backend) {
     assert_eq!(both[1].iter().map(|h| h.id.as_str()).collect::<Vec<_>>(), ["d"]);
 
     // touch and put-as-replace.
-    s.store.touch(&["a".into(), "a".into(), "zz".into()]).await.unwrap();
+    s.store
+        .touch(&["a".into(), "a".into(), "zz".into()])
+        .await
+        .unwrap();
     s.store.touch(&["a".into()]).await.unwrap();
     s.reopen().await;
     let a_now = s.store.get(&["a".into()]).await.unwrap().pop().unwrap();
@@ -234,6 +249,16 @@ async fn contract(backend: Backend) {
     assert!(s.store.get(&["b".into()]).await.unwrap().is_empty());
     assert_eq!(ids(s.store.list(&mains).await.unwrap()), ["legacy"]);
     assert_eq!(s.store.delete(&[]).await.unwrap(), 0);
+
+    // The end of a turn: the episode and the working memory together.
+    let e = record("e", "main", Layer::Episodic, "episode", unit(8, &[(2, 1.0)]), 9);
+    let mut wm2 = WorkingMemory::new("s2", "u", "main");
+    wm2.recent_episodes = vec!["e".into()];
+    wm2.turns = 1;
+    s.store.put_with_working(e.clone(), &wm2).await.unwrap();
+    s.reopen().await;
+    assert_eq!(s.store.get(&["e".into()]).await.unwrap(), vec![e]);
+    assert_eq!(s.store.load_working("s2").await.unwrap(), Some(wm2));
 }
 
 #[tokio::test]
