@@ -232,8 +232,13 @@ async fn main() {
     let (reopens, puts, turns) = if smoke { (2, 50, 50) } else { (3, 2_000, 1_000) };
     let embedder = HashEmbedder::default();
     let dir = tempfile::tempdir().unwrap();
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into());
     println!(
-        "memory_open: SQLite memory store ({} build, {} CPUs, page cache warm, hash-embedder vectors of 512 dims)",
+        "memory_open: SQLite memory store ({} build, {} CPUs, load average {load}, page cache warm, \
+         hash-embedder vectors of 512 dims)",
         if cfg!(debug_assertions) {
             "debug"
         } else {
@@ -292,7 +297,7 @@ async fn main() {
     let sqlite = record_turns(store.clone(), turns).await;
     let in_memory = record_turns(Arc::new(InMemoryMemoryStore::new()), turns).await;
     println!(
-        "record_turn (episode + working memory), median over {turns} turns: sqlite {}, in memory {} (durable write adds {})",
+        "record_turn (episode + working memory, one transaction), median over {turns} turns: sqlite {}, in memory {} (durable write adds {})",
         ms(percentile(&sqlite, 0.5)),
         ms(percentile(&in_memory, 0.5)),
         ms(percentile(&sqlite, 0.5).saturating_sub(percentile(&in_memory, 0.5))),
