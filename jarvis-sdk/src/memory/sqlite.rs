@@ -873,4 +873,32 @@ mod tests {
         assert_eq!(bytes[4..8], (-0.5f32).to_le_bytes());
         assert_eq!(vector_bytes(&[]), None);
     }
+
+    #[test]
+    fn damaged_rows_are_skipped_and_counted_and_the_rest_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(MEMORY_DB_FILE);
+        drop(SqliteMemoryStore::open_blocking(&path).unwrap());
+        let conn = Connection::open(&path).unwrap();
+        let insert = |id: &str, layer: &str, metadata: &str, vector: &[u8]| {
+            conn.execute(
+                "INSERT INTO ltm_entries (id, user_id, agent_id, layer, kind, source, text, metadata, \
+                 created_at, rehearsal, embedding, embedder) VALUES (?1, 'u', 'main', ?2, 'fact', 'remember', \
+                 'text', ?3, 5, 2, ?4, 'e')",
+                params![id, layer, metadata, vector],
+            )
+            .unwrap();
+        };
+        insert("good", "semantic", r#"{"key": "v"}"#, &1.0f32.to_le_bytes());
+        insert("bad-layer", "working", "null", &1.0f32.to_le_bytes());
+        insert("bad-json", "semantic", "{not json", &1.0f32.to_le_bytes());
+        insert("bad-vector", "semantic", "null", &[1, 2, 3, 4, 5]);
+        drop(conn);
+        let store = SqliteMemoryStore::open_blocking(&path).unwrap();
+        let report = store.open_report();
+        assert_eq!((report.records, report.skipped), (1, 3), "{report:?}");
+        let good = store.index().get("good").unwrap();
+        assert_eq!(good.metadata, serde_json::json!({"key": "v"}));
+        assert_eq!((good.embedding, good.rehearsal), (vec![1.0], 2));
+    }
 }
