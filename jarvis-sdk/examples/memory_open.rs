@@ -108,7 +108,7 @@ impl Rng {
 /// 40–160 characters and an answer of 150–500), 10% profile facts, 5% task
 /// patterns, written over 90 days.
 fn records(n: usize, embedder: &HashEmbedder) -> Vec<MemoryRecord> {
-    let mut rng = Rng(0x5eed_0f_0be1 + n as u64);
+    let mut rng = Rng(0x5eed_0be1 + n as u64);
     let now = 1_795_910_400_000i64;
     (0..n)
         .map(|i| {

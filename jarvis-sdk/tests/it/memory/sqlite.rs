@@ -134,7 +134,7 @@ async fn memory_survives_a_restart_through_the_service() {
     assert_eq!(store.open_report().skipped, 0);
     let working: WorkingMemory = store.load_working("s1").await.unwrap().unwrap();
     assert_eq!(working.items[0].text, "SH 행복주택 공고 찾아줘");
-    assert_eq!(working.recent_episodes, [episode_id.clone()]);
+    assert_eq!(working.recent_episodes, std::slice::from_ref(&episode_id));
     let facts = store
         .list(&MemoryFilter::for_user("u").layer(Layer::Semantic, jarvis_sdk::Agents::Any))
         .await
@@ -411,7 +411,7 @@ fn memory_kill_child() {
                         writeln!(out, "{PUT_DONE} {id}").unwrap();
                         out.flush().unwrap();
                     }
-                    store.touch(&[id.clone()]).await.unwrap();
+                    store.touch(std::slice::from_ref(&id)).await.unwrap();
                     let mut wm = WorkingMemory::new(format!("{tag}-session"), "u", "main");
                     wm.turns = n as u64;
                     store.save_working(&wm).await.unwrap();
