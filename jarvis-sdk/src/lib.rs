@@ -11,7 +11,7 @@
 //! |---|---|
 //! | `common` | [`Clock`], [`IdSource`], [`Timestamp`], character-counted text, atomic file writes, the [`HomeLock`], [`Extensions`] |
 //! | `model` | the [`Provider`] trait, [`ChatRequest`], [`ProviderEvent`], the shared [`ResponseAssembler`], the OpenAI-compatible, Anthropic and Ollama providers, [`FauxProvider`], the [`Embedder`] trait and the offline [`HashEmbedder`] |
-//! | `memory` | [`MemoryService`] (working memory; semantic, episodic and procedural long-term memory; agent scopes; recall), the one injection point [`MemoryContext`], the [`MemoryStore`] trait with [`InMemoryMemoryStore`] and `PostgresMemoryStore` |
+//! | `memory` | [`MemoryService`] (working memory; semantic, episodic and procedural long-term memory; agent scopes; recall), the one injection point [`MemoryContext`], the [`MemoryStore`] trait with [`InMemoryMemoryStore`], `SqliteMemoryStore` and `PostgresMemoryStore` |
 //! | `agent` | [`run_agent_loop`] with the overflow resume, [`AgentEvent`], [`UIAdapter`], [`Tool`], the tool-call gate ([`ToolGate`]), sessions ([`SessionStore`]: [`JsonlSessionStore`], [`MemorySessionStore`], `PostgresSessionStore`), the turn [`Harness`], the thinking slot ([`ThoughtEngine`]) and open loops ([`OpenLoops`]) |
 //! | `core` | [`AgentSession`] (security → thinking → harness → loop), the [`SecurityPipeline`], the [`ApprovalBroker`] with [`LayeredApprovalRules`], the per-session [`Sandbox`] the [`builtin_tools`] and the [`memory_tools`], KAREN's housing tools ([`housing_tools`]), the [`Scheduler`] |
 //! | `app` | [`AgentProfile`], team definitions, the [`AgentRegistry`], [`build_app`] and [`AppAssembly`] |
@@ -59,11 +59,12 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
+//! | `sqlite` | yes | `SqliteMemoryStore`: memory in `$JARVIS_HOME/memory.sqlite3` (SQLite compiled in), the assembled app's default |
 //! | `postgres` | no | `PostgresSessionStore`, `PostgresMemoryStore` and `PostgresOpenLoopStore` (tokio-postgres with a deadpool pool) |
 //! | `test-utils` | no | [`testing`]: a recording [`UIAdapter`], closure tools, a fixed approver, a throwaway Postgres cluster |
 //!
 //! The default build has no HTTP server, no terminal UI and no database
-//! client.
+//! client: its one database is the SQLite library compiled into it.
 
 mod agent;
 mod app;
@@ -112,15 +113,15 @@ pub use agent::{
 pub use agent::{PostgresOpenLoopStore, PostgresSessionStore};
 pub use app::{
     ALWAYS_ATTACHED, AgendaSettings, AgentProfile, AgentRegistry, AppAssembly, AppConfig, AppError,
-    BUILTIN_TEAM, BrandConfig, DEFAULT_MAX_LOADED_SESSIONS, JARVIS_SYSTEM_PROMPT, MAIN_AGENT, MemorySettings,
-    Palette, REFLECTION_TEMPLATE_FILE, ReflectionSettings, SessionObserver, Skipped, StoreBackend,
-    THOUGHT_TEMPLATE_FILE, TeamContext, ThinkingSettings, build_app, load_team, parse_definition,
-    parse_utc_offset, seed_team_dir, valid_agent_id, wordmark,
+    BUILTIN_TEAM, BrandConfig, DEFAULT_MAX_LOADED_SESSIONS, JARVIS_SYSTEM_PROMPT, MAIN_AGENT, MemoryBackend,
+    MemorySettings, Palette, REFLECTION_TEMPLATE_FILE, ReflectionSettings, SessionObserver, Skipped,
+    StoreBackend, THOUGHT_TEMPLATE_FILE, TeamContext, ThinkingSettings, build_app, load_team,
+    parse_definition, parse_utc_offset, seed_team_dir, valid_agent_id, wordmark,
 };
 pub use common::{
     CivilTime, Clock, Extensions, HOME_LOCK_FILE, HomeLock, HomeLockError, IdSource, LockHolder, ManualClock,
-    SequentialIds, SystemClock, Timestamp, TimestampError, UniqueIds, char_len, truncate_chars,
-    truncate_with_marker, write_atomic,
+    SequentialIds, SystemClock, Timestamp, TimestampError, UniqueIds, char_len, lock_file_path,
+    truncate_chars, truncate_with_marker, update_file_locked, write_atomic,
 };
 pub use core::{
     AGENT_ONLY_TOOLS, DEFAULT_NOTICE_LIMIT, DEFAULT_REFERENCE_RATE, FileProfileStore, FileWatchStore,
@@ -183,6 +184,8 @@ pub use memory::{
     DistillMark, DistillReport, DistilledFact, ForgetReport, ForgottenSecret, MAX_FACT_VALUE_CHARS,
     MIN_FORGET_CHARS, contains_forgotten, episode_request, fact_digest, normalise_fact,
 };
+#[cfg(feature = "sqlite")]
+pub use memory::{MEMORY_DB_FILE, SQLITE_SCHEMA_VERSION, SqliteMemoryStore, SqliteOpenReport};
 #[cfg(feature = "anthropic")]
 pub use model::{
     ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, AnthropicConfig, AnthropicDecoder, AnthropicProvider,

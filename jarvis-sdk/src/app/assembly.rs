@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use tokio_util::sync::CancellationToken;
 
-use super::config::{AppConfig, StoreBackend};
+use super::config::{AppConfig, MemoryBackend, StoreBackend};
 use super::definition::{TeamContext, load_team, parse_definition, seed_team_dir};
 use super::error::AppError;
 use super::profile::{AgentProfile, MAIN_AGENT, Palette};
@@ -304,13 +304,9 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
 /// written by another embedder are embedded again.
 async fn memory_service(config: &AppConfig) -> Result<Arc<MemoryService>, AppError> {
     let settings = &config.memory;
-    let store: Arc<dyn MemoryStore> = match (&settings.store, &config.store) {
-        (Some(store), _) => store.clone(),
-        #[cfg(feature = "postgres")]
-        (None, StoreBackend::Postgres { url }) => {
-            Arc::new(crate::memory::PostgresMemoryStore::connect(url).await?)
-        }
-        (None, _) => Arc::new(InMemoryMemoryStore::new()),
+    let store: Arc<dyn MemoryStore> = match &settings.store {
+        Some(store) => store.clone(),
+        None => memory_store(config).await?,
     };
     let embedder = settings
         .embedder
@@ -330,6 +326,54 @@ async fn memory_service(config: &AppConfig) -> Result<Arc<MemoryService>, AppErr
         );
     }
     Ok(Arc::new(service))
+}
+
+/// The memory store `JARVIS_MEMORY__STORE` names (see [`MemoryBackend`]):
+/// `auto` is Postgres beside Postgres sessions, SQLite in the home
+/// otherwise.
+async fn memory_store(config: &AppConfig) -> Result<Arc<dyn MemoryStore>, AppError> {
+    let backend = match (&config.memory.backend, &config.store) {
+        (MemoryBackend::Auto, StoreBackend::Postgres { url }) => MemoryBackend::Postgres { url: url.clone() },
+        (MemoryBackend::Auto, _) => MemoryBackend::Sqlite,
+        (chosen, _) => chosen.clone(),
+    };
+    match backend {
+        MemoryBackend::Memory => Ok(Arc::new(InMemoryMemoryStore::new())),
+        #[cfg(feature = "sqlite")]
+        MemoryBackend::Sqlite => {
+            let store = crate::memory::SqliteMemoryStore::open_in_home(&config.home).await?;
+            let report = store.open_report();
+            tracing::info!(
+                path = %store.path().display(),
+                records = report.records,
+                skipped = report.skipped,
+                ms = report.elapsed.as_millis() as u64,
+                "memory store opened"
+            );
+            Ok(Arc::new(store))
+        }
+        #[cfg(not(feature = "sqlite"))]
+        MemoryBackend::Sqlite if config.memory.backend == MemoryBackend::Auto => {
+            tracing::warn!(
+                "this build has no SQLite store (cargo feature `sqlite`): memory is kept in the process"
+            );
+            Ok(Arc::new(InMemoryMemoryStore::new()))
+        }
+        #[cfg(not(feature = "sqlite"))]
+        MemoryBackend::Sqlite => Err(AppError::Config(
+            "JARVIS_MEMORY__STORE=sqlite, but this build has no SQLite store (cargo feature `sqlite`)".into(),
+        )),
+        #[cfg(feature = "postgres")]
+        MemoryBackend::Postgres { url } => {
+            Ok(Arc::new(crate::memory::PostgresMemoryStore::connect(&url).await?))
+        }
+        #[cfg(not(feature = "postgres"))]
+        MemoryBackend::Postgres { .. } => Err(AppError::Config(
+            "memory in Postgres, but this build has no Postgres store (cargo feature `postgres`)".into(),
+        )),
+        // Resolved above.
+        MemoryBackend::Auto => Ok(Arc::new(InMemoryMemoryStore::new())),
+    }
 }
 
 /// The reflector and the distiller every agent's thought engine shares

@@ -59,6 +59,28 @@ pub enum StoreBackend {
     Memory,
 }
 
+/// Where memory is kept (`JARVIS_MEMORY__STORE`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum MemoryBackend {
+    /// `auto` (the default): Postgres when sessions are in Postgres
+    /// (`JARVIS_STORE__BACKEND=postgres`, same database), SQLite otherwise.
+    #[default]
+    Auto,
+    /// `sqlite`: `$JARVIS_HOME/memory.sqlite3` (`SqliteMemoryStore`, feature
+    /// `sqlite`); survives restarts and `SIGKILL`.
+    Sqlite,
+    /// `memory`: in the process (`InMemoryMemoryStore`), gone when it ends;
+    /// for tests and for people who want no memory on disk.
+    Memory,
+    /// `postgres`: `PostgresMemoryStore` in the database at `url`
+    /// (`JARVIS_STORE__POSTGRES_URL`; feature `postgres`).
+    Postgres {
+        /// The connection string.
+        url: String,
+    },
+}
+
 /// Memory settings of an app (SPEC.md §8).
 #[derive(Clone)]
 #[non_exhaustive]
@@ -69,9 +91,10 @@ pub struct MemorySettings {
     pub enabled: bool,
     /// The person whose memory this app keeps.
     pub user: String,
-    /// A store to use instead of the backend's (Postgres with
-    /// `StoreBackend::Postgres`, in memory otherwise, as SPEC.md R-STORE-1
-    /// says).
+    /// Where memory is kept when no `store` is given
+    /// (`JARVIS_MEMORY__STORE`, default [`MemoryBackend::Auto`]).
+    pub backend: MemoryBackend,
+    /// A store of the embedding app's own; it wins over `backend`.
     pub store: Option<Arc<dyn MemoryStore>>,
     /// The embedder of recall; default the offline `HashEmbedder`.
     pub embedder: Option<Arc<dyn Embedder>>,
@@ -84,6 +107,7 @@ impl Default for MemorySettings {
         Self {
             enabled: true,
             user: DEFAULT_USER.to_owned(),
+            backend: MemoryBackend::Auto,
             store: None,
             embedder: None,
             config: MemoryConfig::default(),
@@ -96,6 +120,7 @@ impl std::fmt::Debug for MemorySettings {
         f.debug_struct("MemorySettings")
             .field("enabled", &self.enabled)
             .field("user", &self.user)
+            .field("backend", &self.backend)
             .field("store", &self.store.as_ref().map(|_| "<custom>"))
             .field("embedder", &self.embedder.as_ref().map(|e| e.name()))
             .finish_non_exhaustive()
@@ -376,6 +401,24 @@ impl AppConfig {
         if let Some(on) = var("JARVIS_MEMORY__ENABLED") {
             config.memory.enabled = truthy(&on);
         }
+        config.memory.backend = match var("JARVIS_MEMORY__STORE")
+            .map(|b| b.to_ascii_lowercase())
+            .as_deref()
+        {
+            None | Some("auto") => MemoryBackend::Auto,
+            Some("sqlite") => MemoryBackend::Sqlite,
+            Some("memory") => MemoryBackend::Memory,
+            Some("postgres") => MemoryBackend::Postgres {
+                url: var("JARVIS_STORE__POSTGRES_URL").ok_or_else(|| {
+                    AppError::Config("JARVIS_MEMORY__STORE=postgres needs JARVIS_STORE__POSTGRES_URL".into())
+                })?,
+            },
+            Some(other) => {
+                return Err(AppError::Config(format!(
+                    "JARVIS_MEMORY__STORE={other} is not a memory store; use auto, sqlite, memory or postgres"
+                )));
+            }
+        };
         if let Some(on) = var("JARVIS_AGENDA__MODEL_JUDGE") {
             config.agenda.model_judge = truthy(&on);
         }
@@ -485,13 +528,17 @@ impl AppConfig {
         self
     }
 
-    /// An app embedded in another program: sessions in memory, no team
-    /// directory (definitions come from [`AppConfig::with_definition`]),
-    /// the offline demo model unless one is given; `home` still holds
-    /// sandboxes and approval rules.
+    /// An app embedded in another program: sessions and memory in the
+    /// process (like its sessions, memory lives as long as the app; ask for
+    /// [`MemoryBackend::Sqlite`] with [`AppConfig::with_memory_backend`] to
+    /// keep it), no team directory (definitions come from
+    /// [`AppConfig::with_definition`]), the offline demo model unless one
+    /// is given; `home` still holds sandboxes, approval rules and the user
+    /// model.
     pub fn embedded(home: impl Into<PathBuf>) -> Self {
         let mut config = Self::for_home(home);
         config.store = StoreBackend::Memory;
+        config.memory.backend = MemoryBackend::Memory;
         config.seed_team = false;
         config.team_dir = config.home.join("team-none");
         config
@@ -509,7 +556,15 @@ impl AppConfig {
         self
     }
 
-    /// Keeps memory in `store` (an embedding app's own backend).
+    /// Keeps memory in `backend` (unless a store of its own is given with
+    /// [`AppConfig::with_memory_store`], which wins).
+    pub fn with_memory_backend(mut self, backend: MemoryBackend) -> Self {
+        self.memory.backend = backend;
+        self
+    }
+
+    /// Keeps memory in `store` (an embedding app's own backend); it wins
+    /// over the configured [`MemoryBackend`].
     pub fn with_memory_store(mut self, store: Arc<dyn MemoryStore>) -> Self {
         self.memory.store = Some(store);
         self

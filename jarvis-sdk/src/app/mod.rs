@@ -16,7 +16,7 @@ pub use assembly::{
     AppAssembly, REFLECTION_TEMPLATE_FILE, SessionObserver, THOUGHT_TEMPLATE_FILE, build_app,
 };
 pub use config::{
-    AgendaSettings, AppConfig, BrandConfig, DEFAULT_MAX_LOADED_SESSIONS, JARVIS_SYSTEM_PROMPT,
+    AgendaSettings, AppConfig, BrandConfig, DEFAULT_MAX_LOADED_SESSIONS, JARVIS_SYSTEM_PROMPT, MemoryBackend,
     MemorySettings, ReflectionSettings, StoreBackend, parse_utc_offset,
 };
 pub use definition::{

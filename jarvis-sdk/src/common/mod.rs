@@ -1,6 +1,8 @@
 //! Shared helpers every layer may use: text measured in Unicode characters,
 //! the injected [`Clock`] and [`IdSource`], [`Timestamp`]s, atomic file
-//! replacement and the [`HomeLock`] that gives one process a `JARVIS_HOME`.
+//! replacement ([`write_atomic`]) and locked read-modify-write
+//! ([`update_file_locked`]), and the [`HomeLock`] that gives one process a
+//! `JARVIS_HOME`.
 //!
 //! `common` knows no layer: nothing here imports `model`, `memory`, `agent`,
 //! `core` or `app`.
@@ -17,7 +19,7 @@ mod time;
 
 pub use clock::{Clock, IdSource, ManualClock, SequentialIds, SystemClock, UniqueIds};
 pub use extensions::Extensions;
-pub use fs::write_atomic;
+pub use fs::{lock_file_path, update_file_locked, write_atomic};
 pub use lock::{HOME_LOCK_FILE, HomeLock, HomeLockError, LockHolder};
 pub use text::{bigram_jaccard, char_len, truncate_chars, truncate_with_marker};
 pub(crate) use text::{error_chain, fnv1a64, one_line};

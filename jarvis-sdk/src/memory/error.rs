@@ -105,6 +105,50 @@ pub enum MemoryError {
     /// failed; the text says what and where.
     #[error("memory store: {0}")]
     Store(String),
+    /// The SQLite memory database failed.
+    #[error("memory store (sqlite): cannot {op} {path}")]
+    Sqlite {
+        /// What was being done (`open`, `write a memory to`, …).
+        op: &'static str,
+        /// The database file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: BoxError,
+    },
+    /// The SQLite memory database is open in another process or store,
+    /// which holds it exclusively.
+    #[error(
+        "memory store (sqlite): {path} is in use by another process or store (it is held exclusively); stop that one first"
+    )]
+    SqliteLocked {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// The SQLite memory database is damaged, or is not a memory database;
+    /// it is left as it is.
+    #[error(
+        "memory store (sqlite): {path} is damaged or not a memory database ({reason}); it is left as it is: move it away to start with empty memory, or restore a copy"
+    )]
+    SqliteDamaged {
+        /// The database file.
+        path: PathBuf,
+        /// What was found.
+        reason: String,
+    },
+    /// The memory database was written by a newer version; it is left as it
+    /// is.
+    #[error(
+        "memory store (sqlite): {path} has schema version {found}, newer than version {supported} which this build knows; use a newer Jarvis"
+    )]
+    SchemaTooNew {
+        /// The database file.
+        path: PathBuf,
+        /// The version found.
+        found: i64,
+        /// The newest version this build reads.
+        supported: i64,
+    },
     /// A database operation failed.
     #[error("memory store (postgres): database error while trying to {op}")]
     Database {

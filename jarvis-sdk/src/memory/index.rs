@@ -42,12 +42,39 @@ struct PartKey {
     dims: usize,
 }
 
+/// A record's metadata: as written, or as JSON text read from a database
+/// and parsed only when the record is handed out (most never are).
+#[derive(Debug, Clone)]
+enum Metadata {
+    Value(Value),
+    Json(Box<str>),
+}
+
+impl Metadata {
+    /// Metadata read as JSON text (`null` kept as a value).
+    fn from_json(text: Box<str>) -> Self {
+        if &*text == "null" {
+            Metadata::Value(Value::Null)
+        } else {
+            Metadata::Json(text)
+        }
+    }
+
+    fn value(&self) -> Value {
+        match self {
+            Metadata::Value(v) => v.clone(),
+            // Checked to parse when it was loaded.
+            Metadata::Json(text) => serde_json::from_str(text).unwrap_or(Value::Null),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Row {
     id: Arc<str>,
     source: String,
     text: String,
-    metadata: Value,
+    metadata: Metadata,
     created_at: Timestamp,
     rehearsal: u32,
 }
@@ -131,7 +158,7 @@ impl Partition {
             kind: self.key.kind.to_string(),
             source: r.source.clone(),
             text: r.text.clone(),
-            metadata: r.metadata.clone(),
+            metadata: r.metadata.value(),
             created_at: r.created_at,
             rehearsal: r.rehearsal,
             embedding: Vec::new(),
@@ -208,7 +235,12 @@ impl Index {
     }
 
     /// Inserts `record`, or replaces the record with its id.
-    pub(crate) fn upsert(&mut self, record: MemoryRecord) {
+    pub(crate) fn upsert(&mut self, mut record: MemoryRecord) {
+        let metadata = Metadata::Value(std::mem::take(&mut record.metadata));
+        self.upsert_with(record, metadata);
+    }
+
+    fn upsert_with(&mut self, record: MemoryRecord, metadata: Metadata) {
         let key = self.key_of(&record);
         let row = Row {
             id: self
@@ -218,7 +250,7 @@ impl Index {
                 .unwrap_or_else(|| Arc::from(record.id.as_str())),
             source: record.source,
             text: record.text,
-            metadata: record.metadata,
+            metadata,
             created_at: record.created_at,
             rehearsal: record.rehearsal,
         };
@@ -261,6 +293,12 @@ impl Index {
             }
             None => false,
         }
+    }
+
+    /// Whether it holds a record with `id`.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) fn contains(&self, id: &str) -> bool {
+        self.by_id.contains_key(id)
     }
 
     /// The record with `id`.
@@ -434,6 +472,127 @@ impl Index {
                 }
             }
         }
+    }
+}
+
+/// The scope of a partition as a loader names it (see [`LoadBatch`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LoadKey {
+    pub(crate) user: String,
+    pub(crate) agent_id: String,
+    pub(crate) layer: Layer,
+    pub(crate) kind: String,
+    /// Empty when `dims` is 0.
+    pub(crate) embedder: String,
+    pub(crate) dims: usize,
+}
+
+/// One record read from a database, for [`IndexLoader`].
+#[derive(Debug)]
+pub(crate) struct LoadedRow {
+    pub(crate) id: Arc<str>,
+    /// Which key (in the order the loader's batches introduced them).
+    pub(crate) key: usize,
+    pub(crate) source: String,
+    pub(crate) text: String,
+    /// The metadata as JSON text, checked to parse; parsed again only when
+    /// the record is handed out (most never are).
+    pub(crate) metadata: Box<str>,
+    pub(crate) created_at: Timestamp,
+    pub(crate) rehearsal: u32,
+    /// Where its vector starts in [`LoadBatch::vectors`] (its key's `dims`
+    /// values).
+    pub(crate) vector: usize,
+}
+
+/// Records read from a database, handed to an [`IndexLoader`] at once:
+/// the keys seen for the first time, the rows, and their vectors in one
+/// buffer (so a batch costs a handful of allocations, not one per row).
+#[derive(Debug, Default)]
+pub(crate) struct LoadBatch {
+    pub(crate) new_keys: Vec<LoadKey>,
+    pub(crate) rows: Vec<LoadedRow>,
+    pub(crate) vectors: Vec<f32>,
+}
+
+/// Builds an index from [`LoadBatch`]es, the fast way to rebuild it from a
+/// database at start: no per-row key hashing or interning, vectors copied
+/// straight into the tiles, metadata left as text.
+#[derive(Debug, Default)]
+pub(crate) struct IndexLoader {
+    index: Index,
+    /// Partition of each key, in the order the batches introduced them.
+    parts: Vec<usize>,
+}
+
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+impl IndexLoader {
+    /// A loader expecting about `records` records.
+    pub(crate) fn with_capacity(records: usize) -> Self {
+        Self {
+            index: Index {
+                by_id: HashMap::with_capacity(records),
+                ..Index::default()
+            },
+            parts: Vec::new(),
+        }
+    }
+
+    /// Adds the batch's records (a record with an id already loaded
+    /// replaces it).
+    pub(crate) fn add(&mut self, batch: LoadBatch) {
+        let index = &mut self.index;
+        for key in batch.new_keys {
+            let key = PartKey {
+                user: index.intern(&key.user),
+                agent_id: index.intern(&key.agent_id),
+                layer: key.layer,
+                kind: index.intern(&key.kind),
+                embedder: index.intern(&key.embedder),
+                dims: key.dims,
+            };
+            let part = match index.by_key.get(&key) {
+                Some(&p) => p,
+                None => {
+                    index.partitions.push(Partition::new(key.clone()));
+                    index.by_key.insert(key, index.partitions.len() - 1);
+                    index.partitions.len() - 1
+                }
+            };
+            self.parts.push(part);
+        }
+        for row in batch.rows {
+            let Some(&part) = self.parts.get(row.key) else {
+                continue;
+            };
+            let dims = index.partitions[part].key.dims;
+            let Some(vector) = batch.vectors.get(row.vector..row.vector + dims) else {
+                continue;
+            };
+            let id = row.id;
+            let at = index.partitions[part].push(
+                Row {
+                    id: id.clone(),
+                    source: row.source,
+                    text: row.text,
+                    metadata: Metadata::from_json(row.metadata),
+                    created_at: row.created_at,
+                    rehearsal: row.rehearsal,
+                },
+                vector,
+            );
+            if let Some((p, i)) = index.by_id.insert(id, (part, at)) {
+                // The same id twice: the later row wins.
+                if let Some(moved) = index.partitions[p].swap_remove(i) {
+                    index.by_id.insert(moved, (p, i));
+                }
+            }
+        }
+    }
+
+    /// The index.
+    pub(crate) fn finish(self) -> Index {
+        self.index
     }
 }
 

@@ -127,7 +127,9 @@ impl MemoryService {
     ///    from the store ([`MemoryStore::delete`](super::MemoryStore::delete)).
     ///
     /// From then on every user-profile write that contains it is refused
-    /// ([`MemoryError::Forgotten`]), also inside a longer text. Episodes
+    /// ([`MemoryError::Forgotten`]), also inside a longer text. Profile
+    /// writes wait while this runs, and it waits for those already past
+    /// their check, so none of them can bring the text back. Episodes
     /// and working memory are not rewritten: what the person said stays in
     /// the turns it was said in, but nothing distilled from them can bring
     /// it back.
@@ -136,6 +138,10 @@ impl MemoryService {
         let secret = ForgottenSecret::new(text, self.now()).ok_or(MemoryError::ForgetTooShort {
             min: MIN_FORGET_CHARS,
         })?;
+        // No profile write runs between recording the secret and deleting
+        // what holds it: one that already passed its check lands first (and
+        // is deleted below), the next one sees the secret.
+        let _profile = self.profile_lock.write().await;
         let hit =
             |key: &str, value: &str| normalise_fact(key) == needle || normalise_fact(value).contains(&needle);
         let mut removed_keys: Vec<String> = Vec::new();
@@ -259,6 +265,9 @@ impl MemoryService {
         let file = self
             .user_model_file()
             .ok_or(MemoryError::NoHome { what: "user model" })?;
+        // The facts are judged against the forgotten list and recorded under
+        // the profile lock (see `forget`).
+        let _profile = self.profile_lock.read().await;
         let mut report = DistillReport {
             episodes: read.len(),
             ..DistillReport::default()

@@ -14,7 +14,8 @@
 //! | `rules.rs` | [`WRITE_RULES`]: which layer and kind each write path gets |
 //! | `scope.rs` | [`MemoryScope`], [`MemoryRead`] (`memory.read`), [`ScopeResolver`] |
 //! | `store.rs` | the [`MemoryStore`] trait, [`InMemoryMemoryStore`] |
-//! | `index.rs` | the partitioned, contiguous vector index both stores search |
+//! | `index.rs` | the partitioned, contiguous vector index every store searches |
+//! | `sqlite.rs` | [`SqliteMemoryStore`] (feature `sqlite`, default): `$JARVIS_HOME/memory.sqlite3` |
 //! | `postgres.rs` | [`PostgresMemoryStore`] (feature `postgres`) |
 //! | `working.rs` | [`WorkingMemory`] and its rule |
 //! | `inject.rs` | [`MemoryContext`]: sections, budgets, the last 3 turns |
@@ -36,6 +37,8 @@ mod record;
 mod rules;
 mod scope;
 mod service;
+#[cfg(feature = "sqlite")]
+mod sqlite;
 mod store;
 mod user_model;
 mod working;
@@ -60,6 +63,8 @@ pub use rules::{
 };
 pub use scope::{DEFAULT_USER, MemoryRead, MemoryScope, READ_SELF, ScopeResolver, StaticScopes};
 pub use service::{MemoryConfig, MemoryService, RecallK, RecallWeights, Recalled, TurnRecord};
+#[cfg(feature = "sqlite")]
+pub use sqlite::{MEMORY_DB_FILE, SQLITE_SCHEMA_VERSION, SqliteMemoryStore, SqliteOpenReport};
 pub use store::{InMemoryMemoryStore, MemoryStore};
 pub use user_model::{DistillMark, USER_MODEL_FILE, UserModel, UserModelFile};
 pub use working::{WorkingConfig, WorkingItem, WorkingMemory};

@@ -7,7 +7,7 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use super::error::{MemoryError, printable};
-use crate::common::write_atomic;
+use crate::common::update_file_locked;
 
 /// The directory under `JARVIS_HOME`.
 pub const PROCEDURES_DIR: &str = "procedures";
@@ -38,7 +38,8 @@ pub struct Procedure {
 /// Each agent has its own directory. Files directly under `procedures/`
 /// come from before agents were split: they are read as `main`'s and never
 /// moved (when `main` has a file of the same name in its own directory,
-/// that one wins). Writes are atomic (R-IDEM-3).
+/// that one wins). Writes are atomic (R-IDEM-3) and made under the file's
+/// lock, which also covers the read of [`update`](Self::update).
 ///
 /// Names are checked before they touch the file system: 1 to 64 characters,
 /// letters (any script), digits, `-`, `_` and inner spaces, so no name can
@@ -148,24 +149,47 @@ impl ProcedureLibrary {
     /// Writes `agent_id`'s procedure `name` (atomically, in the agent's
     /// own directory, never over a legacy file).
     pub fn save(&self, agent_id: &str, name: &str, text: &str) -> Result<Procedure, MemoryError> {
+        self.update(agent_id, name, |_| Ok(text.to_owned()))
+    }
+
+    /// Reads `agent_id`'s own procedure `name` (`None` when it has none),
+    /// lets `change` write its new text, and writes it back atomically, all
+    /// under the file's lock
+    /// ([`update_file_locked`](crate::common::update_file_locked): this
+    /// process and others alike), so a rewrite always starts from the last
+    /// saved text and two writers at once never lose one's work. An error
+    /// from `change` leaves the file as it is. Legacy files are never
+    /// written: the new text goes to the agent's own directory.
+    pub fn update(
+        &self,
+        agent_id: &str,
+        name: &str,
+        change: impl FnOnce(Option<&str>) -> Result<String, MemoryError>,
+    ) -> Result<Procedure, MemoryError> {
         validate_agent_dir(agent_id)?;
         validate_procedure_name(name)?;
-        let dir = self.dir.join(agent_id);
-        std::fs::create_dir_all(&dir).map_err(|source| MemoryError::File {
-            op: "write",
-            path: dir.clone(),
-            source,
-        })?;
-        let path = dir.join(format!("{name}.md"));
-        write_atomic(&path, text.as_bytes()).map_err(|source| MemoryError::File {
+        let path = self.dir.join(agent_id).join(format!("{name}.md"));
+        let text = update_file_locked(&path, |old| {
+            let old = old.map(|bytes| {
+                String::from_utf8(bytes).map_err(|_| MemoryError::File {
+                    op: "read",
+                    path: path.clone(),
+                    source: std::io::Error::new(ErrorKind::InvalidData, "the procedure is not UTF-8"),
+                })
+            });
+            let old = old.transpose()?;
+            let text = change(old.as_deref())?;
+            Ok((Some(text.clone().into_bytes()), text))
+        })
+        .map_err(|source| MemoryError::File {
             op: "write",
             path: path.clone(),
             source,
-        })?;
+        })??;
         Ok(Procedure {
             agent_id: agent_id.to_owned(),
             name: name.to_owned(),
-            text: text.to_owned(),
+            text,
             path,
             legacy: false,
         })

@@ -248,6 +248,12 @@ pub struct MemoryService {
     last_prompt: Mutex<Option<(String, Vec<f32>)>>,
     /// What was forgotten, when there is no user-model file to keep it in.
     pub(super) forgotten_here: Mutex<Vec<ForgottenSecret>>,
+    /// Orders user-profile writes and forgetting: a profile write (its
+    /// check against the forgotten list and its record) holds it shared,
+    /// [`forget`](Self::forget) holds it exclusively for its record and
+    /// delete, so a write that passed the check lands before the delete
+    /// that removes it, never after.
+    pub(super) profile_lock: tokio::sync::RwLock<()>,
 }
 
 impl fmt::Debug for MemoryService {
@@ -275,6 +281,7 @@ impl MemoryService {
             synced: Mutex::new(HashSet::new()),
             last_prompt: Mutex::new(None),
             forgotten_here: Mutex::new(Vec::new()),
+            profile_lock: tokio::sync::RwLock::new(()),
         }
     }
 
@@ -417,6 +424,12 @@ impl MemoryService {
     ) -> Result<MemoryRecord, MemoryError> {
         let text = self.clean_text(source, text)?;
         let rule = write_rule(source);
+        // A profile write and its check against the forgotten list happen
+        // under the profile lock, which forgetting takes exclusively.
+        let _profile = match rule.layer {
+            Layer::Semantic => Some(self.profile_lock.read().await),
+            _ => None,
+        };
         if rule.layer == Layer::Semantic {
             self.refuse_forgotten(source, &text)?;
         }
@@ -597,12 +610,24 @@ impl MemoryService {
             .user_model
             .as_ref()
             .ok_or(MemoryError::NoHome { what: "user model" })?;
-        for (key, value) in &entries {
-            if !value.trim().is_empty() {
-                self.refuse_forgotten(SOURCE_USER_MODEL, &format!("{key}: {}", value.trim()))?;
+        let _profile = self.profile_lock.read().await;
+        let forgotten_here = self
+            .forgotten_here
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let (model, ()) = file.try_update(self.now(), |model| {
+            let mut forgotten = model.forgotten.clone();
+            forgotten.extend(forgotten_here);
+            for (key, value) in &entries {
+                if !value.trim().is_empty()
+                    && contains_forgotten(&format!("{key}: {}", value.trim()), &forgotten)
+                {
+                    return Err(MemoryError::Forgotten {
+                        source_name: SOURCE_USER_MODEL.to_owned(),
+                    });
+                }
             }
-        }
-        let model = file.update(self.now(), |model| {
             for (key, value) in &entries {
                 if value.trim().is_empty() {
                     model.entries.remove(key);
@@ -610,6 +635,7 @@ impl MemoryService {
                     model.entries.insert(key.clone(), value.trim().to_owned());
                 }
             }
+            Ok(())
         })?;
         for (key, value) in &entries {
             if value.trim().is_empty() {
@@ -893,12 +919,11 @@ impl MemoryService {
         let prompt_vector = self.embed_prompt(prompt).await?;
         let id = self.ids.next_id("mem_");
         let episode = self.record(scope, id, SOURCE_TURN, text, metadata, episode_vector);
-        self.store.put(episode.clone()).await?;
 
         let mut working = self.working(scope).await?;
         working.record_turn(prompt, prompt_vector, answer, self.now(), &self.config.working);
         working.push_episode(episode.id.clone(), self.config.history_turns.saturating_sub(1));
-        self.store.save_working(&working).await?;
+        self.store.put_with_working(episode.clone(), &working).await?;
         Ok(Some(episode))
     }
 

@@ -78,6 +78,19 @@ pub trait MemoryStore: Send + Sync + Debug {
 
     /// Stores the working memory of `memory.session_id`, replacing what was there.
     async fn save_working(&self, memory: &WorkingMemory) -> Result<(), MemoryError>;
+
+    /// [`put`](Self::put) then [`save_working`](Self::save_working): what
+    /// the end of a turn writes (its episode and the session's working
+    /// memory). Stores that can do both in one transaction do, so the turn
+    /// pays for one durable write, and neither lands without the other.
+    async fn put_with_working(
+        &self,
+        record: MemoryRecord,
+        memory: &WorkingMemory,
+    ) -> Result<(), MemoryError> {
+        self.put(record).await?;
+        self.save_working(memory).await
+    }
 }
 
 /// Memory kept in the process: fast, and gone when the process ends.

@@ -1,5 +1,6 @@
 //! The user model (사용자 모델): `$JARVIS_HOME/user_model.json`, one file
-//! every agent reads (R-MEM-9), written atomically (R-IDEM-3).
+//! every agent reads (R-MEM-9), updated under a lock and written
+//! atomically (R-IDEM-3).
 //!
 //! The rules are documented on [`UserModelFile`].
 
@@ -13,7 +14,7 @@ use std::time::SystemTime;
 
 use super::error::MemoryError;
 use super::forget::ForgottenSecret;
-use crate::common::{Timestamp, write_atomic};
+use crate::common::{Timestamp, update_file_locked};
 
 /// The file name under `JARVIS_HOME`.
 pub const USER_MODEL_FILE: &str = "user_model.json";
@@ -189,38 +190,64 @@ impl UserModelFile {
 
     /// Reads the model, lets `change` edit it, stamps it with `now` and
     /// writes it atomically; answers what was written. A damaged file is
-    /// not overwritten.
+    /// not overwritten. The read and the write happen under the file's
+    /// lock (see [`try_update`](Self::try_update)).
     pub fn update(
         &self,
         now: Timestamp,
         change: impl FnOnce(&mut UserModel),
     ) -> Result<UserModel, MemoryError> {
-        let mut model = self.read()?.unwrap_or_default();
-        change(&mut model);
-        model.v = version();
-        model.updated_at = Some(now);
-        let mut bytes = serde_json::to_vec_pretty(&model).map_err(|e| MemoryError::File {
-            op: "write",
-            path: self.path.clone(),
-            source: std::io::Error::other(e),
-        })?;
-        bytes.push(b'\n');
-        if let Some(dir) = self.path.parent()
-            && !dir.as_os_str().is_empty()
-        {
-            std::fs::create_dir_all(dir).map_err(|source| MemoryError::File {
+        self.try_update(now, |model| {
+            change(model);
+            Ok(())
+        })
+        .map(|(model, ())| model)
+    }
+
+    /// Like [`update`](Self::update), but `change` may refuse: its error
+    /// leaves the file as it is and is answered. Answers what was written
+    /// and what `change` answered.
+    ///
+    /// The file is read and written under a lock that covers both
+    /// ([`update_file_locked`]: a mutex in this process and an OS lock on
+    /// `user_model.json.lock` against other processes), so `change` always
+    /// sees the last update, and two updates at once (a distillation and a
+    /// forgetting) both land: neither the forgotten digest nor a distilled
+    /// entry is lost to the other's write.
+    pub fn try_update<T>(
+        &self,
+        now: Timestamp,
+        change: impl FnOnce(&mut UserModel) -> Result<T, MemoryError>,
+    ) -> Result<(UserModel, T), MemoryError> {
+        let path = &self.path;
+        let outcome = update_file_locked(path, |old| {
+            let mut model = match old {
+                None => UserModel::default(),
+                Some(bytes) => serde_json::from_slice::<UserModel>(&bytes).map_err(|e| {
+                    MemoryError::DamagedUserModel {
+                        path: path.clone(),
+                        reason: e.to_string(),
+                    }
+                })?,
+            };
+            let out = change(&mut model)?;
+            model.v = version();
+            model.updated_at = Some(now);
+            let mut bytes = serde_json::to_vec_pretty(&model).map_err(|e| MemoryError::File {
                 op: "write",
-                path: dir.to_path_buf(),
-                source,
+                path: path.clone(),
+                source: std::io::Error::other(e),
             })?;
-        }
-        write_atomic(&self.path, &bytes).map_err(|source| MemoryError::File {
-            op: "write",
-            path: self.path.clone(),
+            bytes.push(b'\n');
+            Ok((Some(bytes), (model, out)))
+        })
+        .map_err(|source| MemoryError::File {
+            op: "update",
+            path: path.clone(),
             source,
         })?;
         *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        Ok(model)
+        outcome
     }
 }
 

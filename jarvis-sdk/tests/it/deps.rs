@@ -1,5 +1,7 @@
 //! The SDK's normal dependencies stay lean: no HTTP server, no terminal UI,
-//! no database client in a default build (DESIGN.md §3, §6).
+//! no database client in a default build (DESIGN.md §3, §6); its one
+//! database is SQLite compiled in (feature `sqlite`), which a build without
+//! default features leaves out too.
 
 use std::process::Command;
 
@@ -51,6 +53,24 @@ fn the_default_build_has_no_server_terminal_or_database_crates() {
         assert!(
             !deps.iter().any(|d| d == bad),
             "{bad} is a normal dependency of jarvis-sdk"
+        );
+    }
+}
+
+#[test]
+fn sqlite_is_compiled_in_by_default_and_only_with_its_feature() {
+    let default = normal_deps(&[]);
+    for wanted in ["rusqlite", "libsqlite3-sys"] {
+        assert!(
+            default.iter().any(|d| d == wanted),
+            "{wanted} is missing by default"
+        );
+    }
+    let bare = normal_deps(&["--no-default-features"]);
+    for unwanted in ["rusqlite", "libsqlite3-sys"] {
+        assert!(
+            !bare.iter().any(|d| d == unwanted),
+            "{unwanted} without the sqlite feature"
         );
     }
 }

@@ -2,7 +2,8 @@
 //! repeated overflows (through the assembled app, with its `[절차 기억]` in
 //! the next turn), procedure learning from turns that went well, failed
 //! reflections writing nothing, user-model distillation with provenance and
-//! without duplicates, and forgetting (in memory and on Postgres).
+//! without duplicates, and forgetting (in memory, in SQLite and on
+//! Postgres).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,8 +14,8 @@ use jarvis_sdk::{
     DistillConfig, Distiller, FauxProvider, HashEmbedder, InMemoryMemoryStore, KIND_PROCEDURE, Layer,
     LearnError, ManualClock, MemoryConfig, MemoryError, MemoryFilter, MemoryRecord, MemoryScope,
     MemoryService, MemoryStore, PostgresMemoryStore, Provider, Purpose, REFLECTION_TEMPLATE_FILE, Reflection,
-    ReflectionConfig, Reflector, ScopeResolver, SectionKind, StaticScopes, StopReason, TurnRecord,
-    TurnReport, build_app, fact_digest, normalise_fact,
+    ReflectionConfig, Reflector, ScopeResolver, SectionKind, SqliteMemoryStore, StaticScopes, StopReason,
+    TurnRecord, TurnReport, build_app, fact_digest, normalise_fact,
 };
 
 use crate::memory::fixed_clock;
@@ -709,6 +710,13 @@ async fn forgetting_in_memory() {
 }
 
 #[tokio::test]
+async fn forgetting_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteMemoryStore::open_in_home(dir.path()).await.unwrap();
+    forgetting_works_on(Arc::new(store), None).await;
+}
+
+#[tokio::test]
 async fn forgetting_on_postgres_reaches_every_process() {
     let Some((url, _)) = fresh_schema("forgetting on postgres").await else {
         return;
@@ -743,6 +751,75 @@ async fn forgetting_needs_two_characters() {
     assert_eq!((forgot.entries, forgot.records), (0, 1));
     assert!(memory.remember(&scope(), "Code is 4321.").await.is_err());
     assert_eq!(memory.forgotten().len(), 1);
+}
+
+/// Every file under `dir`, recursively, whose bytes contain `needle`.
+fn files_holding(dir: &Path, needle: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                todo.push(path);
+            } else if std::fs::read(&path)
+                .unwrap()
+                .windows(needle.len())
+                .any(|w| w == needle.as_bytes())
+            {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn a_forgotten_fact_leaves_no_bytes_in_any_file_of_the_home() {
+    let faux = Arc::new(FauxProvider::from_yaml("fallback: { text: \"알겠어요.\" }").unwrap());
+    let home = tempfile::tempdir().unwrap();
+    // The default home: memory in SQLite.
+    let app = build_app(AppConfig::for_home(home.path()).with_provider(faux))
+        .await
+        .unwrap();
+    let meta = app.create_session(None).await.unwrap();
+    let session = app.session(&meta.id).await.unwrap();
+    let say = |text: String| {
+        let session = session.clone();
+        async move {
+            let out = session.prompt(&text, Caller::Local).await.unwrap();
+            session.settled().await;
+            out.final_message.content
+        }
+    };
+    let (fact, part) = ("사물함 비밀번호는 QUOKKA-7319-LANTERN 이다", "QUOKKA-7319");
+    assert_eq!(say("이번 주 일정 정리해 줘".into()).await, "알겠어요.");
+    assert!(say(format!("/remember {fact}")).await.contains("remembered"));
+    assert_eq!(say("내일 날씨 알려 줘".into()).await, "알겠어요.");
+    assert!(
+        home.path().join("memory.sqlite3").exists(),
+        "the default store is SQLite"
+    );
+    assert!(
+        !files_holding(home.path(), part).is_empty(),
+        "the remembered fact is on disk before it is forgotten"
+    );
+
+    let forgot = say(format!("/forget {part}")).await;
+    assert!(forgot.contains("1 profile records removed"), "{forgot}");
+    for needle in [fact, part, &part.to_lowercase(), "LANTERN"] {
+        assert_eq!(
+            files_holding(home.path(), needle),
+            Vec::<std::path::PathBuf>::new(),
+            "{needle:?} is still on disk"
+        );
+    }
+    drop(session);
+    drop(app);
+    assert!(
+        files_holding(home.path(), part).is_empty(),
+        "nor after the app closed"
+    );
 }
 
 #[tokio::test]

@@ -9,6 +9,7 @@ mod continuity;
 mod deps;
 mod dual;
 mod embed;
+mod files;
 mod gate;
 mod harness;
 mod housing;

@@ -994,3 +994,103 @@ fn store_durability_and_the_demo_housing_source_come_from_the_environment() {
     .unwrap();
     assert!(!c.is_demo(), "a faux script is not the demo");
 }
+
+#[test]
+fn the_memory_store_comes_from_the_environment() {
+    use jarvis_sdk::MemoryBackend;
+    let lookup = |vars: &'static [(&'static str, &'static str)]| {
+        AppConfig::from_lookup(move |k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()))
+    };
+    let backend = |vars| lookup(vars).unwrap().memory.backend;
+    assert_eq!(backend(&[("JARVIS_HOME", "/tmp/x")]), MemoryBackend::Auto);
+    for (value, expected) in [
+        ("auto", MemoryBackend::Auto),
+        ("SQLite", MemoryBackend::Sqlite),
+        (" memory ", MemoryBackend::Memory),
+    ] {
+        let vars: &'static [(&'static str, &'static str)] = Box::leak(Box::new([
+            ("JARVIS_HOME", "/tmp/x"),
+            ("JARVIS_MEMORY__STORE", value),
+        ]));
+        assert_eq!(backend(vars), expected, "{value}");
+    }
+    assert_eq!(
+        backend(&[
+            ("JARVIS_HOME", "/tmp/x"),
+            ("JARVIS_MEMORY__STORE", "postgres"),
+            ("JARVIS_STORE__POSTGRES_URL", "postgres://me@db/jarvis"),
+        ]),
+        MemoryBackend::Postgres {
+            url: "postgres://me@db/jarvis".into()
+        }
+    );
+    let e = lookup(&[("JARVIS_HOME", "/tmp/x"), ("JARVIS_MEMORY__STORE", "postgres")]).unwrap_err();
+    assert!(e.to_string().contains("needs JARVIS_STORE__POSTGRES_URL"), "{e}");
+    let e = lookup(&[("JARVIS_HOME", "/tmp/x"), ("JARVIS_MEMORY__STORE", "redis")]).unwrap_err();
+    assert!(
+        e.to_string().contains("JARVIS_MEMORY__STORE=redis")
+            && e.to_string().contains("auto, sqlite, memory or postgres"),
+        "{e}"
+    );
+    // An embedded app keeps memory in the process, like its sessions,
+    // unless asked otherwise.
+    assert_eq!(
+        AppConfig::embedded("/tmp/x").memory.backend,
+        MemoryBackend::Memory
+    );
+    assert_eq!(
+        AppConfig::embedded("/tmp/x")
+            .with_memory_backend(MemoryBackend::Sqlite)
+            .memory
+            .backend,
+        MemoryBackend::Sqlite
+    );
+}
+
+#[tokio::test]
+async fn a_home_keeps_memory_in_sqlite_unless_told_otherwise() {
+    use jarvis_sdk::{InMemoryMemoryStore, MemoryBackend, MemoryScope};
+    let script = "fallback: { text: \"ok\" }";
+    let remembered = |app: &AppAssembly| {
+        let memory = app.memory().unwrap().clone();
+        async move {
+            let scope = MemoryScope::new(jarvis_sdk::DEFAULT_USER, MAIN_AGENT, "s");
+            memory.remember(&scope, "우리 고양이 이름은 나비").await.unwrap();
+        }
+    };
+    // The default: a file, and the memory is there after a restart.
+    let home = TempHome::new();
+    let faux = Arc::new(FauxProvider::from_yaml(script).unwrap());
+    let app = build_app(AppConfig::for_home(&home.0).with_provider(faux.clone()))
+        .await
+        .unwrap();
+    remembered(&app).await;
+    drop(app);
+    assert!(home.0.join("memory.sqlite3").exists());
+    let app = build_app(AppConfig::for_home(&home.0).with_provider(faux.clone()))
+        .await
+        .unwrap();
+    let scope = app.memory_scope(MAIN_AGENT, "s2").unwrap();
+    let found = app
+        .memory()
+        .unwrap()
+        .search(&scope, "고양이 이름", jarvis_sdk::Layer::Semantic, 3)
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1, "memory came back after the restart");
+    drop(app);
+
+    // `memory`, and a store of one's own, write no database.
+    for config in [
+        AppConfig::for_home(&TempHome::new().0).with_memory_backend(MemoryBackend::Memory),
+        AppConfig::for_home(&TempHome::new().0)
+            .with_memory_backend(MemoryBackend::Sqlite)
+            .with_memory_store(Arc::new(InMemoryMemoryStore::new())),
+    ] {
+        let home = config.home.clone();
+        let app = build_app(config.with_provider(faux.clone())).await.unwrap();
+        remembered(&app).await;
+        assert!(!home.join("memory.sqlite3").exists(), "{}", home.display());
+        let _ = std::fs::remove_dir_all(&home);
+    }
+}

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use super::error::HousingError;
 use super::format::won;
-use super::store::{FILE_VERSION, read_json, write_json};
+use super::store::{FILE_VERSION, read_json, update_json};
 use crate::agent::{ToolContext, ToolError, ToolResult, TypedTool};
 
 /// The file name of the profile under `$JARVIS_HOME`.
@@ -205,6 +205,23 @@ pub trait ProfileStore: Send + Sync + fmt::Debug {
     fn load(&self) -> BoxFuture<'_, Result<Option<HousingProfile>, HousingError>>;
     /// Replaces the stored profile.
     fn save(&self, profile: HousingProfile) -> BoxFuture<'_, Result<(), HousingError>>;
+
+    /// Merges `patch` into the stored profile ([`HousingProfile::merge`])
+    /// and saves the result when it is valid; answers what was saved. An
+    /// invalid result is [`HousingError::Invalid`] and saves nothing.
+    ///
+    /// The default loads, merges and saves in three steps; stores that
+    /// others may write at the same time do it as one step under a lock, so
+    /// two patches at once both land.
+    fn merge(&self, patch: HousingProfile) -> BoxFuture<'_, Result<HousingProfile, HousingError>> {
+        Box::pin(async move {
+            let mut profile = self.load().await?.unwrap_or_default();
+            profile.merge(patch);
+            profile.validate()?;
+            self.save(profile.clone()).await?;
+            Ok(profile)
+        })
+    }
 }
 
 /// Keeps the profile in memory (tests, embedding without a home directory).
@@ -230,6 +247,17 @@ impl ProfileStore for MemoryProfileStore {
         *self.profile.lock().unwrap_or_else(|e| e.into_inner()) = Some(profile);
         Box::pin(async { Ok(()) })
     }
+
+    fn merge(&self, patch: HousingProfile) -> BoxFuture<'_, Result<HousingProfile, HousingError>> {
+        let mut stored = self.profile.lock().unwrap_or_else(|e| e.into_inner());
+        let mut profile = stored.clone().unwrap_or_default();
+        profile.merge(patch);
+        let result = profile.validate().map(|()| {
+            *stored = Some(profile.clone());
+            profile
+        });
+        Box::pin(async move { result })
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -239,7 +267,10 @@ struct ProfileFile {
 }
 
 /// Keeps the profile in one JSON file (`{"v": 1, "profile": {…}}`),
-/// replaced atomically on every save.
+/// replaced atomically on every save; a [`merge`](ProfileStore::merge)
+/// reads and writes it under the file's lock
+/// ([`update_file_locked`](crate::common::update_file_locked)), so patches
+/// made at the same time, in this process or another, all land.
 #[derive(Debug)]
 pub struct FileProfileStore {
     path: PathBuf,
@@ -275,13 +306,32 @@ impl ProfileStore for FileProfileStore {
 
     fn save(&self, profile: HousingProfile) -> BoxFuture<'_, Result<(), HousingError>> {
         let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-        let result = write_json(
-            &self.path,
-            &ProfileFile {
-                v: FILE_VERSION,
+        let result = update_json(&self.path, |_: Option<ProfileFile>| {
+            Ok((
+                ProfileFile {
+                    v: FILE_VERSION,
+                    profile,
+                },
+                (),
+            ))
+        });
+        Box::pin(async move { result })
+    }
+
+    fn merge(&self, patch: HousingProfile) -> BoxFuture<'_, Result<HousingProfile, HousingError>> {
+        let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let result = update_json(&self.path, |stored: Option<ProfileFile>| {
+            let mut profile = stored.map(|f| f.profile).unwrap_or_default();
+            profile.merge(patch);
+            profile.validate()?;
+            Ok((
+                ProfileFile {
+                    v: FILE_VERSION,
+                    profile: profile.clone(),
+                },
                 profile,
-            },
-        );
+            ))
+        });
         Box::pin(async move { result })
     }
 }
@@ -352,22 +402,16 @@ impl TypedTool for HousingProfileTool {
             (ProfileAction::Set, None) => Ok(ToolResult::error(
                 "`action: set` needs `profile` with the fields to change (변경할 항목을 profile에 넣어 주세요)",
             )),
-            (ProfileAction::Set, Some(patch)) => {
-                let mut profile = stored.unwrap_or_default();
-                profile.merge(patch);
-                if let Err(e) = profile.validate() {
-                    return Ok(ToolResult::error(e.to_string()));
-                }
-                if let Err(e) = self.store.save(profile.clone()).await {
-                    return Ok(ToolResult::error(format!(
-                        "주거 프로필을 저장하지 못했습니다: {e}"
-                    )));
-                }
-                Ok(ToolResult::ok(format!(
+            (ProfileAction::Set, Some(patch)) => match self.store.merge(patch).await {
+                Ok(profile) => Ok(ToolResult::ok(format!(
                     "주거 프로필을 저장했습니다:\n{}",
                     profile.to_korean()
-                )))
-            }
+                ))),
+                Err(e @ HousingError::Invalid(_)) => Ok(ToolResult::error(e.to_string())),
+                Err(e) => Ok(ToolResult::error(format!(
+                    "주거 프로필을 저장하지 못했습니다: {e}"
+                ))),
+            },
         }
     }
 }

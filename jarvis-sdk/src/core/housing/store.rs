@@ -1,6 +1,6 @@
 //! The files the housing stores keep under `$JARVIS_HOME`: small JSON
-//! documents read whole, replaced atomically and versioned with a `"v": 1`
-//! member, and the append-only `external_seen.jsonl` of notices already
+//! documents read whole, updated under a lock that covers the read and the
+//! write, replaced atomically and versioned with a `"v": 1` member, and the append-only `external_seen.jsonl` of notices already
 //! reported by watches.
 
 use serde::Serialize;
@@ -10,7 +10,7 @@ use std::io::Write;
 use std::path::Path;
 
 use super::error::HousingError;
-use crate::common::{Timestamp, write_atomic};
+use crate::common::{Timestamp, update_file_locked};
 
 /// The file format version written and accepted.
 pub(crate) const FILE_VERSION: u64 = 1;
@@ -29,11 +29,16 @@ pub(crate) fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, H
             });
         }
     };
+    parse_json(path, &bytes).map(Some)
+}
+
+/// The document in `bytes`, read from `path`: JSON with `"v": 1`.
+fn parse_json<T: DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T, HousingError> {
     let corrupt = |message: String| HousingError::Corrupt {
         path: path.to_owned(),
         message,
     };
-    let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
     match value.get("v").and_then(serde_json::Value::as_u64) {
         Some(FILE_VERSION) => {}
         Some(other) => {
@@ -43,23 +48,41 @@ pub(crate) fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, H
         }
         None => return Err(corrupt("no `v` version member".to_owned())),
     }
-    serde_json::from_value(value)
-        .map(Some)
-        .map_err(|e| corrupt(e.to_string()))
+    serde_json::from_value(value).map_err(|e| corrupt(e.to_string()))
 }
 
-/// Replaces `path` with `doc` atomically, creating its directory first.
-pub(crate) fn write_json<T: Serialize>(path: &Path, doc: &T) -> Result<(), HousingError> {
-    let io = |source| HousingError::Io {
+/// The bytes of `doc` as written: pretty JSON and a final newline.
+fn json_bytes<T: Serialize>(path: &Path, doc: &T) -> Result<Vec<u8>, HousingError> {
+    let mut bytes = serde_json::to_vec_pretty(doc).map_err(|e| HousingError::Io {
+        path: path.to_owned(),
+        source: std::io::Error::other(e),
+    })?;
+    bytes.push(b'\n');
+    Ok(bytes)
+}
+
+/// Reads the document in `path` (`None` when the file does not exist),
+/// lets `change` make the new one, and writes it back atomically, all
+/// under the file's lock ([`update_file_locked`]: this process and other
+/// processes alike), so no update is lost to another made at the same
+/// time. A file that does not parse is an error and is left as it is, and
+/// so is the file when `change` fails.
+pub(crate) fn update_json<D, T>(
+    path: &Path,
+    change: impl FnOnce(Option<D>) -> Result<(D, T), HousingError>,
+) -> Result<T, HousingError>
+where
+    D: Serialize + DeserializeOwned,
+{
+    update_file_locked(path, |old| {
+        let doc = old.map(|bytes| parse_json::<D>(path, &bytes)).transpose()?;
+        let (doc, out) = change(doc)?;
+        Ok((Some(json_bytes(path, &doc)?), out))
+    })
+    .map_err(|source| HousingError::Io {
         path: path.to_owned(),
         source,
-    };
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(io)?;
-    }
-    let mut bytes = serde_json::to_vec_pretty(doc).map_err(|e| io(std::io::Error::other(e)))?;
-    bytes.push(b'\n');
-    write_atomic(path, &bytes).map_err(io)
+    })?
 }
 
 /// The file name of the log of external items already reported, under

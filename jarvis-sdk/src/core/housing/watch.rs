@@ -21,7 +21,7 @@ use std::time::UNIX_EPOCH;
 use super::error::HousingError;
 use super::format::notice_list;
 use super::notice::{MAX_NOTICE_LIMIT, Notice, NoticeQuery, NoticeSource};
-use super::store::{EXTERNAL_SEEN_FILE, FILE_VERSION, SeenLog, read_json, write_json};
+use super::store::{EXTERNAL_SEEN_FILE, FILE_VERSION, SeenLog, read_json, update_json};
 use crate::agent::{ToolContext, ToolError, ToolResult, TypedTool};
 use crate::common::{Clock, SystemClock, Timestamp};
 
@@ -289,17 +289,22 @@ impl FileWatchStore {
         }))
     }
 
-    /// Reads, changes and writes back under the store's lock.
+    /// Reads, changes and writes back under the store's lock and the
+    /// file's ([`update_json`]: also against another process).
     fn update<T>(
         &self,
         change: impl FnOnce(&mut Watches) -> Result<T, HousingError>,
     ) -> Result<T, HousingError> {
         let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-        let mut watches = self.read()?;
-        let out = change(&mut watches)?;
-        watches.v = FILE_VERSION;
-        write_json(&self.path, &watches)?;
-        Ok(out)
+        update_json(&self.path, |stored: Option<Watches>| {
+            let mut watches = stored.unwrap_or(Watches {
+                v: FILE_VERSION,
+                watches: Vec::new(),
+            });
+            let out = change(&mut watches)?;
+            watches.v = FILE_VERSION;
+            Ok((watches, out))
+        })
     }
 }
 

@@ -1,5 +1,6 @@
 //! The memory layer: recall quality, the assembled prompt, permissions,
-//! the Postgres store, the harness and the memory tools.
+//! the SQLite and Postgres stores, forgetting racing distillation, the
+//! harness and the memory tools.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -7,11 +8,13 @@ use std::time::{Duration, SystemTime};
 use jarvis_sdk::ManualClock;
 
 mod bad_input;
+mod forget_race;
 mod harness;
 mod permissions;
 mod postgres;
 mod prompt;
 mod quality;
+mod sqlite;
 mod stores;
 mod tools;
 

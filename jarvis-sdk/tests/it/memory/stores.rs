@@ -1,28 +1,65 @@
 //! The contract every `MemoryStore` keeps, run unchanged against the
-//! in-memory store and a real Postgres server, plus two Postgres stores
-//! sharing one database as two server instances would.
+//! in-memory store, the SQLite store (and the same SQLite file reopened)
+//! and a real Postgres server, plus two Postgres stores sharing one
+//! database as two server instances would.
 
 use std::sync::Arc;
 
 use jarvis_sdk::{
     Agents, InMemoryMemoryStore, Layer, MemoryFilter, MemoryRecord, MemoryStore, PostgresMemoryStore,
-    SearchQuery, Timestamp, WorkingItem, WorkingMemory,
+    SearchQuery, SqliteMemoryStore, Timestamp, WorkingItem, WorkingMemory,
 };
 use serde_json::json;
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Backend {
     Memory,
+    Sqlite,
+    /// The SQLite store, closed and opened again between the steps.
+    SqliteReopened,
     Postgres,
 }
 
-async fn open(backend: Backend, what: &str) -> Option<Arc<dyn MemoryStore>> {
-    Some(match backend {
-        Backend::Memory => Arc::new(InMemoryMemoryStore::new()),
+/// The store under test, and how to open it again (a SQLite file).
+struct Subject {
+    store: Arc<dyn MemoryStore>,
+    file: Option<(tempfile::TempDir, std::path::PathBuf)>,
+    reopen: bool,
+}
+
+impl Subject {
+    /// Closes the store and opens its file again, when the backend asks.
+    async fn reopen(&mut self) {
+        let (true, Some((_, path))) = (self.reopen, &self.file) else {
+            return;
+        };
+        // Closed first: the file is held exclusively.
+        drop(std::mem::replace(
+            &mut self.store,
+            Arc::new(InMemoryMemoryStore::new()),
+        ));
+        self.store = Arc::new(SqliteMemoryStore::open(path.clone()).await.unwrap());
+    }
+}
+
+async fn open(backend: Backend, what: &str) -> Option<Subject> {
+    let (store, file): (Arc<dyn MemoryStore>, _) = match backend {
+        Backend::Memory => (Arc::new(InMemoryMemoryStore::new()), None),
+        Backend::Sqlite | Backend::SqliteReopened => {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("memory.sqlite3");
+            let store = SqliteMemoryStore::open(path.clone()).await.unwrap();
+            (Arc::new(store), Some((dir, path)))
+        }
         Backend::Postgres => {
             let (url, _) = crate::pg::fresh_schema(what).await?;
-            Arc::new(PostgresMemoryStore::connect(&url).await.unwrap())
+            (Arc::new(PostgresMemoryStore::connect(&url).await.unwrap()), None)
         }
+    };
+    Some(Subject {
+        store,
+        file,
+        reopen: backend == Backend::SqliteReopened,
     })
 }
 
@@ -67,7 +104,7 @@ fn query(filter: MemoryFilter, vector: Vec<f32>, k: usize, floor: f32) -> Search
 }
 
 async fn contract(backend: Backend) {
-    let Some(store) = open(backend, "memory store contract").await else {
+    let Some(mut s) = open(backend, "memory store contract").await else {
         return;
     };
     let a = record("a", "main", Layer::Episodic, "episode", unit(8, &[(0, 1.0)]), 1);
@@ -83,32 +120,43 @@ async fn contract(backend: Backend) {
     let d = record("d", "karen", Layer::Semantic, "fact", unit(8, &[(1, 1.0)]), 4);
     let legacy = record("legacy", "main", Layer::Episodic, "note", Vec::new(), 0);
     for r in [&a, &b, &c, &d, &legacy] {
-        store.put(r.clone()).await.unwrap();
+        s.store.put(r.clone()).await.unwrap();
     }
+    s.reopen().await;
 
     // get: in the order asked, unknown ids left out, every field kept.
-    let got = store.get(&["d".into(), "zz".into(), "a".into()]).await.unwrap();
+    let got = s.store.get(&["d".into(), "zz".into(), "a".into()]).await.unwrap();
     assert_eq!(got, vec![d.clone(), a.clone()], "{backend:?}");
 
     // list: newest first, filtered per layer and agent, limited.
     let ids = |rs: Vec<MemoryRecord>| rs.into_iter().map(|r| r.id).collect::<Vec<_>>();
     let all = MemoryFilter::for_user("u");
     assert_eq!(
-        ids(store.list(&all).await.unwrap()),
+        ids(s.store.list(&all).await.unwrap()),
         ["d", "c", "b", "a", "legacy"]
     );
     let mains = MemoryFilter::for_user("u").layer(Layer::Episodic, Agents::only(["main"]));
-    assert_eq!(ids(store.list(&mains).await.unwrap()), ["b", "a", "legacy"]);
+    assert_eq!(ids(s.store.list(&mains).await.unwrap()), ["b", "a", "legacy"]);
     assert_eq!(
-        ids(store.list(&mains.clone().kinds(["note"])).await.unwrap()),
+        ids(s.store.list(&mains.clone().kinds(["note"])).await.unwrap()),
         ["legacy"]
     );
-    assert_eq!(ids(store.list(&all.clone().limit(2)).await.unwrap()), ["d", "c"]);
-    assert!(store.list(&MemoryFilter::for_user("v")).await.unwrap().is_empty());
+    assert_eq!(
+        ids(s.store.list(&all.clone().limit(2)).await.unwrap()),
+        ["d", "c"]
+    );
+    assert!(
+        s.store
+            .list(&MemoryFilter::for_user("v"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     // search: by similarity, within the filter and the embedder's space.
     let q = unit(8, &[(0, 1.0)]);
-    let hits = store
+    let hits = s
+        .store
         .search(&query(mains.clone(), q.clone(), 5, 0.0))
         .await
         .unwrap();
@@ -117,15 +165,17 @@ async fn contract(backend: Backend) {
         (hits[0].similarity - 1.0).abs() < 1e-5
             && (hits[1].similarity - std::f32::consts::FRAC_1_SQRT_2).abs() < 1e-3
     );
-    let floor = store
+    let floor = s
+        .store
         .search(&query(mains.clone(), q.clone(), 5, 0.9))
         .await
         .unwrap();
     assert_eq!(floor.len(), 1);
     let mut other_space = query(all.clone(), q.clone(), 5, 0.0);
     other_space.embedder = "other".into();
-    assert!(store.search(&other_space).await.unwrap().is_empty());
-    let both = store
+    assert!(s.store.search(&other_space).await.unwrap().is_empty());
+    let both = s
+        .store
         .search_many(&[
             query(all.clone().layer(Layer::Episodic, Agents::Any), q.clone(), 2, 0.0),
             query(
@@ -145,9 +195,13 @@ async fn contract(backend: Backend) {
     assert_eq!(both[1].iter().map(|h| h.id.as_str()).collect::<Vec<_>>(), ["d"]);
 
     // touch and put-as-replace.
-    store.touch(&["a".into(), "a".into(), "zz".into()]).await.unwrap();
-    store.touch(&["a".into()]).await.unwrap();
-    let a_now = store.get(&["a".into()]).await.unwrap().pop().unwrap();
+    s.store
+        .touch(&["a".into(), "a".into(), "zz".into()])
+        .await
+        .unwrap();
+    s.store.touch(&["a".into()]).await.unwrap();
+    s.reopen().await;
+    let a_now = s.store.get(&["a".into()]).await.unwrap().pop().unwrap();
     assert_eq!(
         a_now.rehearsal, 2,
         "once per call however often named; {backend:?}"
@@ -155,17 +209,18 @@ async fn contract(backend: Backend) {
     let mut moved = a_now.clone();
     moved.agent_id = "karen".into();
     moved.text = "moved".into();
-    store.put(moved.clone()).await.unwrap();
-    assert_eq!(store.get(&["a".into()]).await.unwrap(), vec![moved]);
-    assert_eq!(ids(store.list(&mains).await.unwrap()), ["b", "legacy"]);
+    s.store.put(moved.clone()).await.unwrap();
+    s.reopen().await;
+    assert_eq!(s.store.get(&["a".into()]).await.unwrap(), vec![moved]);
+    assert_eq!(ids(s.store.list(&mains).await.unwrap()), ["b", "legacy"]);
 
     // stale: missing embeddings and other embedders.
-    let stale = ids(store.stale("e", 10).await.unwrap());
+    let stale = ids(s.store.stale("e", 10).await.unwrap());
     assert_eq!(stale, ["legacy"]);
-    assert_eq!(store.stale("other", 2).await.unwrap().len(), 2);
+    assert_eq!(s.store.stale("other", 2).await.unwrap().len(), 2);
 
     // working memory round-trips (embeddings are recomputed, not stored).
-    assert_eq!(store.load_working("s").await.unwrap(), None);
+    assert_eq!(s.store.load_working("s").await.unwrap(), None);
     let mut wm = WorkingMemory::new("s", "u", "main");
     wm.items.push(WorkingItem {
         text: "find notices".into(),
@@ -177,15 +232,48 @@ async fn contract(backend: Backend) {
     });
     wm.recent_episodes = vec!["e1".into()];
     wm.turns = 4;
-    store.save_working(&wm).await.unwrap();
+    s.store.save_working(&wm).await.unwrap();
     wm.turns = 5;
-    store.save_working(&wm).await.unwrap();
-    assert_eq!(store.load_working("s").await.unwrap(), Some(wm));
+    s.store.save_working(&wm).await.unwrap();
+    s.reopen().await;
+    assert_eq!(s.store.load_working("s").await.unwrap(), Some(wm));
+
+    // delete: really gone, counted once, unknown ids ignored.
+    let gone = s
+        .store
+        .delete(&["b".into(), "b".into(), "zz".into()])
+        .await
+        .unwrap();
+    assert_eq!(gone, 1, "{backend:?}");
+    s.reopen().await;
+    assert!(s.store.get(&["b".into()]).await.unwrap().is_empty());
+    assert_eq!(ids(s.store.list(&mains).await.unwrap()), ["legacy"]);
+    assert_eq!(s.store.delete(&[]).await.unwrap(), 0);
+
+    // The end of a turn: the episode and the working memory together.
+    let e = record("e", "main", Layer::Episodic, "episode", unit(8, &[(2, 1.0)]), 9);
+    let mut wm2 = WorkingMemory::new("s2", "u", "main");
+    wm2.recent_episodes = vec!["e".into()];
+    wm2.turns = 1;
+    s.store.put_with_working(e.clone(), &wm2).await.unwrap();
+    s.reopen().await;
+    assert_eq!(s.store.get(&["e".into()]).await.unwrap(), vec![e]);
+    assert_eq!(s.store.load_working("s2").await.unwrap(), Some(wm2));
 }
 
 #[tokio::test]
 async fn the_in_memory_store_keeps_the_contract() {
     contract(Backend::Memory).await;
+}
+
+#[tokio::test]
+async fn the_sqlite_store_keeps_the_contract() {
+    contract(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn the_sqlite_store_keeps_the_contract_across_reopens() {
+    contract(Backend::SqliteReopened).await;
 }
 
 #[tokio::test]
