@@ -126,13 +126,14 @@ pub use common::{
 pub use core::{
     AGENT_ONLY_TOOLS, DEFAULT_NOTICE_LIMIT, DEFAULT_REFERENCE_RATE, FileProfileStore, FileWatchStore,
     FixtureNoticeSource, HOUSING_MODE_ENV, HOUSING_REFERENCE_RATE_ENV, HOUSING_TIMEOUT_ENV,
-    HousingBudgetArgs, HousingBudgetTool, HousingConfig, HousingError, HousingLoanArgs, HousingLoanTool,
-    HousingProfile, HousingProfileArgs, HousingProfileTool, HousingWatchArgs, HousingWatchTool, IncomeBand,
-    LoanMonth, LoanSchedule, LoanTerms, MAX_NOTICE_LIMIT, MAX_PRINCIPAL, MAX_YEARS, MemoryProfileStore,
-    MemoryWatchStore, Notice, NoticeAgency, NoticeArgs, NoticeError, NoticeQuery, NoticeSource, NoticeTool,
-    NoticeWatch, PROFILE_FILE, ProfileAction, ProfileStore, REFERENCE_LOAN_YEARS, RepaymentMethod,
-    SH_NOT_CONFIGURED, SH_URL_ENV, ShFeed, ShNoticeSource, UnconfiguredSource, WATCHES_FILE, WatchAdded,
-    WatchStore, amortize, check_watch, housing_tools, normalize_watch_text, sort_newest_first,
+    HOUSING_WATCH_EVERY_ENV, HousingBudgetArgs, HousingBudgetTool, HousingConfig, HousingError,
+    HousingLoanArgs, HousingLoanTool, HousingProfile, HousingProfileArgs, HousingProfileTool,
+    HousingWatchArgs, HousingWatchTool, IncomeBand, LoanMonth, LoanSchedule, LoanTerms, MAX_NOTICE_LIMIT,
+    MAX_PRINCIPAL, MAX_YEARS, MemoryProfileStore, MemoryWatchStore, Notice, NoticeAgency, NoticeArgs,
+    NoticeError, NoticeQuery, NoticeSource, NoticeTool, NoticeWatch, PROFILE_FILE, ProfileAction,
+    ProfileStore, REFERENCE_LOAN_YEARS, RepaymentMethod, SH_NOT_CONFIGURED, SH_URL_ENV, ShFeed,
+    ShNoticeSource, UnconfiguredSource, WATCHES_FILE, WatchAdded, WatchStore, amortize, check_watch,
+    housing_tools, normalize_watch_text, sort_newest_first,
 };
 pub use core::{
     AgendaItem, AgendaKind, AgendaSource, AgentStance, COMMANDS, CommandContext, CountingFeedback,

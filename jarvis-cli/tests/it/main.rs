@@ -1,6 +1,8 @@
 //! The `jarvis` binary, run as a user runs it: piped stdin, signals, a
 //! server in its own process. Every wait is on output, with a timeout.
 
+mod durability;
+
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Output, Stdio};
@@ -396,7 +398,9 @@ fn ctrl_c_aborts_the_turn_and_not_the_program() {
     signal(chat.pid(), "INT");
     let at = chat.expect(at, "(aborted)");
     chat.say("and now?");
-    chat.expect(at, "quick answer");
+    // The answer's line ends when its turn ends (`agent_end`, which comes
+    // once the turn is recorded).
+    chat.expect(at, "quick answer\n");
     // Ctrl-C with no turn running leaves the chat running too.
     signal(chat.pid(), "INT");
     chat.expect(at, "Ctrl-D or /quit leaves");

@@ -81,6 +81,8 @@ pub const HOUSING_MODE_ENV: &str = "JARVIS_HOUSING__MODE";
 pub const HOUSING_TIMEOUT_ENV: &str = "JARVIS_HOUSING__TIMEOUT_SECS";
 /// The reference loan rate (%) `housing_budget` prices a sale's gap at.
 pub const HOUSING_REFERENCE_RATE_ENV: &str = "JARVIS_HOUSING__REFERENCE_RATE";
+/// How often `housing_watch` runs, in seconds (60 to 86,400; default 1,800).
+pub const HOUSING_WATCH_EVERY_ENV: &str = "JARVIS_HOUSING__WATCH_EVERY_SECS";
 
 /// Everything the housing tools run on.
 #[derive(Debug, Clone)]
@@ -95,6 +97,10 @@ pub struct HousingConfig {
     pub watches: Arc<dyn WatchStore>,
     /// The yearly rate (%) of `housing_budget`'s reference loan.
     pub reference_rate_percent: f64,
+    /// How often the scheduler's `housing_watch` job looks for new notices
+    /// (`JARVIS_HOUSING__WATCH_EVERY_SECS`, whole seconds from 60 to a
+    /// day; default 30 minutes).
+    pub watch_every: Duration,
 }
 
 impl HousingConfig {
@@ -107,6 +113,7 @@ impl HousingConfig {
             profiles: Arc::new(FileProfileStore::in_home(home)),
             watches: Arc::new(FileWatchStore::in_home(home)),
             reference_rate_percent: DEFAULT_REFERENCE_RATE,
+            watch_every: crate::core::schedule::DEFAULT_WATCH_INTERVAL,
         }
     }
 
@@ -119,6 +126,7 @@ impl HousingConfig {
             profiles: Arc::new(MemoryProfileStore::new()),
             watches: Arc::new(MemoryWatchStore::new()),
             reference_rate_percent: DEFAULT_REFERENCE_RATE,
+            watch_every: crate::core::schedule::DEFAULT_WATCH_INTERVAL,
         }
     }
 
@@ -152,6 +160,18 @@ impl HousingConfig {
                 )));
             }
         };
+        if let Some(every) = get(HOUSING_WATCH_EVERY_ENV) {
+            config.watch_every = every
+                .parse::<u64>()
+                .ok()
+                .map(Duration::from_secs)
+                .filter(|d| (crate::core::schedule::MIN_INTERVAL..=Duration::from_secs(86_400)).contains(d))
+                .ok_or_else(|| {
+                    HousingError::Invalid(format!(
+                        "{HOUSING_WATCH_EVERY_ENV} must be whole seconds from 60 to 86400, got {every:?}"
+                    ))
+                })?;
+        }
         if let Some(rate) = get(HOUSING_REFERENCE_RATE_ENV) {
             config.reference_rate_percent = rate
                 .parse::<f64>()
@@ -190,6 +210,7 @@ impl HousingConfig {
             profiles: Arc::new(FileProfileStore::in_home(home)),
             watches: Arc::new(FileWatchStore::in_home(home)),
             reference_rate_percent: DEFAULT_REFERENCE_RATE,
+            watch_every: crate::core::schedule::DEFAULT_WATCH_INTERVAL,
         })
     }
 

@@ -86,6 +86,7 @@ impl WatchJob {
             vec![config.lh.clone(), config.sh.clone()],
             reporter,
         )
+        .every(config.watch_every)
     }
 
     /// Runs every `every`, in whole seconds from [`MIN_INTERVAL`] to
