@@ -56,8 +56,8 @@ use jarvis_sdk::{
     Validation,
 };
 use std::io::Write as _;
-use std::path::Path;
 use std::ops::ControlFlow;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -270,7 +270,8 @@ impl Bench {
             Memory::InProcess => Some(Arc::new(InMemoryMemoryStore::new())),
             Memory::Embedded(path) => Some(Arc::new(SqliteMemoryStore::open(path).await.unwrap())),
         };
-        let memory = store.map(|store| Arc::new(MemoryService::new(store, Arc::new(HashEmbedder::default()))));
+        let memory =
+            store.map(|store| Arc::new(MemoryService::new(store, Arc::new(HashEmbedder::default()))));
         let events = Arc::new(JsonEvents {
             phases: phases.clone(),
             ..JsonEvents::default()
@@ -615,7 +616,11 @@ fn main() {
         let turns = plan.warmup + plan.sessions * plan.turns + plan.long + plan.window;
         (bytes / turns as u64) as usize
     };
-    let floor = floor(&home.path().join("floor"), turn_bytes, if smoke { 50 } else { 1_000 });
+    let floor = floor(
+        &home.path().join("floor"),
+        turn_bytes,
+        if smoke { 50 } else { 1_000 },
+    );
 
     let memory = MemorySessionStore::new();
     conditions.push(runtime.block_on(measure(
@@ -699,7 +704,10 @@ fn main() {
     );
     let (fsync_off, fsync_on) = (&conditions[2].rows, &conditions[3].rows);
     let mut ratios = Vec::new();
-    for (rows, what) in [(fsync_off, "memory off"), (fsync_on, "memory on (embedded store)")] {
+    for (rows, what) in [
+        (fsync_off, "memory off"),
+        (fsync_on, "memory on (embedded store)"),
+    ] {
         for (label, r) in rows.iter().take(3) {
             let ratio = r.total / floor;
             ratios.push(ratio);

@@ -443,7 +443,9 @@ impl Harness {
             }
         };
 
-        // The episode is written while the block is synced.
+        // The episode is written while the block is synced: it is polled
+        // first, so its store write (on a blocking thread, for stores that
+        // block) is under way while this thread syncs the block.
         let episode = match (&memory, started) {
             (Some((m, scope)), Some(started)) => {
                 let duration = m
@@ -459,16 +461,14 @@ impl Harness {
                 let turn = TurnRecord::new(prompt.clone(), outcome.final_message.content.clone())
                     .with_tools(tools_used(&outcome.new_messages))
                     .with_outcome(duration, outcome.turns, outcome.overflows, stop_reason);
-                let (service, scope) = (m.service.clone(), scope.clone());
-                let session = session.clone();
-                Some(tokio::spawn(async move {
-                    if let Err(e) = service.record_turn(&scope, turn).await {
+                Some(async move {
+                    if let Err(e) = m.service.record_turn(scope, turn).await {
                         tracing::warn!(
                             session_id = %session,
                             "harness: the turn episode could not be written: {e}"
                         );
                     }
-                }))
+                })
             }
             _ => None,
         };
@@ -488,10 +488,10 @@ impl Harness {
         };
         let episode = async {
             if let Some(episode) = episode {
-                let _ = episode.await;
+                episode.await;
             }
         };
-        let (committed, ()) = tokio::join!(commit, episode);
+        let ((), committed) = tokio::join!(episode, commit);
         if let Err(e) = &committed {
             // The journal keeps the turn: the next start closes it as
             // interrupted with what it recorded.

@@ -94,6 +94,9 @@ struct Inner {
     /// Working memories read or written since the open (`None`: the
     /// database has none for the session).
     working: Mutex<HashMap<String, Option<WorkingMemory>>>,
+    /// Rehearsals counted in the index and not written yet: they go to the
+    /// database with the next write.
+    rehearsals: Mutex<HashMap<String, u32>>,
     report: SqliteOpenReport,
 }
 
@@ -138,6 +141,12 @@ struct Inner {
 /// process (or store) opening the same file gets
 /// [`MemoryError::SqliteLocked`] instead of a copy that would drift. The
 /// app's home lock already gives a `JARVIS_HOME` one process.
+///
+/// **Rehearsals.** What recall rehearses ([`touch`](MemoryStore::touch))
+/// is counted in the index at once and written to the database with the
+/// next write (a turn's episode follows its recall), so recalling costs no
+/// write of its own before the model is called; a crash may lose the
+/// rehearsals of the last recall, never a record.
 ///
 /// **Threads.** Every SQLite call runs on tokio's blocking threads, never
 /// on the async ones; prepared statements are cached.
@@ -554,6 +563,7 @@ impl SqliteMemoryStore {
                 conn: Mutex::new(conn),
                 index: Mutex::new(index),
                 working: Mutex::new(HashMap::new()),
+                rehearsals: Mutex::new(HashMap::new()),
                 report,
             }),
         })
@@ -608,14 +618,56 @@ impl SqliteMemoryStore {
         blocking(op, &self.inner.path, move || {
             let mut conn = inner.conn();
             let err = |e| sqlite_error(op, &inner.path, e);
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(err)?;
-            let out = write(&tx).map_err(err)?;
-            tx.commit().map_err(err)?;
-            Ok(apply(&mut inner.index(), out))
+            let rehearsals = std::mem::take(&mut *inner.rehearsals());
+            let result = (|| {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                if !rehearsals.is_empty() {
+                    let mut stmt =
+                        tx.prepare_cached("UPDATE ltm_entries SET rehearsal = rehearsal + ?2 WHERE id = ?1")?;
+                    for (id, n) in &rehearsals {
+                        stmt.execute(rusqlite::params![id, n])?;
+                    }
+                }
+                let out = write(&tx)?;
+                tx.commit()?;
+                Ok(out)
+            })();
+            match result {
+                Ok(out) => Ok(apply(&mut inner.index(), out)),
+                Err(e) => {
+                    // Not written: they go with the next write.
+                    let mut pending = inner.rehearsals();
+                    for (id, n) in rehearsals {
+                        *pending.entry(id).or_insert(0) += n;
+                    }
+                    Err(err(e))
+                }
+            }
         })
         .await
+    }
+}
+
+impl Drop for Inner {
+    /// Writes the rehearsals no write has carried yet (a clean close loses
+    /// none).
+    fn drop(&mut self) {
+        let rehearsals = std::mem::take(&mut *self.rehearsals());
+        if rehearsals.is_empty() {
+            return;
+        }
+        let conn = self.conn();
+        let written = (|| {
+            let mut stmt =
+                conn.prepare_cached("UPDATE ltm_entries SET rehearsal = rehearsal + ?2 WHERE id = ?1")?;
+            for (id, n) in &rehearsals {
+                stmt.execute(rusqlite::params![id, n])?;
+            }
+            Ok::<(), rusqlite::Error>(())
+        })();
+        if let Err(e) = written {
+            tracing::warn!(path = %self.path.display(), error = %e, "memory store (sqlite): rehearsals not written at close");
+        }
     }
 }
 
@@ -626,6 +678,10 @@ impl Inner {
 
     fn index(&self) -> MutexGuard<'_, Index> {
         self.index.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn rehearsals(&self) -> MutexGuard<'_, HashMap<String, u32>> {
+        self.rehearsals.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn working(&self) -> MutexGuard<'_, HashMap<String, Option<WorkingMemory>>> {
@@ -684,34 +740,16 @@ impl MemoryStore for SqliteMemoryStore {
     }
 
     async fn touch(&self, ids: &[String]) -> Result<(), MemoryError> {
-        let unique: Vec<String> = {
-            let index = self.index();
-            let mut seen = HashSet::with_capacity(ids.len());
-            ids.iter()
-                .filter(|id| seen.insert(id.as_str()) && index.contains(id))
-                .cloned()
-                .collect()
-        };
-        if unique.is_empty() {
-            return Ok(());
+        let mut index = self.inner.index();
+        let mut rehearsals = self.inner.rehearsals();
+        let mut seen = HashSet::with_capacity(ids.len());
+        for id in ids {
+            if seen.insert(id.as_str()) && index.contains(id) {
+                index.touch(id);
+                *rehearsals.entry(id.clone()).or_insert(0) += 1;
+            }
         }
-        self.write(
-            "rehearse memories in",
-            move |tx| {
-                let mut stmt =
-                    tx.prepare_cached("UPDATE ltm_entries SET rehearsal = rehearsal + 1 WHERE id = ?1")?;
-                for id in &unique {
-                    stmt.execute([id])?;
-                }
-                Ok(unique)
-            },
-            |index, unique| {
-                for id in &unique {
-                    index.touch(id);
-                }
-            },
-        )
-        .await
+        Ok(())
     }
 
     async fn delete(&self, ids: &[String]) -> Result<usize, MemoryError> {

@@ -419,3 +419,46 @@ async fn durable_and_fast_modes_store_the_same() {
         assert_eq!(home.open().entries(&id("s")).await.unwrap().len(), 6);
     }
 }
+
+#[tokio::test]
+async fn a_synced_turn_survives_a_history_that_lost_its_tail_and_replaying_twice_changes_nothing() {
+    use jarvis_sdk::{EntryBody, JsonlSessionStore, Message, NewSession, SessionId, SessionStore};
+    let home = tempfile::tempdir().unwrap();
+    let id = SessionId::new("s-wal").unwrap();
+    let path = home.path().join("sessions/s-wal.jsonl");
+    let kept = {
+        let store = JsonlSessionStore::open(home.path()).unwrap();
+        store.create(NewSession::user(id.clone(), "main")).await.unwrap();
+        store
+            .append(&id, vec![EntryBody::message(Message::user("첫 번째"))])
+            .await
+            .unwrap();
+        store.sync(&id).await.unwrap();
+        let kept = std::fs::metadata(&path).unwrap().len();
+        store
+            .append(
+                &id,
+                vec![
+                    EntryBody::message(Message::user("두 번째")),
+                    EntryBody::message(Message::assistant_text("답")),
+                ],
+            )
+            .await
+            .unwrap();
+        store.sync(&id).await.unwrap();
+        kept
+    };
+    // A power loss took the history's unsynced tail (the log has it), and
+    // tore a line in the middle of writing it.
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.truncate(kept as usize);
+    bytes.extend_from_slice(b"{\"v\":1,\"seq\":2,\"ts\":");
+    std::fs::write(&path, &bytes).unwrap();
+    for _ in 0..2 {
+        let store = JsonlSessionStore::open(home.path()).unwrap();
+        let entries = store.entries(&id).await.unwrap();
+        let seqs: Vec<u64> = entries.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [1, 2, 3], "replayed once, in order");
+        assert_eq!(entries[2].message(), Some(&Message::assistant_text("답")));
+    }
+}

@@ -10,8 +10,15 @@
 //! A session is read from disk once, the first time it is used, into a small
 //! index: the byte offset of every turn's first line, the next `seq`, and a
 //! cache of the last few turns' entries. After that a turn costs one write
-//! (and, with [`Durability::EndOfTurn`], one `fsync`), and reading the recent
-//! window is a copy from the cache: nothing grows with the session's length.
+//! and reading the recent window is a copy from the cache: nothing grows
+//! with the session's length.
+//!
+//! **Durability.** With [`Durability::EndOfTurn`] every batch also goes to
+//! the store's write-ahead log (`sessions/.wal-0`, `.wal-1`), and
+//! [`SessionStore::sync`] syncs that one log: turns of different sessions
+//! that end together share one `fdatasync` (group commit), and the history
+//! files are synced when the log is checkpointed. At open, what the log
+//! holds and a history lacks is written back to it (see `wal.rs`).
 //!
 //! Reading is forgiving, writing is not: on load a torn last line (a crash in
 //! the middle of a write) is cut off, a damaged line elsewhere (bad JSON,
@@ -29,6 +36,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::memory::sort_newest_first;
+use super::wal::{Position, Record, Wal, by_session};
 use super::{
     Durability, ENTRY_SCHEMA_VERSION, EntryBody, LEGACY_AGENT_ID, NewSession, SessionEntry, SessionError,
     SessionId, SessionKind, SessionMeta, SessionStore, fork_meta, normalize_title, now,
@@ -122,6 +130,8 @@ pub struct JsonlSessionStore {
 struct Inner {
     _lock: Arc<HomeLock>,
     dir: PathBuf,
+    /// The write-ahead log (used with [`Durability::EndOfTurn`]).
+    wal: Arc<Wal>,
     options: JsonlOptions,
     sessions: Mutex<HashMap<SessionId, Arc<Session>>>,
     /// Serialises loading, creating, forking and metadata writes, so two
@@ -148,8 +158,8 @@ struct State {
     /// Ids of the proactive messages recorded (each is recorded once).
     proactive_ids: HashSet<String>,
     report: LoadReport,
-    unsynced: bool,
-    dir_unsynced: bool,
+    /// Where the write-ahead log's record of the last append ends.
+    wal_position: Option<Position>,
     poisoned: bool,
 }
 
@@ -241,12 +251,27 @@ impl JsonlSessionStore {
         let dir = lock.home().join("sessions");
         std::fs::create_dir_all(&dir).map_err(SessionError::io("create", &dir))?;
         migrate_job_sessions(&dir)?;
+        let (wal, records) =
+            Wal::open(&dir).map_err(SessionError::io("open the write-ahead log in", &dir))?;
+        let replayed = replay(&dir, records, &options)?;
+        wal.reset()
+            .map_err(SessionError::io("empty the write-ahead log in", &dir))?;
+        let sessions = replayed
+            .into_iter()
+            .map(|(id, state)| {
+                let session = Session {
+                    state: Mutex::new(state),
+                };
+                (id, Arc::new(session))
+            })
+            .collect();
         Ok(Self {
             inner: Arc::new(Inner {
                 _lock: lock,
                 dir,
+                wal: Arc::new(wal),
                 options,
-                sessions: Mutex::default(),
+                sessions: Mutex::new(sessions),
                 gate: tokio::sync::Mutex::new(()),
             }),
         })
@@ -339,7 +364,6 @@ impl JsonlSessionStore {
             let mut st = session.lock();
             if st.file.is_none() {
                 st.file = Some(file);
-                st.dir_unsynced = true;
             }
         }
         Ok(session)
@@ -393,7 +417,6 @@ impl JsonlSessionStore {
                 .open(&path)
                 .map_err(SessionError::io("open", &path))?;
             st.file = Some(file);
-            st.dir_unsynced = true;
         }
         let file = st.file.as_mut().ok_or_else(|| SessionError::not_found(id))?;
         if let Err(e) = file.write_all(&buf) {
@@ -403,6 +426,19 @@ impl JsonlSessionStore {
                 st.poisoned = true;
             }
             return Err(SessionError::io("append to", path)(e));
+        }
+        if self.inner.options.durability == Durability::EndOfTurn {
+            match self.inner.wal.append(id, &buf) {
+                Ok(position) => st.wal_position = Some(position),
+                Err(e) => {
+                    // Not in the log, so not in the history either.
+                    let file = st.file.as_mut().ok_or_else(|| SessionError::not_found(id))?;
+                    if file.set_len(len).is_err() {
+                        st.poisoned = true;
+                    }
+                    return Err(SessionError::io("append to the write-ahead log of", path)(e));
+                }
+            }
         }
         for (offset, entry) in written {
             if entry.starts_turn() {
@@ -416,7 +452,6 @@ impl JsonlSessionStore {
         st.len += buf.len() as u64;
         st.next_seq = seq;
         st.meta.updated_at = st.meta.updated_at.max(ts);
-        st.unsynced = true;
         Ok(seq - 1)
     }
 
@@ -613,8 +648,7 @@ impl SessionStore for JsonlSessionStore {
                 tail: st.tail.clone(),
                 proactive_ids: st.proactive_ids.clone(),
                 report: LoadReport::default(),
-                unsynced: false,
-                dir_unsynced: false,
+                wal_position: None,
                 poisoned: false,
             }
         };
@@ -659,41 +693,14 @@ impl SessionStore for JsonlSessionStore {
         if self.inner.options.durability == Durability::Never {
             return Ok(());
         }
-        let (file, dir_too) = {
-            let mut st = session.lock();
-            if !st.unsynced && !st.dir_unsynced {
-                return Ok(());
-            }
-            let Some(file) = st.file.as_ref() else {
-                return Ok(());
-            };
-            let clone = file
-                .try_clone()
-                .map_err(SessionError::io("sync", self.log_path(id)))?;
-            let dir_too = st.dir_unsynced;
-            st.unsynced = false;
-            st.dir_unsynced = false;
-            (clone, dir_too)
+        let Some(position) = session.lock().wal_position else {
+            return Ok(());
         };
-        let path = self.log_path(id);
-        let dir = self.inner.dir.clone();
-        let result = blocking(move || {
-            file.sync_data().map_err(SessionError::io("sync", path))?;
-            if dir_too {
-                File::open(&dir)
-                    .and_then(|d| d.sync_all())
-                    .map_err(SessionError::io("sync", dir))?;
-            }
-            Ok(())
-        })
-        .await
-        .and_then(|r| r);
-        if result.is_err() {
-            let mut st = session.lock();
-            st.unsynced = true;
-            st.dir_unsynced |= dir_too;
-        }
-        result
+        self.inner
+            .wal
+            .sync_through(position)
+            .await
+            .map_err(SessionError::io("sync the write-ahead log of", self.log_path(id)))
     }
 }
 
@@ -708,8 +715,7 @@ impl State {
             tail: Tail::new(cache_turns),
             proactive_ids: HashSet::new(),
             report: LoadReport::default(),
-            unsynced: false,
-            dir_unsynced: false,
+            wal_position: None,
             poisoned: false,
         }
     }
@@ -725,6 +731,65 @@ fn chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     text
+}
+
+/// Writes back to each history what the write-ahead log holds and the
+/// history lacks (entries beyond its last `seq`), and syncs it; answers the
+/// sessions it loaded (with what loading them found and repaired).
+/// Idempotent.
+fn replay(
+    dir: &Path,
+    records: Vec<Record>,
+    options: &JsonlOptions,
+) -> Result<Vec<(SessionId, State)>, SessionError> {
+    let mut replayed = 0usize;
+    let mut loaded = Vec::new();
+    for (id, lines) in by_session(records) {
+        let Some(state) = load(dir, &id, options)? else {
+            tracing::warn!(session_id = %id, "session store: the write-ahead log names a session with no files; its entries are dropped");
+            continue;
+        };
+        let mut next = state.next_seq;
+        let mut missing = Vec::new();
+        for line in lines.split_inclusive(|b| *b == b'\n') {
+            if let Ok(entry) = parse(line)
+                && entry.seq >= next
+            {
+                next = entry.seq + 1;
+                missing.extend_from_slice(line);
+                replayed += 1;
+            }
+        }
+        if missing.is_empty() {
+            loaded.push((id, state));
+            continue;
+        }
+        let path = dir.join(format!("{id}{LOG_EXT}"));
+        let mut file = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&path)
+            .map_err(SessionError::io("open", &path))?;
+        file.write_all(&missing)
+            .and_then(|()| file.sync_data())
+            .map_err(SessionError::io("repair", &path))?;
+        // Read again with the entries written back; what the first load
+        // repaired is still its report.
+        if let Some(mut again) = load(dir, &id, options)? {
+            again.report = state.report;
+            loaded.push((id, again));
+        }
+    }
+    if replayed > 0 {
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(SessionError::io("sync", dir))?;
+        tracing::warn!(
+            entries = replayed,
+            "session store: wrote back entries the write-ahead log held and the histories lacked (a crash before the last checkpoint)"
+        );
+    }
+    Ok(loaded)
 }
 
 /// Marks the sessions folder as migrated to session kinds.

@@ -26,6 +26,7 @@ mod jsonl;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod wal;
 
 use async_trait::async_trait;
 use std::fmt;
