@@ -241,6 +241,8 @@ struct Inner {
     /// A turn of this session was cut short by a restart; the first screen
     /// that attaches is told.
     interrupted: Mutex<Option<String>>,
+    /// Fillers no screen was attached to see (they are never recorded).
+    fillers_dropped: AtomicU64,
 }
 
 /// Turns the router's `recent_failures` signal looks back over.
@@ -364,6 +366,7 @@ impl AgentSession {
                 recent: Mutex::default(),
                 after: tokio::sync::watch::Sender::new(0),
                 interrupted: Mutex::default(),
+                fillers_dropped: AtomicU64::new(0),
             }),
         }
     }
@@ -424,6 +427,12 @@ impl AgentSession {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .is_some()
+    }
+
+    /// Fillers ("still working on it") sent while no screen was attached:
+    /// the only messages that may be lost, so they are counted.
+    pub fn fillers_dropped(&self) -> u64 {
+        self.inner.fillers_dropped.load(Ordering::Relaxed)
     }
 
     /// Background jobs still running.
@@ -506,6 +515,11 @@ impl AgentSession {
             .unwrap_or_else(|e| e.into_inner())
             .push((job, pending.cancel.clone()));
         let acknowledgement = inner.dual.acknowledgement.clone();
+        if inner.parts.broker.screens() == 0 {
+            // Only a filler may be dropped: it says "still working", which
+            // the answer makes moot; it is counted.
+            inner.fillers_dropped.fetch_add(1, Ordering::Relaxed);
+        }
         let _ = inner.parts.screens.on_event(&AgentEvent::ProactiveMessage {
             text: acknowledgement.clone(),
             kind: ProactiveKind::Filler,

@@ -239,3 +239,30 @@ async fn abort_cancels_a_background_job() {
     }
     assert!(rx.drain().is_empty(), "no answer after an abort");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_filler_nobody_sees_is_counted_and_one_a_screen_sees_is_not() {
+    let script = "rules:\n  - when: { last_user: \"^느린\" }\n    reply: { delay_ms: 5000, text: \"끝\" }\n";
+    let (app, _, _home) = app(script, false, Some(Duration::from_secs(1))).await;
+    let session = app
+        .session(&app.create_session(None).await.unwrap().id)
+        .await
+        .unwrap();
+    let reply = session
+        .prompt_dual("느린 일", PromptOptions::from(Caller::Local))
+        .await
+        .unwrap();
+    assert!(matches!(reply, DualReply::Background { .. }));
+    assert_eq!(session.fillers_dropped(), 1, "no screen was attached");
+    let (screen, _rx) = ChannelAdapter::new();
+    let _a = session.attach(screen);
+    while session.background_jobs() > 0 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let reply = session
+        .prompt_dual("느린 일 또", PromptOptions::from(Caller::Local))
+        .await
+        .unwrap();
+    assert!(matches!(reply, DualReply::Background { .. }));
+    assert_eq!(session.fillers_dropped(), 1, "a screen saw the second");
+}
