@@ -12,7 +12,9 @@
 //! process and wait until all are connected (the sessions are created
 //! then). Each turn sends a prompt and reads every frame up to its
 //! `agent_end`; its latency is from sending the prompt to receiving that
-//! `agent_end`. An error is an `error` frame, an `agent_error`, a turn that
+//! `agent_end`, which the server sends once the turn is durable (with the
+//! default durability: its block synced through the store's write-ahead
+//! log, one `fdatasync` shared by the turns that end together). An error is an `error` frame, an `agent_error`, a turn that
 //! did not end with `stop`, a closed connection or a turn not finished
 //! within 60 s.
 //!

@@ -2,42 +2,61 @@
 //! together.
 //!
 //! With [`Durability::EndOfTurn`](super::Durability::EndOfTurn) every batch
-//! the store appends to a session's history is also appended, byte for
-//! byte, to `sessions/.wal-0` or `sessions/.wal-1` (the active one) behind a
+//! the store appends to a session's history is also written, byte for byte,
+//! to `sessions/.wal-0` or `sessions/.wal-1` (the active one) behind a
 //! header line naming its session. Making a turn durable is then one
 //! `fdatasync` of the log, shared: the first turn to ask becomes the leader
-//! and syncs everything appended so far; turns that ask meanwhile wait for
+//! and syncs everything written so far; turns that ask meanwhile wait for
 //! the leader and are done when it covered them, or lead the next sync. So
 //! one sync serves every session whose turn ended in that moment, instead
 //! of one sync per history file.
+//!
+//! **Cheaper than an append.** Each log file is written full of zeros once
+//! ([`PREALLOCATED`] bytes) and records are then written *over* it: a sync
+//! that changes neither the file's size nor its blocks needs no metadata
+//! written, only the data, which is the least a durable write can cost. A
+//! record's header carries the log's generation and a checksum of its body,
+//! so a reader stops at the first header that is not a whole, current
+//! record (zeros, a torn record, or an older generation's record further
+//! in a reused file).
 //!
 //! The leader syncs on its own thread rather than handing the sync to
 //! another one: a hand-off costs about as much again on a small machine.
 //! Only one thread at a time is ever in the log's `fdatasync`.
 //!
-//! **Checkpoints.** Once the active log passes [`CHECKPOINT_BYTES`], it is
-//! switched for the other (empty) one, synced one last time, and the
-//! history files it covered are synced on a background thread; then it is
-//! emptied. **Recovery** (at open): both logs are read, and every entry a
-//! history lacks (its `seq` is beyond the history's last one) is appended
-//! to it; then the histories are synced and the logs emptied. Replaying
-//! twice changes nothing. A torn last record (a crash in the middle of a
-//! write) is ignored: its turn was never reported durable.
+//! **Checkpoints.** Once the active log holds [`CHECKPOINT_BYTES`], it is
+//! switched for the other one (a new generation), synced one last time, the
+//! history files it covered are synced on a background thread, and its head
+//! is zeroed. **Recovery** (at open): both logs are read, and every entry a
+//! history lacks (its `seq` is beyond the history's last one) is written
+//! back to it; then the histories are synced and the logs' heads zeroed.
+//! Replaying twice changes nothing. A torn last record (a crash in the
+//! middle of a write) is ignored: its turn was never reported durable.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use tokio::sync::Notify;
 
 use super::SessionId;
+use crate::common::fnv1a64;
 
 /// The two log files, in the sessions folder.
 const FILES: [&str; 2] = [".wal-0", ".wal-1"];
 
-/// A log this long is checkpointed.
-pub(super) const CHECKPOINT_BYTES: u64 = 8 << 20;
+/// Each log file is written full of zeros to this size once.
+pub(super) const PREALLOCATED: u64 = 8 << 20;
+
+/// A log holding this much is checkpointed (half the preallocation, so the
+/// other log is free long before this one is full; a record that does not
+/// fit is written past the end, which only costs an append).
+pub(super) const CHECKPOINT_BYTES: u64 = PREALLOCATED / 2;
+
+/// Bytes zeroed at the head of an emptied log.
+const HEAD: usize = 4096;
 
 /// Where a record ends: the log's generation and the byte offset in it.
 pub(super) type Position = (u64, u64);
@@ -52,8 +71,11 @@ pub(super) struct Record {
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Header {
     wal: u32,
+    generation: u64,
     session: String,
     bytes: u64,
+    /// FNV-1a of the body.
+    sum: u64,
 }
 
 #[derive(Debug)]
@@ -83,32 +105,37 @@ pub(super) struct Wal {
 }
 
 impl Wal {
-    /// Opens the logs in `dir` and answers the records they hold (to
-    /// replay before the log is emptied with [`Wal::reset`]).
+    /// Opens the logs in `dir` (writing them full of zeros when they are
+    /// new or short) and answers the records they hold, to replay before
+    /// [`Wal::reset`].
     pub(super) fn open(dir: &Path) -> io::Result<(Self, Vec<Record>)> {
         let mut records = Vec::new();
         let mut files = Vec::new();
+        let mut generation = 0;
         for name in FILES {
             let path = dir.join(name);
             let file = OpenOptions::new()
                 .create(true)
                 .read(true)
-                .append(true)
+                .write(true)
                 .open(&path)?;
-            records.extend(read(&path)?);
+            let (found, newest) = read(&path, &file)?;
+            records.extend(found);
+            generation = generation.max(newest);
+            preallocate(&file)?;
             files.push(Arc::new(file));
         }
         let files: [Arc<File>; 2] = [files[0].clone(), files[1].clone()];
-        let len = files[0].metadata()?.len();
+        let generation = generation + 1;
         Ok((
             Self {
                 dir: dir.to_path_buf(),
                 state: Mutex::new(State {
                     files,
                     active: 0,
-                    generation: 0,
-                    len,
-                    synced: (0, len),
+                    generation,
+                    len: 0,
+                    synced: (generation, 0),
                     syncing: false,
                     checkpointing: false,
                     dirty: HashSet::new(),
@@ -124,37 +151,32 @@ impl Wal {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Empties both logs, once what they held is in the histories (and
-    /// synced there).
+    /// Empties both logs (zeroes their heads), once what they held is in
+    /// the histories and synced there.
     pub(super) fn reset(&self) -> io::Result<()> {
-        let mut st = self.lock();
+        let st = self.lock();
         for file in &st.files {
-            file.set_len(0)?;
+            file.write_all_at(&[0u8; HEAD], 0)?;
             file.sync_data()?;
         }
-        st.len = 0;
-        st.synced = (st.generation, 0);
         Ok(())
     }
 
-    /// Appends `lines` (whole history lines of `session`) and answers where
+    /// Writes `lines` (whole history lines of `session`) and answers where
     /// the record ends; [`Wal::sync_through`] that position makes it durable.
     pub(super) fn append(&self, session: &SessionId, lines: &[u8]) -> io::Result<Position> {
+        let mut st = self.lock();
         let mut record = serde_json::to_vec(&Header {
-            wal: 1,
+            wal: 2,
+            generation: st.generation,
             session: session.to_string(),
             bytes: lines.len() as u64,
+            sum: fnv1a64(lines),
         })
         .map_err(io::Error::other)?;
         record.push(b'\n');
         record.extend_from_slice(lines);
-        let mut st = self.lock();
-        let mut file: &File = &st.files[st.active];
-        if let Err(e) = file.write_all(&record) {
-            // Take back a partial record, so the next one starts clean.
-            let _ = file.set_len(st.len);
-            return Err(e);
-        }
+        st.files[st.active].write_all_at(&record, st.len)?;
         st.len += record.len() as u64;
         st.dirty.insert(session.clone());
         Ok((st.generation, st.len))
@@ -183,7 +205,7 @@ impl Wal {
                 done.await;
                 continue;
             };
-            // The leader: one fdatasync for every record appended so far.
+            // The leader: one fdatasync for every record written so far.
             let result = file.sync_data();
             let checkpoint = {
                 let mut st = self.lock();
@@ -257,36 +279,54 @@ impl Wal {
             }
         }
         File::open(&self.dir)?.sync_all()?;
-        old.set_len(0)?;
+        old.write_all_at(&[0u8; HEAD], 0)?;
         old.sync_data()
     }
 }
 
-/// The whole records of one log file; a torn last one is left out.
-fn read(path: &Path) -> io::Result<Vec<Record>> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
+/// Writes zeros over the file up to [`PREALLOCATED`] bytes (real blocks,
+/// not a hole, so later writes over them change no metadata) and syncs it.
+fn preallocate(file: &File) -> io::Result<()> {
+    let len = file.metadata()?.len();
+    if len >= PREALLOCATED {
+        return Ok(());
+    }
+    let zeros = vec![0u8; 1 << 20];
+    let mut at = len;
+    while at < PREALLOCATED {
+        let n = (PREALLOCATED - at).min(zeros.len() as u64) as usize;
+        file.write_all_at(&zeros[..n], at)?;
+        at += n as u64;
+    }
+    file.sync_all()
+}
+
+/// The whole records of one log file, and the newest generation seen. It
+/// stops at the first header that is not a whole record of the file's
+/// generation (zeros, a torn record, a reused file's older records).
+fn read(path: &Path, file: &File) -> io::Result<(Vec<Record>, u64)> {
+    let len = file.metadata()?.len();
+    let mut bytes = vec![0u8; usize::try_from(len).map_err(io::Error::other)?];
+    file.read_exact_at(&mut bytes, 0)?;
     let mut records = Vec::new();
+    let mut generation = None;
     let mut at = 0usize;
     while at < bytes.len() {
-        let Some(nl) = bytes[at..].iter().position(|b| *b == b'\n') else {
+        let Some(nl) = bytes[at..].iter().take(4096).position(|b| *b == b'\n') else {
             break;
         };
-        let header: Header = match serde_json::from_slice(&bytes[at..at + nl]) {
-            Ok(h) => h,
-            Err(_) => {
-                tracing::warn!(path = %path.display(), offset = at, "session store: the write-ahead log is damaged here; the rest of it is ignored");
-                break;
-            }
+        let Ok(header) = serde_json::from_slice::<Header>(&bytes[at..at + nl]) else {
+            break;
         };
+        if header.wal != 2 || generation.is_some_and(|g| g != header.generation) {
+            break;
+        }
         let start = at + nl + 1;
         let end = start.saturating_add(usize::try_from(header.bytes).unwrap_or(usize::MAX));
-        if end > bytes.len() {
+        if end > bytes.len() || fnv1a64(&bytes[start..end]) != header.sum {
             break; // torn: never reported durable
         }
+        generation = Some(header.generation);
         match SessionId::new(header.session) {
             Ok(session) => records.push(Record {
                 session,
@@ -298,7 +338,7 @@ fn read(path: &Path) -> io::Result<Vec<Record>> {
         }
         at = end;
     }
-    Ok(records)
+    Ok((records, generation.unwrap_or(0)))
 }
 
 /// The records grouped by session, in log order.
@@ -321,22 +361,31 @@ mod tests {
     #[tokio::test]
     async fn records_come_back_whole_and_a_torn_one_is_left_out() {
         let dir = tempfile::tempdir().unwrap();
-        {
+        let torn_at = {
             let (wal, records) = Wal::open(dir.path()).unwrap();
             assert!(records.is_empty());
+            assert_eq!(
+                std::fs::metadata(dir.path().join(FILES[0])).unwrap().len(),
+                PREALLOCATED
+            );
             let wal = Arc::new(wal);
             let a = wal.append(&id("a"), b"{\"seq\":1}\n").unwrap();
             let b = wal.append(&id("b"), b"{\"seq\":1}\n{\"seq\":2}\n").unwrap();
             assert!(b > a);
             wal.sync_through(b).await.unwrap();
             wal.sync_through(a).await.unwrap();
-        }
-        let mut bytes = std::fs::read(dir.path().join(FILES[0])).unwrap();
-        bytes.extend_from_slice(b"{\"wal\":1,\"session\":\"c\",\"bytes\":100}\n{\"seq\"");
-        std::fs::write(dir.path().join(FILES[0]), bytes).unwrap();
+            // A record torn in the middle of its body.
+            let c = wal.append(&id("c"), b"{\"seq\":1}\n{\"seq\":2}\n").unwrap();
+            c.1 - 5
+        };
+        let file = OpenOptions::new()
+            .write(true)
+            .open(dir.path().join(FILES[0]))
+            .unwrap();
+        file.write_all_at(&[0u8; 5], torn_at).unwrap();
         let (wal, records) = Wal::open(dir.path()).unwrap();
         let grouped = by_session(records);
-        assert_eq!(grouped.len(), 2);
+        assert_eq!(grouped.len(), 2, "{:?}", grouped.keys().collect::<Vec<_>>());
         assert_eq!(grouped[&id("b")], b"{\"seq\":1}\n{\"seq\":2}\n");
         wal.reset().unwrap();
         let (_, records) = Wal::open(dir.path()).unwrap();
@@ -364,20 +413,25 @@ mod tests {
     }
 
     #[test]
-    fn a_checkpoint_switches_logs_and_empties_the_old_one() {
+    fn a_checkpoint_switches_logs_and_a_reused_log_hides_its_old_records() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a.jsonl"), b"{\"seq\":1}\n").unwrap();
         let (wal, _) = Wal::open(dir.path()).unwrap();
         let first = wal.append(&id("a"), b"{\"seq\":1}\n").unwrap();
+        let long = wal.append(&id("a"), &[b'x'; 200]).unwrap();
         wal.checkpoint().unwrap();
         assert!(
-            wal.lock().synced >= first,
+            wal.lock().synced >= long,
             "the old log was synced before it was emptied"
         );
-        assert_eq!(std::fs::metadata(dir.path().join(FILES[0])).unwrap().len(), 0);
         let second = wal.append(&id("a"), b"{\"seq\":2}\n").unwrap();
         assert!(second > first, "positions keep growing across logs");
+        wal.checkpoint().unwrap();
+        // Back on the first log: a new record over the old ones.
+        let third = wal.append(&id("b"), b"{\"seq\":9}\n").unwrap();
+        assert!(third > second);
         let (_, records) = Wal::open(dir.path()).unwrap();
-        assert_eq!(records.len(), 1, "only the new log holds a record");
+        let sessions: Vec<String> = records.iter().map(|r| r.session.to_string()).collect();
+        assert_eq!(sessions, ["b"], "only the current generation's record");
     }
 }
