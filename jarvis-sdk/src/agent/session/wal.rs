@@ -116,6 +116,7 @@ impl Wal {
             let path = dir.join(name);
             let file = OpenOptions::new()
                 .create(true)
+                .truncate(false)
                 .read(true)
                 .write(true)
                 .open(&path)?;
