@@ -1200,7 +1200,7 @@ mod tests {
                 if i % 2 == 0 {
                     store.put(fact(&id)).await.unwrap();
                 } else {
-                    let memory = WorkingMemory::new(&format!("session-{i}"), "u", "main");
+                    let memory = WorkingMemory::new(format!("session-{i}"), "u", "main");
                     store.put_with_working(fact(&id), &memory).await.unwrap();
                 }
                 id
