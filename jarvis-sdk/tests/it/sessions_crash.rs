@@ -223,7 +223,9 @@ fn sigkill_at_random_moments_loses_no_completed_turn() {
                 .lines()
                 .map_while(Result::ok)
                 .filter_map(|l| {
-                    let mut parts = l.strip_prefix(DONE)?.split_whitespace();
+                    // Found anywhere in a line: the test harness's `test … ... `
+                    // comes before the first one, on the same line.
+                    let mut parts = l[l.find(DONE)? + DONE.len()..].split_whitespace();
                     Some((parts.next()?.to_owned(), parts.next()?.parse::<usize>().ok()?))
                 })
                 .collect::<Vec<_>>()
