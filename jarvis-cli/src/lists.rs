@@ -1,4 +1,5 @@
-//! `jarvis agents` and `jarvis sessions`: what the home holds, one line each.
+//! `jarvis agents` and `jarvis sessions`: what the home holds, one line
+//! each; `jarvis models`: the model servers running on this machine.
 
 use jarvis_server::protocol::AgentInfo;
 use std::process::ExitCode;
@@ -21,6 +22,47 @@ pub(crate) async fn agents() -> anyhow::Result<ExitCode> {
             "{:<12} {:<14} {}  {}",
             a.id, a.name, a.palette.primary, a.description
         );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints the model servers discovery finds (`JARVIS_LLM__DISCOVER`, else
+/// the default targets) and their models, marking the one chat would use.
+pub(crate) async fn models() -> anyhow::Result<ExitCode> {
+    let targets = match std::env::var(jarvis_sdk::DISCOVER_ENV) {
+        Ok(spec) if !spec.trim().is_empty() => jarvis_sdk::parse_targets(&spec)?.unwrap_or_default(),
+        _ => jarvis_sdk::default_targets(),
+    };
+    let servers = jarvis_sdk::discover_models(&targets, jarvis_sdk::DISCOVERY_BUDGET).await;
+    if servers.is_empty() {
+        let places: Vec<&str> = targets.iter().map(|t| t.base_url.as_str()).collect();
+        println!("no model server answered ({})", places.join(", "));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let chosen =
+        jarvis_sdk::first_chat_model(&servers).map(|(s, m)| (s.target.base_url.clone(), m.name.clone()));
+    for server in &servers {
+        let kind = match server.target.kind {
+            jarvis_sdk::ProviderKind::Ollama => "ollama",
+            _ => "openai-compatible",
+        };
+        println!(
+            "{} ({kind}, {} models)",
+            server.target.base_url,
+            server.models.len()
+        );
+        for model in &server.models {
+            let mark = match &chosen {
+                Some((url, name)) if *url == server.target.base_url && *name == model.name => "*",
+                _ => " ",
+            };
+            let note = if model.is_embedding() { "  (embedding)" } else { "" };
+            println!("  {mark} {}{note}", model.name);
+        }
+    }
+    match chosen {
+        Some((url, name)) => println!("* chat uses {name} at {url} when no provider is configured"),
+        None => println!("no chat model found (embedding models only)"),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -47,6 +47,9 @@ enum Command {
     Agents,
     /// List the sessions, newest first.
     Sessions,
+    /// List the model servers running on this machine and their models
+    /// (what `jarvis` uses when no provider is configured).
+    Models,
 }
 
 #[tokio::main]
@@ -66,6 +69,7 @@ async fn main() -> ExitCode {
         Some(Command::Ask { prompt, target }) => chat::run(target, Some(prompt)).await,
         Some(Command::Agents) => lists::agents().await,
         Some(Command::Sessions) => lists::sessions().await,
+        Some(Command::Models) => lists::models().await,
     };
     match result {
         Ok(code) => code,

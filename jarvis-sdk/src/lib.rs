@@ -206,6 +206,11 @@ pub use model::{
 pub use model::{
     DEFAULT_ANTHROPIC_MODEL, DEFAULT_OLLAMA_MODEL, DEFAULT_OPENAI_MODEL, LlmConfig, ProviderKind,
 };
+#[cfg(feature = "http")]
+pub use model::{
+    DISCOVER_ENV, DISCOVERED_MAX_TOKENS, DISCOVERY_BUDGET, DiscoveryTarget, FoundModel, FoundServer,
+    default_targets, discover_models, first_chat_model, parse_targets, pick_chat_model,
+};
 #[cfg(feature = "ollama")]
 pub use model::{OLLAMA_BASE_URL, OllamaConfig, OllamaDecoder, OllamaProvider};
 #[cfg(feature = "ollama")]

@@ -1,6 +1,7 @@
 //! The `jarvis` binary, run as a user runs it: piped stdin, signals, a
 //! server in its own process. Every wait is on output, with a timeout.
 
+mod discovery;
 mod durability;
 
 use std::io::{Read, Write};
@@ -33,7 +34,9 @@ impl Drop for TempHome {
     }
 }
 
-/// `jarvis` with a clean environment: nothing configured but the home.
+/// `jarvis` with a clean environment: nothing configured but the home, and
+/// no local model server to be found (discovery looks only at port 1 of
+/// loopback, where nobody listens), whatever runs on this machine.
 fn jarvis(home: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_jarvis"));
     for (var, _) in std::env::vars() {
@@ -41,7 +44,9 @@ fn jarvis(home: &Path) -> Command {
             cmd.env_remove(var);
         }
     }
-    cmd.env("JARVIS_HOME", home).env("NO_COLOR", "1");
+    cmd.env("JARVIS_HOME", home)
+        .env("NO_COLOR", "1")
+        .env("JARVIS_LLM__DISCOVER", "ollama=http://127.0.0.1:1");
     cmd
 }
 

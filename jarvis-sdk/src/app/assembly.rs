@@ -70,8 +70,17 @@ impl UIAdapter for ObserverBridge {
 
 /// Builds the app: model, stores, tools, team, security and approvals from
 /// one configuration.
+///
+/// With nothing configured (the demo would play), it first looks for a
+/// model server running on this machine ([`LlmConfig::discover_local`](crate::LlmConfig::discover_local)).
 pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     let lock = Arc::new(HomeLock::acquire(&config.home)?);
+    #[allow(unused_mut)] // only discovery (feature `http`) changes it
+    let mut config = config;
+    #[cfg(feature = "http")]
+    if config.provider.is_none() && config.llm.discover_local().await {
+        tracing::info!("model: {}", config.llm.notice.as_deref().unwrap_or_default());
+    }
     let provider = match &config.provider {
         Some(p) => p.clone(),
         None => config.llm.build()?,

@@ -280,15 +280,22 @@ impl std::fmt::Debug for AppConfig {
 }
 
 impl AppConfig {
-    /// Defaults under `home`: the offline demo model, JSONL sessions, sample
-    /// notices.
+    /// Defaults under `home`: the offline demo model (no discovery of a
+    /// local one), JSONL sessions, sample notices.
     pub fn for_home(home: impl Into<PathBuf>) -> Self {
         let home = home.into();
+        #[allow(unused_mut)] // only discovery (feature `http`) needs a change
+        let mut llm =
+            LlmConfig::from_lookup(|_| None).expect("an empty environment is a valid configuration");
+        #[cfg(feature = "http")]
+        {
+            llm.discovery = None;
+        }
         Self {
             team_dir: home.join("team"),
             seed_team: true,
             definitions: Vec::new(),
-            llm: LlmConfig::from_lookup(|_| None).expect("an empty environment is a valid configuration"),
+            llm,
             provider: None,
             brand: BrandConfig::default(),
             system_prompt: JARVIS_SYSTEM_PROMPT.to_owned(),

@@ -2,8 +2,11 @@
 //!
 //! | variable | meaning |
 //! |---|---|
-//! | `JARVIS_LLM__PROVIDER` | `openai`, `anthropic`, `ollama` or `faux` |
+//! | `JARVIS_LLM__PROVIDER` | `openai`, `anthropic`, `ollama`, `faux`, or `demo` (the offline demo, no discovery) |
 //! | `JARVIS_LLM__MODEL` | the model name (each provider has a default) |
+//! | `JARVIS_LLM__MAX_TOKENS` | the most output tokens per answer (no default; 4,096 for a discovered local model) |
+//! | `JARVIS_LLM__TEMPERATURE` | the sampling temperature (the provider's default when unset) |
+//! | `JARVIS_LLM__DISCOVER` | where to look for a local model server: `off`, or `ollama=<url>,openai=<url>` |
 //! | `JARVIS_LLM__BASE_URL` | another server: a proxy, llama.cpp, vLLM, LM Studio, a remote Ollama |
 //! | `JARVIS_LLM__API_KEY` | the key; falls back to `OPENAI_API_KEY` / `ANTHROPIC_API_KEY` |
 //! | `JARVIS_FAUX__SCRIPT` | the script `faux` plays (the built-in demo without one) |
@@ -12,8 +15,10 @@
 //! Without `JARVIS_LLM__PROVIDER`, a lone key selects its provider
 //! (`OPENAI_API_KEY` → OpenAI, `ANTHROPIC_API_KEY` → Anthropic; a
 //! `JARVIS_LLM__API_KEY` starting with `sk-ant-` → Anthropic), a lone base URL
-//! selects an OpenAI-compatible local server, and with nothing configured the
-//! offline demo plays. [`LlmConfig::notice`] says which choice was made and
+//! selects an OpenAI-compatible local server, and with nothing configured
+//! [`LlmConfig::discover_local`] looks for a model server running on this
+//! machine (see `discover.rs`); only when none answers does the offline
+//! demo play. [`LlmConfig::notice`] says which choice was made and
 //! why, for screens to show. Team agents may change only the model *name*
 //! (R-MODEL-7): it travels per request in [`ChatRequest::model`](super::ChatRequest).
 
@@ -23,7 +28,8 @@ use std::sync::Arc;
 
 use super::error::ProviderError;
 use super::faux::FauxProvider;
-use super::provider::Provider;
+use super::provider::{Provider, ProviderStream};
+use super::request::ChatRequest;
 
 /// Default model names.
 pub const DEFAULT_OPENAI_MODEL: &str = "gpt-4o-mini";
@@ -76,6 +82,14 @@ pub struct LlmConfig {
     /// Why this provider was chosen, when it was not named explicitly
     /// (for example the offline demo); screens should show it.
     pub notice: Option<String>,
+    /// The most output tokens per answer, for requests that do not say.
+    pub max_tokens: Option<u32>,
+    /// The sampling temperature, for requests that do not say.
+    pub temperature: Option<f32>,
+    /// Where [`discover_local`](Self::discover_local) looks: set only when
+    /// nothing is configured and the demo would otherwise play.
+    #[cfg(feature = "http")]
+    pub discovery: Option<Vec<super::discover::DiscoveryTarget>>,
 }
 
 impl fmt::Debug for LlmConfig {
@@ -89,6 +103,8 @@ impl fmt::Debug for LlmConfig {
         d.field("faux_script", &self.faux_script)
             .field("faux_request_log", &self.faux_request_log)
             .field("notice", &self.notice)
+            .field("max_tokens", &self.max_tokens)
+            .field("temperature", &self.temperature)
             .finish()
     }
 }
@@ -107,15 +123,20 @@ impl LlmConfig {
         let anthropic_key = var("ANTHROPIC_API_KEY");
         let base_url = var("JARVIS_LLM__BASE_URL");
         let mut notice = None;
+        let mut may_discover = false;
         let provider = match var("JARVIS_LLM__PROVIDER").map(|p| p.to_ascii_lowercase()) {
             Some(p) => match p.as_str() {
                 "openai" => ProviderKind::OpenAi,
                 "anthropic" => ProviderKind::Anthropic,
                 "ollama" => ProviderKind::Ollama,
                 "faux" => ProviderKind::Faux,
+                "demo" => {
+                    notice = Some("playing the built-in offline demo (JARVIS_LLM__PROVIDER=demo)".to_owned());
+                    ProviderKind::Faux
+                }
                 other => {
                     return Err(ProviderError::Config(format!(
-                        "JARVIS_LLM__PROVIDER={other} is not a provider; use openai, anthropic, ollama or faux"
+                        "JARVIS_LLM__PROVIDER={other} is not a provider; use openai, anthropic, ollama, faux or demo"
                     )));
                 }
             },
@@ -144,6 +165,7 @@ impl LlmConfig {
                     ProviderKind::Faux => why.to_owned(),
                     _ => format!("using {} because {why}", kind.as_str()),
                 });
+                may_discover = kind == ProviderKind::Faux && var(super::faux::FAUX_SCRIPT_ENV).is_none();
                 kind
             }
         };
@@ -177,7 +199,33 @@ impl LlmConfig {
             _ => {}
         }
         #[cfg(not(feature = "http"))]
-        let _ = key;
+        let _ = (key, may_discover);
+        #[cfg(feature = "http")]
+        let discovery = match var(super::discover::DISCOVER_ENV) {
+            Some(spec) => super::discover::parse_targets(&spec)?.filter(|_| may_discover),
+            None => may_discover.then(super::discover::default_targets),
+        };
+        let max_tokens = match var("JARVIS_LLM__MAX_TOKENS") {
+            Some(v) => Some(v.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                ProviderError::Config(format!(
+                    "JARVIS_LLM__MAX_TOKENS={v} is not a positive whole number"
+                ))
+            })?),
+            None => None,
+        };
+        let temperature = match var("JARVIS_LLM__TEMPERATURE") {
+            Some(v) => Some(
+                v.parse::<f32>()
+                    .ok()
+                    .filter(|t| t.is_finite() && (0.0..=2.0).contains(t))
+                    .ok_or_else(|| {
+                        ProviderError::Config(format!(
+                            "JARVIS_LLM__TEMPERATURE={v} is not a number from 0 to 2"
+                        ))
+                    })?,
+            ),
+            None => None,
+        };
         Ok(Self {
             provider,
             model,
@@ -187,11 +235,61 @@ impl LlmConfig {
             faux_script: var(super::faux::FAUX_SCRIPT_ENV).map(PathBuf::from),
             faux_request_log: var(super::faux::FAUX_REQUEST_LOG_ENV).map(PathBuf::from),
             notice,
+            max_tokens,
+            temperature,
+            #[cfg(feature = "http")]
+            discovery,
         })
     }
 
-    /// The provider these settings describe.
+    /// When nothing is configured (the demo would play), looks for a model
+    /// server running on this machine ([`discovery`](Self::discovery),
+    /// at most [`DISCOVERY_BUDGET`](super::DISCOVERY_BUDGET)) and, if one
+    /// lists a chat model, switches to it: the provider, its base URL, the
+    /// model, at most [`DISCOVERED_MAX_TOKENS`](super::DISCOVERED_MAX_TOKENS)
+    /// output tokens unless `JARVIS_LLM__MAX_TOKENS` says otherwise, and a
+    /// notice saying so. Answers whether it switched. Looks once: a second
+    /// call does nothing.
+    #[cfg(feature = "http")]
+    pub async fn discover_local(&mut self) -> bool {
+        let Some(targets) = self.discovery.take() else {
+            return false;
+        };
+        let servers = super::discover::discover_models(&targets, super::discover::DISCOVERY_BUDGET).await;
+        let Some((server, model)) = super::discover::first_chat_model(&servers) else {
+            return false;
+        };
+        self.provider = server.target.kind;
+        self.base_url = Some(server.target.base_url.clone());
+        self.model = model.name.clone();
+        self.max_tokens = self.max_tokens.or(Some(super::discover::DISCOVERED_MAX_TOKENS));
+        let kind = match server.target.kind {
+            ProviderKind::Ollama => "Ollama",
+            _ => "an OpenAI-compatible server",
+        };
+        self.notice = Some(format!(
+            "using the local model {} found running on this machine ({kind} at {}; JARVIS_LLM__PROVIDER=demo plays the offline demo instead)",
+            model.name, server.target.base_url
+        ));
+        true
+    }
+
+    /// The provider these settings describe; requests that leave
+    /// `max_tokens` or `temperature` unset get [`max_tokens`](Self::max_tokens)
+    /// and [`temperature`](Self::temperature).
     pub fn build(&self) -> Result<Arc<dyn Provider>, ProviderError> {
+        let provider = self.build_bare()?;
+        if self.max_tokens.is_none() && self.temperature.is_none() {
+            return Ok(provider);
+        }
+        Ok(Arc::new(WithDefaults {
+            inner: provider,
+            max_tokens: self.max_tokens,
+            temperature: self.temperature,
+        }))
+    }
+
+    fn build_bare(&self) -> Result<Arc<dyn Provider>, ProviderError> {
         Ok(match self.provider {
             // A long-running server keeps no history of the requests.
             ProviderKind::Faux => {
@@ -246,6 +344,27 @@ impl LlmConfig {
                 return Err(missing_feature("ollama"));
             }
         })
+    }
+}
+
+/// A provider that fills a request's `max_tokens` and `temperature` when
+/// the request leaves them unset.
+#[derive(Debug)]
+struct WithDefaults {
+    inner: Arc<dyn Provider>,
+    max_tokens: Option<u32>,
+    temperature: Option<f32>,
+}
+
+impl Provider for WithDefaults {
+    fn stream(&self, mut request: ChatRequest) -> ProviderStream {
+        request.max_tokens = request.max_tokens.or(self.max_tokens);
+        request.temperature = request.temperature.or(self.temperature);
+        self.inner.stream(request)
+    }
+
+    fn name(&self) -> &str {
+        self.inner.name()
     }
 }
 

@@ -8,6 +8,8 @@
 mod anthropic;
 mod assembler;
 mod config;
+#[cfg(feature = "http")]
+mod discover;
 mod embed;
 mod error;
 mod event;
@@ -29,6 +31,11 @@ pub use anthropic::{
 pub use assembler::{ModelResponse, ResponseAssembler};
 pub use config::{
     DEFAULT_ANTHROPIC_MODEL, DEFAULT_OLLAMA_MODEL, DEFAULT_OPENAI_MODEL, LlmConfig, ProviderKind,
+};
+#[cfg(feature = "http")]
+pub use discover::{
+    DISCOVER_ENV, DISCOVERED_MAX_TOKENS, DISCOVERY_BUDGET, DiscoveryTarget, FoundModel, FoundServer,
+    default_targets, discover_models, first_chat_model, parse_targets, pick_chat_model,
 };
 pub use embed::{Embedder, EmbedderExt, HASH_EMBEDDER_DIMENSIONS, HashEmbedder, cosine};
 #[cfg(feature = "ollama")]

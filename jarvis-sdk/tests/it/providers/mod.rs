@@ -4,6 +4,7 @@
 //! The embedder tests reuse the fixture loader and the replay server.
 
 mod anthropic;
+mod discover;
 pub(crate) mod fixtures;
 mod ollama;
 mod openai;
