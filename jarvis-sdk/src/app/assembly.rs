@@ -482,6 +482,8 @@ fn main_profile(config: &AppConfig, tools: &BTreeSet<String>, agent_only: &BTree
         },
         system_prompt: config.system_prompt.clone(),
         model: config.llm.model.clone(),
+        max_tokens: None,
+        temperature: None,
         tools: tools
             .iter()
             .filter(|t| !agent_only.contains(*t))
@@ -878,7 +880,8 @@ impl AppInner {
             .with_model(ModelSettings {
                 model: profile.model.clone(),
                 system_prompt: Some(profile.system_prompt.clone()),
-                ..ModelSettings::default()
+                max_tokens: profile.max_tokens,
+                temperature: profile.temperature,
             })
             .with_identity(AgentIdentity {
                 agent_id: profile.id.clone(),

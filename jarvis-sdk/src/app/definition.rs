@@ -40,12 +40,45 @@ struct DefinitionFile {
     quote: Option<String>,
     palette: Option<PaletteFile>,
     system_prompt: Option<String>,
-    model: Option<String>,
+    /// A name, or `{name, max_tokens, temperature}` (read by [`model_file`]).
+    model: Option<serde_yaml::Value>,
     tools: Option<Vec<String>>,
     proactive: Option<bool>,
     memory: Option<MemoryFile>,
     boundaries: Option<Boundaries>,
     sandbox: Option<SandboxSettings>,
+}
+
+/// A definition's `model` as a map; a plain string is its `name`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelFile {
+    name: Option<String>,
+    max_tokens: Option<u32>,
+    temperature: Option<f32>,
+}
+
+/// Reads a definition's `model`: absent, a name, or a map.
+fn model_file(value: Option<serde_yaml::Value>) -> Result<ModelFile, String> {
+    let file = match value {
+        None | Some(serde_yaml::Value::Null) => ModelFile::default(),
+        Some(serde_yaml::Value::String(name)) => ModelFile {
+            name: Some(name),
+            ..ModelFile::default()
+        },
+        Some(map @ serde_yaml::Value::Mapping(_)) => serde_yaml::from_value(map)
+            .map_err(|e| format!("model: {e} (use a name or {{name, max_tokens, temperature}})"))?,
+        Some(_) => return Err("model must be a name or {name, max_tokens, temperature}".into()),
+    };
+    if file.max_tokens == Some(0) {
+        return Err("model.max_tokens must be at least 1".into());
+    }
+    if let Some(t) = file.temperature
+        && !(t.is_finite() && (0.0..=2.0).contains(&t))
+    {
+        return Err(format!("model.temperature {t} is not a number from 0 to 2"));
+    }
+    Ok(file)
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -125,6 +158,7 @@ pub fn parse_definition(id: &str, yaml: &str, team: &TeamContext<'_>) -> Result<
         serde_yaml::from_str(yaml).map_err(|e| format!("invalid definition: {e}"))?
     };
     let main = team.main;
+    let model = model_file(file.model)?;
     let palette = file.palette.unwrap_or_default();
     let primary = non_empty(palette.primary).unwrap_or_else(|| main.palette.primary.clone());
     let accent = non_empty(palette.accent).unwrap_or_else(|| main.palette.accent.clone());
@@ -177,7 +211,9 @@ pub fn parse_definition(id: &str, yaml: &str, team: &TeamContext<'_>) -> Result<
         quote: non_empty(file.quote).unwrap_or_else(|| main.quote.clone()),
         palette: Palette { primary, accent },
         system_prompt: non_empty(file.system_prompt).unwrap_or_else(|| main.system_prompt.clone()),
-        model: non_empty(file.model).unwrap_or_else(|| main.model.clone()),
+        model: non_empty(model.name).unwrap_or_else(|| main.model.clone()),
+        max_tokens: model.max_tokens,
+        temperature: model.temperature,
         tools,
         proactive: file.proactive.unwrap_or(main.proactive),
         memory_read,

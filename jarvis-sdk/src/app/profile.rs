@@ -79,6 +79,12 @@ pub struct AgentProfile {
     pub system_prompt: String,
     /// The model name (provider and key are JARVIS's, R-MODEL-7).
     pub model: String,
+    /// The most output tokens per answer (`None`: `JARVIS_LLM__MAX_TOKENS`,
+    /// else the provider's default).
+    pub max_tokens: Option<u32>,
+    /// The sampling temperature (`None`: `JARVIS_LLM__TEMPERATURE`, else the
+    /// provider's default).
+    pub temperature: Option<f32>,
     /// The tools the agent may call (resolved: the listed ones, or the app
     /// registry without agent-only tools, plus the tools every agent gets).
     pub tools: Vec<String>,

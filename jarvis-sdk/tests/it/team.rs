@@ -50,6 +50,8 @@ fn main_profile() -> AgentProfile {
         },
         system_prompt: "You are JARVIS.".into(),
         model: "gpt-4o-mini".into(),
+        max_tokens: None,
+        temperature: None,
         tools: vec![],
         proactive: true,
         memory_read: Default::default(),
@@ -420,6 +422,70 @@ async fn the_seed_delegation_scenario_makes_four_calls() {
     assert!(text.contains("sh_notice") && text.contains("행복주택"));
     assert!(!text.contains("위임된 요청"), "the rule is never recorded");
     assert!(screen.kinds().contains(&"tool_execution_end"));
+}
+
+#[test]
+fn a_definitions_model_is_a_name_or_a_map_and_bad_settings_are_refused() {
+    let named = parse("bob", "model: small-model").unwrap();
+    assert_eq!(
+        (named.model.as_str(), named.max_tokens, named.temperature),
+        ("small-model", None, None)
+    );
+    let full = parse(
+        "bob",
+        "model: { name: small-model, max_tokens: 256, temperature: 0.3 }",
+    )
+    .unwrap();
+    assert_eq!(
+        (full.model.as_str(), full.max_tokens, full.temperature),
+        ("small-model", Some(256), Some(0.3))
+    );
+    let inherits = parse("bob", "model: { max_tokens: 64 }").unwrap();
+    assert_eq!(
+        (inherits.model.as_str(), inherits.max_tokens),
+        ("gpt-4o-mini", Some(64))
+    );
+    for (yaml, says) in [
+        ("model: { name: x, provider: openai }", "unknown field `provider`"),
+        ("model: { max_tokens: 0 }", "at least 1"),
+        ("model: { max_tokens: -5 }", "model:"),
+        ("model: { temperature: 9 }", "from 0 to 2"),
+        ("model: [a, b]", "a name or"),
+    ] {
+        let err = parse("bob", yaml).unwrap_err();
+        assert!(err.contains(says), "{yaml}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn a_definitions_model_settings_reach_only_its_agents_requests() {
+    let home = TempHome::new();
+    let karen = BUILTIN_TEAM[0].1.replace(
+        "model: null ",
+        "model: { name: karen-small, max_tokens: 256, temperature: 0.3 } ",
+    );
+    assert_ne!(karen, BUILTIN_TEAM[0].1);
+    home.team("karen.yaml", &karen);
+    let (app, faux) = app(&home, DELEGATION).await;
+    let jarvis = app.default_session("main").await.unwrap();
+    let session = app.session(&jarvis.id).await.unwrap();
+    session.prompt(SEED_PROMPT, Caller::Local).await.unwrap();
+    let requests = faux.requests();
+    let karen = by_agent(&requests, "karen");
+    assert!(!karen.is_empty());
+    for r in &karen {
+        assert_eq!(
+            (r.model.as_str(), r.max_tokens, r.temperature),
+            ("karen-small", Some(256), Some(0.3))
+        );
+    }
+    for r in by_agent(&requests, "main") {
+        assert_eq!(
+            (r.max_tokens, r.temperature),
+            (None, None),
+            "JARVIS keeps his own settings"
+        );
+    }
 }
 
 #[tokio::test]
