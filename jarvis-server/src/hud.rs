@@ -11,8 +11,9 @@ const INDEX_HTML: &str = include_str!("../assets/index.html");
 const NOTICE_MARKER: &str = "<!--JARVIS_NOTICE-->";
 
 /// How to leave the offline demo, shown on the page while it plays.
-pub const DEMO_HELP: &str = "The offline demo is playing: no model is configured. \
-To talk to a real model, set JARVIS_LLM__PROVIDER (openai, anthropic, ollama) and its key \
+pub const DEMO_HELP: &str = "The offline demo is playing: no model is configured and no local model \
+server answered. To talk to a real model, start one on this machine (Ollama, llama.cpp, LM Studio) \
+or set JARVIS_LLM__PROVIDER (openai, anthropic, ollama) and its key \
 (JARVIS_LLM__API_KEY, OPENAI_API_KEY or ANTHROPIC_API_KEY), then restart jarvis.";
 
 /// What the page may load and run: only this server's own files, so text
@@ -62,22 +63,21 @@ pub(crate) fn asset(path: &str) -> Option<(&'static str, &'static str)> {
 /// The page, telling plainly when the demo model plays and why this model
 /// was chosen (all text escaped).
 pub(crate) fn index_html(demo: bool, notice: Option<&str>) -> String {
-    let mut lines = Vec::new();
-    if demo {
-        lines.push(DEMO_HELP.to_owned());
-    }
-    if let Some(notice) = notice {
-        lines.push(format!("Model: {notice}."));
-    }
-    let block = if lines.is_empty() {
-        String::new()
-    } else {
-        let text: Vec<String> = lines.iter().map(|l| html_escape(l)).collect();
-        format!(
-            r#"<div class="notice" id="notice" role="note">{}</div>"#,
-            text.join("<br>")
-        )
+    // The demo's help says everything the model notice would (that no
+    // model is configured), so it is said once.
+    let line = match (demo, notice) {
+        (true, _) => Some(DEMO_HELP.to_owned()),
+        (false, Some(notice)) => Some(format!("Model: {notice}.")),
+        (false, None) => None,
     };
+    // The first entry of the conversation's log: it scrolls away with the
+    // messages instead of taking room above them.
+    let block = line.map_or_else(String::new, |line| {
+        format!(
+            r#"<li class="notice" id="notice" role="note">{}</li>"#,
+            html_escape(&line)
+        )
+    });
     INDEX_HTML.replacen(NOTICE_MARKER, &block, 1)
 }
 
@@ -87,9 +87,16 @@ mod tests {
 
     #[test]
     fn the_page_says_when_the_demo_plays() {
-        let page = index_html(true, Some("a <b> model"));
-        assert!(page.contains("offline demo is playing"));
-        assert!(page.contains("a &lt;b&gt; model"));
+        let page = index_html(true, Some("no model; playing the offline demo"));
+        assert_eq!(page.matches("offline demo").count(), 1, "said once");
+        let log = page.find(r#"<ol class="log""#).unwrap();
+        let notice = page.find(r#"id="notice""#).unwrap();
+        assert!(
+            notice > log && notice < page[log..].find("</ol>").unwrap() + log,
+            "inside the log"
+        );
+        let page = index_html(false, Some("a <b> model"));
+        assert!(page.contains("Model: a &lt;b&gt; model."));
         assert!(!index_html(false, None).contains(r#"id="notice""#));
     }
 

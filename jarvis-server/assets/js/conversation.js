@@ -33,12 +33,15 @@ export class Conversation {
   constructor(log, handlers) {
     this.log = log;
     this.handlers = handlers;
+    // The server's note on the model (the demo, a model found by itself)
+    // stays the log's first entry whatever session is attached.
+    this.notice = log.querySelector("#notice");
     this.reset();
   }
 
-  /** Empties the log (another session is attached). */
+  /** Empties the log (another session is attached), keeping the notice. */
   reset() {
-    this.log.replaceChildren();
+    this.log.replaceChildren(...(this.notice ? [this.notice] : []));
     this.turn = null; // the agent's entry of the running turn
     this.segment = null; // {kind: "text" | "thinking", node, text}
     this.tools = new Map(); // tool_call_id → card

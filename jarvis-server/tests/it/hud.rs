@@ -931,6 +931,80 @@ async fn panels_list_sessions_and_the_agenda_in_agent_colours_and_set_shows_the_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demos_note_is_said_once_and_scrolls_with_the_conversation() {
+    let options = BrowserOptions {
+        phone: Some((375, 640)),
+        ..BrowserOptions::default()
+    };
+    let Some(browser) = Browser::start("the_demos_note_is_said_once", options).await else {
+        return;
+    };
+    // No provider: the offline demo plays (a config built in code looks
+    // for no local model).
+    let home = TempHome::new();
+    let mut config = jarvis_sdk::AppConfig::for_home(&home.0);
+    config.housing = jarvis_sdk::HousingConfig::in_memory();
+    let app = jarvis_sdk::build_app(config).await.unwrap();
+    assert!(app.is_demo());
+    let server = Server::start(app, ServerConfig::loopback(0)).await;
+    browser
+        .open_hud(&format!(
+            "http://{}/?session=default-main&agent=main",
+            server.addr
+        ))
+        .await;
+    let said = browser
+        .js(
+            "const text = document.body.innerText;
+             return [text.split('offline demo').length - 1, document.querySelectorAll('#notice').length,
+                     document.getElementById('log').firstElementChild.id]",
+            vec![],
+        )
+        .await;
+    assert_eq!(
+        said,
+        json!([1, 1, "notice"]),
+        "said once, as the log's first entry"
+    );
+    for words in ["hello", "도구 써 봐", "hello again"] {
+        prompt(&browser, words).await;
+    }
+    let placed = browser
+        .wait_js(
+            "three answers below the note",
+            "const log = document.getElementById('log');
+             const note = document.getElementById('notice').getBoundingClientRect();
+             const entries = [...log.children].filter((li) => li.id !== 'notice');
+             const answers = log.querySelectorAll('.agent-turn .text').length;
+             return [answers >= 3, log.firstElementChild.id,
+                     entries.every((li) => li.getBoundingClientRect().top >= note.bottom - 0.5),
+                     log.scrollHeight > log.clientHeight ? log.scrollTop > 0 : true]",
+            |v| v[0] == true,
+        )
+        .await;
+    assert_eq!(
+        placed,
+        json!([true, "notice", true, true]),
+        "every message below the note, never under it; a full log scrolls the note away"
+    );
+    // Another session attached: the log is emptied, the note stays.
+    press(&browser, Key::Escape).await;
+    browser
+        .js("document.getElementById('next-agent').click()", vec![])
+        .await;
+    wait_attached(&browser, "karen", "K.A.R.E.N.", "default-main").await;
+    let kept = browser
+        .js(
+            "const log = document.getElementById('log');
+             return [log.firstElementChild.id, document.body.innerText.split('offline demo').length - 1]",
+            vec![],
+        )
+        .await;
+    assert_eq!(kept, json!(["notice", 1]));
+    browser.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_phone_screen_with_reduced_motion_is_usable_from_the_keyboard() {
     let options = BrowserOptions {
         phone: Some((375, 812)),
