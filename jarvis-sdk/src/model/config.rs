@@ -448,7 +448,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("gemini") && e.contains("openai, anthropic, ollama or faux"),
+            e.contains("gemini") && e.contains("openai, anthropic, ollama, faux or demo"),
             "{e}"
         );
         let e = config(&[("JARVIS_LLM__PROVIDER", "anthropic")])
