@@ -503,7 +503,9 @@ impl AppConfig {
         }
         // The offline demo finds notices on a fresh machine: with the demo
         // model playing and no housing source configured, the bundled sample
-        // notices (each marked as a sample) stand in for LH and SH.
+        // notices (each marked as a sample) stand in for LH and SH. Known gap:
+        // this is decided before `build_app` discovers a local model, so a
+        // discovered model still gets the sample source; decide it there.
         let demo = config.is_demo();
         let housing_configured = [HOUSING_MODE_ENV, SH_URL_ENV, "JARVIS_HOUSING__LH_SERVICE_KEY"]
             .iter()
