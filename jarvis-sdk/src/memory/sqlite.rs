@@ -237,37 +237,34 @@ impl std::fmt::Debug for SqliteMemoryStore {
 
 /// The error of a failed SQLite call while trying to `op` the file `path`.
 fn sqlite_error(op: &'static str, path: &Path, e: rusqlite::Error) -> MemoryError {
-    match e.sqlite_error_code() {
-        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => MemoryError::SqliteLocked {
-            path: path.to_owned(),
-        },
-        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => MemoryError::SqliteDamaged {
-            path: path.to_owned(),
-            reason: e.to_string(),
-        },
-        _ => MemoryError::Sqlite {
-            op,
-            path: path.to_owned(),
-            source: Box::new(e),
-        },
-    }
+    file_state_error(path, &e).unwrap_or_else(|| MemoryError::Sqlite {
+        op,
+        path: path.to_owned(),
+        source: Box::new(e),
+    })
 }
 
 /// [`sqlite_error`] for an error shared by every write of a failed batch.
 fn shared_sqlite_error(op: &'static str, path: &Path, e: &rusqlite::Error) -> MemoryError {
-    match e.sqlite_error_code() {
-        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => MemoryError::SqliteLocked {
+    file_state_error(path, e).unwrap_or_else(|| MemoryError::Sqlite {
+        op,
+        path: path.to_owned(),
+        source: e.to_string().into(),
+    })
+}
+
+/// The error for a file another connection holds or a damaged file, when
+/// `e` says so.
+fn file_state_error(path: &Path, e: &rusqlite::Error) -> Option<MemoryError> {
+    match e.sqlite_error_code()? {
+        ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => Some(MemoryError::SqliteLocked {
             path: path.to_owned(),
-        },
-        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => MemoryError::SqliteDamaged {
+        }),
+        ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt => Some(MemoryError::SqliteDamaged {
             path: path.to_owned(),
             reason: e.to_string(),
-        },
-        _ => MemoryError::Sqlite {
-            op,
-            path: path.to_owned(),
-            source: e.to_string().into(),
-        },
+        }),
+        _ => None,
     }
 }
 
