@@ -88,8 +88,8 @@ pub use agent::{
     MAX_AGENT_ID_LEN, MAX_SESSION_ID_LEN, MAX_TITLE_CHARS, MemorySessionStore, MessageDelta, ModelSettings,
     NewSession, NoThinking, NoopAdapter, ScreenHub, SessionEntry, SessionError, SessionId, SessionKind,
     SessionMeta, SessionStore, StopReason, ThinkingHook, ThinkingInput, ThinkingOutcome, Tool, ToolCallInfo,
-    ToolContext, ToolError, ToolGate, ToolPolicy, ToolRegistry, ToolResult, Typed, TypedTool, UIAdapter,
-    prompts, run_agent_loop, schema_for, validate_agent_id,
+    ToolContext, ToolError, ToolGate, ToolPolicy, ToolRegistry, ToolResult, ToolSource, Typed, TypedTool,
+    UIAdapter, prompts, run_agent_loop, schema_for, validate_agent_id,
 };
 pub use agent::{
     DEFAULT_THINK_THRESHOLD, DEFAULT_THOUGHT_TEMPLATE, FRAME_INSTRUCTION, ProactiveKind, Route,
@@ -111,6 +111,8 @@ pub use agent::{
 };
 #[cfg(feature = "postgres")]
 pub use agent::{PostgresOpenLoopStore, PostgresSessionStore};
+#[cfg(feature = "mcp")]
+pub use app::MCP_START_WAIT;
 pub use app::{
     ALWAYS_ATTACHED, AgendaSettings, AgentProfile, AgentRegistry, AppAssembly, AppConfig, AppError,
     BUILTIN_TEAM, BrandConfig, DEFAULT_MAX_LOADED_SESSIONS, JARVIS_SYSTEM_PROMPT, MAIN_AGENT, MemoryBackend,
@@ -165,8 +167,18 @@ pub use core::{
     MAX_PATH_LEN, Sandbox, SandboxError, SandboxSettings, builtin_tools, kernel_confinement,
     register_builtin_tools, validate_session_id,
 };
+pub use core::{
+    DEFAULT_MCP_CALL_TIMEOUT, MAX_TOOL_NAME, MCP_CONFIG_FILE, McpApproval, McpServerConfig, McpTransport,
+    assign_tool_names, is_mcp_name, load_mcp_file, mcp_tool_name, parse_agent_servers, parse_mcp_file,
+    pattern_matches, valid_server_name,
+};
 #[cfg(feature = "http")]
 pub use core::{LH_BASE_URL, LH_BASE_URL_ENV, LH_NOTICE_PATH, LH_SERVICE_KEY_ENV, LhConfig, LhNoticeSource};
+#[cfg(feature = "mcp")]
+pub use core::{
+    MCP_FIRST_BACKOFF, MCP_MAX_BACKOFF, MCP_START_TIMEOUT, McpHub, McpServer, McpServerState,
+    McpServerStatus, McpTool, McpToolInfo,
+};
 pub use core::{RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, memory_tools, register_memory_tools};
 #[cfg(feature = "postgres")]
 pub use memory::PostgresMemoryStore;

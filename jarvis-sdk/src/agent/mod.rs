@@ -60,7 +60,7 @@ pub use thinking::{
 };
 pub use tool::{
     FINAL_TOOL_NAME, FinalArgs, FinalTool, MAX_SANDBOX_COMPONENT_LEN, MAX_SANDBOX_PATH_LEN, PreparedCall,
-    ResolvedProgram, SandboxPathError, Tool, ToolContext, ToolError, ToolRegistry, ToolResult, Typed,
-    TypedTool, normalize_sandbox_path, prepare_call, schema_for,
+    ResolvedProgram, SandboxPathError, Tool, ToolContext, ToolError, ToolRegistry, ToolResult, ToolSource,
+    Typed, TypedTool, normalize_sandbox_path, prepare_call, schema_for,
 };
 pub use ui::{FanoutAdapter, HubAttachment, NoopAdapter, ScreenHub, UIAdapter};

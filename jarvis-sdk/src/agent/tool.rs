@@ -477,15 +477,29 @@ pub fn schema_for<A: JsonSchema>() -> Value {
     value
 }
 
-/// The tools of one agent, by name, in name order.
+/// Tools that come and go while the registry is in use (the tools of MCP
+/// servers, which list them after the app starts and may change them). A
+/// turn sees what the sources offer when it starts
+/// ([`ToolRegistry::snapshot`]).
+pub trait ToolSource: Send + Sync {
+    /// The tools offered now.
+    fn tools(&self) -> Vec<Arc<dyn Tool>>;
+}
+
+/// The tools of one agent, by name, in name order, plus the
+/// [`ToolSource`]s whose tools join them at the start of every turn.
 #[derive(Default, Clone)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<dyn Tool>>,
+    sources: Vec<Arc<dyn ToolSource>>,
 }
 
 impl fmt::Debug for ToolRegistry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.tools.keys()).finish()
+        f.debug_struct("ToolRegistry")
+            .field("tools", &self.tools.keys().collect::<Vec<_>>())
+            .field("sources", &self.sources.len())
+            .finish()
     }
 }
 
@@ -516,12 +530,44 @@ impl ToolRegistry {
         Ok(self)
     }
 
-    /// The tool named `name`.
+    /// Adds a source whose tools join the registered ones in every
+    /// [`ToolRegistry::snapshot`].
+    pub fn add_source(&mut self, source: Arc<dyn ToolSource>) {
+        self.sources.push(source);
+    }
+
+    /// The registered tools plus what every source offers now, as a plain
+    /// registry. A source's tool whose name is taken (by a registered tool
+    /// or an earlier source) is left out with a warning: the name keeps
+    /// meaning what it meant.
+    pub fn snapshot(&self) -> ToolRegistry {
+        if self.sources.is_empty() {
+            return self.clone();
+        }
+        let mut tools = self.tools.clone();
+        for source in &self.sources {
+            for tool in source.tools() {
+                let name = tool.name().to_owned();
+                if tools.contains_key(&name) {
+                    tracing::warn!(tool = %name, "a tool source offers a name already taken; left out");
+                } else {
+                    tools.insert(name, tool);
+                }
+            }
+        }
+        ToolRegistry {
+            tools,
+            sources: Vec::new(),
+        }
+    }
+
+    /// The tool named `name` (registered, not from a source).
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
         self.tools.get(name)
     }
 
-    /// Tool names in order.
+    /// Registered tool names in order (see [`ToolRegistry::snapshot`] for
+    /// the sources' tools too).
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.tools.keys().map(String::as_str)
     }
@@ -590,6 +636,44 @@ mod tests {
         assert!(matches!(err, ToolError::InvalidArguments(_)));
         let ok = tool.call(json!({"answer": "done"}), &ctx).await.unwrap();
         assert_eq!(ok, ToolResult::ok("done"));
+    }
+
+    struct Offered(Vec<Arc<dyn Tool>>);
+
+    impl ToolSource for Offered {
+        fn tools(&self) -> Vec<Arc<dyn Tool>> {
+            self.0.clone()
+        }
+    }
+
+    #[test]
+    fn snapshots_add_what_sources_offer_without_taking_registered_names() {
+        struct Named(&'static str);
+        #[async_trait]
+        impl Tool for Named {
+            fn name(&self) -> &str {
+                self.0
+            }
+            fn description(&self) -> &str {
+                "from a source"
+            }
+            fn parameters(&self) -> Value {
+                json!({"type": "object"})
+            }
+            async fn call(&self, _args: Value, _ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+                Ok(ToolResult::ok("source"))
+            }
+        }
+        let mut reg = ToolRegistry::new();
+        reg.register_typed(FinalTool).unwrap();
+        reg.add_source(Arc::new(Offered(vec![
+            Arc::new(Named("final")),
+            Arc::new(Named("time__now")),
+        ])));
+        assert_eq!(reg.names().collect::<Vec<_>>(), vec!["final"]);
+        let snap = reg.snapshot();
+        assert_eq!(snap.names().collect::<Vec<_>>(), vec!["final", "time__now"]);
+        assert_eq!(snap.get("final").unwrap().description(), FinalTool.description());
     }
 
     #[test]

@@ -169,10 +169,12 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
 
     let agent_only: BTreeSet<String> = AGENT_ONLY_TOOLS.iter().map(|t| (*t).to_owned()).collect();
     let main = main_profile(&config, &names, &agent_only);
+    let env = |name: &str| std::env::var(name).ok();
     let team = TeamContext {
         main: &main,
         app_tools: &names,
         agent_only: &agent_only,
+        env: &env,
     };
     let (mut others, mut skipped) = load_team(&config.team_dir, &team);
     for (id, yaml) in &config.definitions {
@@ -222,6 +224,9 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         }
         learners = Some(learners_for(&config, &provider, service, scopes));
     }
+
+    #[cfg_attr(not(feature = "mcp"), allow(unused_variables))]
+    let mcp = mcp_servers(&config, &registry, &env).await;
 
     let link = DirectoryLink::new();
     if registry.agents().len() >= 2 {
@@ -286,6 +291,8 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         provider,
         tools,
         sandboxed,
+        #[cfg(feature = "mcp")]
+        mcp,
         security,
         memory,
         learners,
@@ -305,6 +312,48 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     inner.recover(pending_turns).await;
     inner.reconcile_watch_reports().await;
     Ok(AppAssembly { inner })
+}
+
+/// How long the app waits at start for its MCP servers' first start
+/// attempt; a slower server's tools join when it is up.
+#[cfg(feature = "mcp")]
+pub const MCP_START_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Starts the MCP servers of `$JARVIS_HOME/mcp.yaml`, of the code
+/// (`AppConfig::mcp_servers`) and of the definitions, and waits (at most
+/// [`MCP_START_WAIT`]) for their first start attempt. A server that does not
+/// start is logged and tried again later; it never stops the app.
+#[cfg(feature = "mcp")]
+async fn mcp_servers(
+    config: &AppConfig,
+    registry: &AgentRegistry,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Arc<crate::core::McpHub> {
+    let mut servers = crate::core::load_mcp_file(&config.home, env);
+    servers.extend(config.mcp_servers.iter().cloned());
+    for profile in registry.agents() {
+        servers.extend(profile.mcp_servers.iter().cloned());
+    }
+    let hub = crate::core::McpHub::start(servers);
+    if !hub.servers().is_empty() && !hub.wait_started(MCP_START_WAIT).await {
+        tracing::info!("some MCP servers are still starting; their tools join when they are up");
+    }
+    Arc::new(hub)
+}
+
+/// Without the feature `mcp`, configured servers are named in a warning.
+#[cfg(not(feature = "mcp"))]
+async fn mcp_servers(config: &AppConfig, registry: &AgentRegistry, env: &dyn Fn(&str) -> Option<String>) {
+    let mut names: Vec<String> = crate::core::load_mcp_file(&config.home, env)
+        .into_iter()
+        .chain(config.mcp_servers.iter().cloned())
+        .chain(registry.agents().iter().flat_map(|p| p.mcp_servers.clone()))
+        .map(|s| s.name)
+        .collect();
+    names.dedup();
+    if !names.is_empty() {
+        tracing::warn!(servers = ?names, "MCP servers are configured but this build has no MCP client (cargo feature `mcp`); their tools are left out");
+    }
 }
 
 /// The memory service of `config`: its store (a given one, else Postgres
@@ -489,6 +538,8 @@ fn main_profile(config: &AppConfig, tools: &BTreeSet<String>, agent_only: &BTree
             .filter(|t| !agent_only.contains(*t))
             .cloned()
             .collect(),
+        mcp_tools: None,
+        mcp_servers: Vec::new(),
         proactive: config.proactive,
         memory_read: MemoryRead::own_only(),
         boundaries: Boundaries::default(),
@@ -507,6 +558,9 @@ struct AppInner {
     /// The built-in tools of agents whose sandbox settings widen what
     /// their programs reach, by agent.
     sandboxed: BTreeMap<String, ToolRegistry>,
+    /// The MCP servers; dropping the app stops them.
+    #[cfg(feature = "mcp")]
+    mcp: Arc<crate::core::McpHub>,
     rules: Arc<LayeredApprovalRules>,
     security: SecurityPipeline,
     memory: Option<Arc<MemoryService>>,
@@ -600,6 +654,12 @@ impl AppAssembly {
     /// The open-loop store.
     pub fn open_loops(&self) -> &Arc<dyn OpenLoopStore> {
         &self.inner.loops
+    }
+
+    /// The MCP servers: their state and tools (feature `mcp`).
+    #[cfg(feature = "mcp")]
+    pub fn mcp(&self) -> &Arc<crate::core::McpHub> {
+        &self.inner.mcp
     }
 
     /// The memory service, unless memory is off.
@@ -859,7 +919,8 @@ impl AppInner {
         let mut gate = ToolGate::new()
             .with_policy(Arc::new(
                 AgentToolPolicy::new(&profile.id, Some(profile.tools.iter().cloned()))
-                    .with_boundaries(&profile.boundaries),
+                    .with_boundaries(&profile.boundaries)
+                    .with_mcp_tools(profile.mcp_tools.clone()),
             ))
             .with_approver(Arc::new(broker.clone()));
         for hook in &self.config.hooks {
@@ -872,6 +933,8 @@ impl AppInner {
                 register(&mut tools, tool.clone())?;
             }
         }
+        #[cfg(feature = "mcp")]
+        tools.add_source(self.mcp.source_for(&profile.id, profile.mcp_tools.clone()));
         let ctx = LoopContext::new(self.provider.clone())
             .with_tools(tools)
             .with_gate(gate)

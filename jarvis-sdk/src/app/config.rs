@@ -252,6 +252,9 @@ pub struct AppConfig {
     pub require_sandbox: bool,
     /// `before_tool_call` plugin hooks, in order, for every session.
     pub hooks: Vec<Arc<dyn BeforeToolCall>>,
+    /// MCP servers given in code; they start beside those of
+    /// `$JARVIS_HOME/mcp.yaml` and of the definitions (feature `mcp`).
+    pub mcp_servers: Vec<crate::core::McpServerConfig>,
     /// A validation stage to use instead of the standard one.
     pub validation: Option<Arc<dyn SecurityStage>>,
     /// A policy stage to use instead of the standard one.
@@ -317,6 +320,7 @@ impl AppConfig {
             sandbox: SandboxSettings::default(),
             require_sandbox: false,
             hooks: Vec::new(),
+            mcp_servers: Vec::new(),
             validation: None,
             policy: None,
             clock: Arc::new(SystemClock),
@@ -551,6 +555,12 @@ impl AppConfig {
         config.seed_team = false;
         config.team_dir = config.home.join("team-none");
         config
+    }
+
+    /// Adds an MCP server given in code (see [`AppConfig::mcp_servers`]).
+    pub fn with_mcp_server(mut self, server: crate::core::McpServerConfig) -> Self {
+        self.mcp_servers.push(server);
+        self
     }
 
     /// Adds an agent definition given as YAML.

@@ -27,6 +27,7 @@ use super::profile::{AgentProfile, MAIN_AGENT, Palette, wordmark};
 use crate::core::Boundaries;
 use crate::core::CountingFeedback;
 use crate::core::SandboxSettings;
+use crate::core::{is_mcp_name, parse_agent_servers};
 use crate::memory::MemoryRead;
 
 /// The built-in team, written into a new team directory on first start.
@@ -47,6 +48,8 @@ struct DefinitionFile {
     memory: Option<MemoryFile>,
     boundaries: Option<Boundaries>,
     sandbox: Option<SandboxSettings>,
+    /// MCP servers of this agent only (read by [`parse_agent_servers`]).
+    mcp: Option<serde_yaml::Value>,
 }
 
 /// A definition's `model` as a map; a plain string is its `name`.
@@ -106,7 +109,7 @@ struct ReadFile {
 pub const ALWAYS_ATTACHED: [&str; 3] = ["ask_agent", "remember_task_pattern", "recall_episodes"];
 
 /// What the definitions are resolved against.
-#[derive(Debug, Clone)]
+#[derive(Clone, Copy)]
 pub struct TeamContext<'a> {
     /// JARVIS's profile, whose settings empty fields inherit.
     pub main: &'a AgentProfile,
@@ -114,6 +117,18 @@ pub struct TeamContext<'a> {
     pub app_tools: &'a BTreeSet<String>,
     /// Tools visible only to agents that list them.
     pub agent_only: &'a BTreeSet<String>,
+    /// The environment `${VAR}` in a definition's `mcp` reads.
+    pub env: &'a dyn Fn(&str) -> Option<String>,
+}
+
+impl std::fmt::Debug for TeamContext<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TeamContext")
+            .field("main", &self.main.id)
+            .field("app_tools", self.app_tools)
+            .field("agent_only", self.agent_only)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A file that was not loaded, and why.
@@ -178,6 +193,15 @@ pub fn parse_definition(id: &str, yaml: &str, team: &TeamContext<'_>) -> Result<
     }
     let listed = file.tools.unwrap_or_default();
     let mut tools: Vec<String> = Vec::new();
+    // MCP servers list their tools after the app starts: their names are
+    // kept as written, never dropped as unknown.
+    let mcp_tools = (!listed.is_empty()).then(|| {
+        listed
+            .iter()
+            .filter(|t| is_mcp_name(t) && !team.app_tools.contains(*t))
+            .cloned()
+            .collect::<Vec<_>>()
+    });
     if listed.is_empty() {
         tools.extend(
             team.app_tools
@@ -191,7 +215,7 @@ pub fn parse_definition(id: &str, yaml: &str, team: &TeamContext<'_>) -> Result<
                 if !tools.contains(&tool) {
                     tools.push(tool);
                 }
-            } else {
+            } else if !is_mcp_name(&tool) {
                 tracing::warn!(agent = id, %tool, "unknown tool in the agent definition, dropped");
             }
         }
@@ -203,6 +227,10 @@ pub fn parse_definition(id: &str, yaml: &str, team: &TeamContext<'_>) -> Result<
     }
     let sandbox = file.sandbox.unwrap_or_default();
     sandbox.validate()?;
+    let mcp_servers = match file.mcp {
+        None | Some(serde_yaml::Value::Null) => Vec::new(),
+        Some(value) => parse_agent_servers(id, value, team.env)?,
+    };
     let name = non_empty(file.name).unwrap_or_else(|| wordmark(id));
     Ok(AgentProfile {
         id: id.to_owned(),
@@ -215,6 +243,8 @@ pub fn parse_definition(id: &str, yaml: &str, team: &TeamContext<'_>) -> Result<
         max_tokens: model.max_tokens,
         temperature: model.temperature,
         tools,
+        mcp_tools,
+        mcp_servers,
         proactive: file.proactive.unwrap_or(main.proactive),
         memory_read,
         boundaries: file.boundaries.unwrap_or_default(),

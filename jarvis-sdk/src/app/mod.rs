@@ -12,6 +12,8 @@ mod error;
 mod profile;
 mod registry;
 
+#[cfg(feature = "mcp")]
+pub use assembly::MCP_START_WAIT;
 pub use assembly::{
     AppAssembly, REFLECTION_TEMPLATE_FILE, SessionObserver, THOUGHT_TEMPLATE_FILE, build_app,
 };

@@ -88,6 +88,13 @@ pub struct AgentProfile {
     /// The tools the agent may call (resolved: the listed ones, or the app
     /// registry without agent-only tools, plus the tools every agent gets).
     pub tools: Vec<String>,
+    /// Which MCP tools the agent gets, of the servers serving it: `None`
+    /// (its definition lists no tools) every one; otherwise the names
+    /// `<server>__<tool>` and globs `<server>__*` its `tools` lists.
+    pub mcp_tools: Option<Vec<String>>,
+    /// The MCP servers its definition declares (its `mcp`); they serve
+    /// this agent only.
+    pub mcp_servers: Vec<crate::core::McpServerConfig>,
     /// Whether the agent speaks first and reflects.
     pub proactive: bool,
     /// Whose memory it reads besides its own.

@@ -16,6 +16,7 @@ pub(crate) mod approval;
 mod ask;
 mod commands;
 pub(crate) mod housing;
+mod mcp;
 mod memory_tools;
 mod outbox;
 mod proactive;
@@ -55,6 +56,16 @@ pub use housing::{EXTERNAL_SEEN_FILE, new_notices, watch_report};
 #[cfg(feature = "http")]
 pub use housing::{
     LH_BASE_URL, LH_BASE_URL_ENV, LH_NOTICE_PATH, LH_SERVICE_KEY_ENV, LhConfig, LhNoticeSource,
+};
+pub use mcp::{
+    DEFAULT_MCP_CALL_TIMEOUT, MAX_TOOL_NAME, MCP_CONFIG_FILE, McpApproval, McpServerConfig, McpTransport,
+    assign_tool_names, is_mcp_name, load_mcp_file, mcp_tool_name, parse_agent_servers, parse_mcp_file,
+    pattern_matches, valid_server_name,
+};
+#[cfg(feature = "mcp")]
+pub use mcp::{
+    MCP_FIRST_BACKOFF, MCP_MAX_BACKOFF, MCP_START_TIMEOUT, McpHub, McpServer, McpServerState,
+    McpServerStatus, McpTool, McpToolInfo,
 };
 pub use memory_tools::{
     RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, memory_tools, register_memory_tools,

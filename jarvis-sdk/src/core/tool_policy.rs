@@ -1,9 +1,12 @@
 //! [`AgentToolPolicy`]: the first stage of the tool gate, the per-agent
-//! allow-list and the `never` list of an agent's `boundaries`.
+//! allow-list and the `never` list of an agent's `boundaries`. MCP tools
+//! (`<server>__<tool>`) are allowed by the agent's MCP patterns
+//! ([`AgentToolPolicy::with_mcp_tools`]), since servers list them later.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
+use super::mcp::{SEPARATOR, pattern_matches};
 use crate::agent::{GateDecision, ToolCallInfo, ToolPolicy};
 
 /// The `boundaries` of an agent definition: `ask` tools always need a
@@ -25,6 +28,9 @@ pub struct Boundaries {
 pub struct AgentToolPolicy {
     agent_id: String,
     allowed: Option<BTreeSet<String>>,
+    /// MCP tools allowed besides `allowed`: `None` none, `Some(None)` every
+    /// one, `Some(Some(patterns))` those the patterns name.
+    mcp: Option<Option<Vec<String>>>,
     never: BTreeSet<String>,
 }
 
@@ -34,8 +40,29 @@ impl AgentToolPolicy {
         Self {
             agent_id: agent_id.into(),
             allowed: allowed.map(|a| a.into_iter().collect()),
+            mcp: None,
             never: BTreeSet::new(),
         }
+    }
+
+    /// Also allows the MCP tools `patterns` names (`<server>__<tool>`,
+    /// `<server>__*`; `None`: every MCP tool). Which servers serve the
+    /// agent decides which of them it is offered.
+    pub fn with_mcp_tools(mut self, patterns: Option<Vec<String>>) -> Self {
+        self.mcp = Some(patterns);
+        self
+    }
+
+    fn mcp_allows(&self, tool: &str) -> bool {
+        let Some(patterns) = &self.mcp else {
+            return false;
+        };
+        let Some((server, _)) = tool.split_once(SEPARATOR) else {
+            return false;
+        };
+        patterns
+            .as_ref()
+            .is_none_or(|p| p.iter().any(|p| pattern_matches(p, server, tool)))
     }
 
     /// Adds the `never` list of `boundaries`.
@@ -54,10 +81,12 @@ impl ToolPolicy for AgentToolPolicy {
             ));
         }
         match &self.allowed {
-            Some(allowed) if !allowed.contains(call.tool_name) => GateDecision::Deny(format!(
-                "{} is not one of agent {}'s tools",
-                call.tool_name, self.agent_id
-            )),
+            Some(allowed) if !allowed.contains(call.tool_name) && !self.mcp_allows(call.tool_name) => {
+                GateDecision::Deny(format!(
+                    "{} is not one of agent {}'s tools",
+                    call.tool_name, self.agent_id
+                ))
+            }
             _ => GateDecision::Allow,
         }
     }

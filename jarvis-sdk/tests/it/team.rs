@@ -53,6 +53,8 @@ fn main_profile() -> AgentProfile {
         max_tokens: None,
         temperature: None,
         tools: vec![],
+        mcp_tools: None,
+        mcp_servers: Vec::new(),
         proactive: true,
         memory_read: Default::default(),
         boundaries: Default::default(),
@@ -83,6 +85,7 @@ fn parse(id: &str, yaml: &str) -> Result<AgentProfile, String> {
             main: &main,
             app_tools: &app_tools,
             agent_only: &agent_only,
+            env: &|name| (name == "TEAM_TEST_TOKEN").then(|| "t0ken".to_owned()),
         },
     )
 }

@@ -11,7 +11,7 @@ use super::machine::{Action, CallPlan, Finished, Limits, Machine, Reply};
 use super::{AgentLoopConfig, LoopContext, Resume};
 use crate::agent::event::{AgentEvent, MessageDelta};
 use crate::agent::gate::{GateVerdict, ToolCallInfo};
-use crate::agent::tool::{ToolContext, ToolError, ToolResult, prepare_call};
+use crate::agent::tool::{ToolContext, ToolError, ToolRegistry, ToolResult, prepare_call};
 use crate::common::truncate_with_marker;
 use crate::model::{
     ChatRequest, Message, ProviderEvent, ResponseAssembler, ToolCall, ToolResultMessage, ToolSpec,
@@ -21,16 +21,20 @@ pub(super) struct Driver<'a> {
     ctx: &'a LoopContext,
     config: &'a AgentLoopConfig,
     cancel: CancellationToken,
+    /// The context's tools with what its sources offer as the turn starts.
+    tools: ToolRegistry,
     specs: Vec<ToolSpec>,
 }
 
 impl<'a> Driver<'a> {
     pub(super) fn new(ctx: &'a LoopContext, config: &'a AgentLoopConfig, cancel: CancellationToken) -> Self {
+        let tools = ctx.tools.snapshot();
         Self {
             ctx,
             config,
             cancel,
-            specs: ctx.tools.specs(),
+            specs: tools.specs(),
+            tools,
         }
     }
 
@@ -253,8 +257,8 @@ impl<'a> Driver<'a> {
         if let Some(problem) = call.arguments_error() {
             return ToolResult::error(format!("cannot call {}: {problem}", call.name));
         }
-        let Some(tool) = self.ctx.tools.get(&call.name) else {
-            let known = self.ctx.tools.names().collect::<Vec<_>>().join(", ");
+        let Some(tool) = self.tools.get(&call.name) else {
+            let known = self.tools.names().collect::<Vec<_>>().join(", ");
             return ToolResult::error(format!(
                 "there is no tool named {:?}; the tools are: {known}",
                 call.name
