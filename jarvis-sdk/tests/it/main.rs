@@ -20,6 +20,7 @@ mod learning;
 mod loop_concurrency;
 mod loop_props;
 mod loop_transcripts;
+mod mcp;
 mod memory;
 mod openloop;
 mod pg;

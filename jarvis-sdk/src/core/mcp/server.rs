@@ -197,16 +197,20 @@ impl McpServer {
             .await;
     }
 
-    /// Waits until it is running with a start count of at least `restarts`
-    /// (tests and tools that want it back after a crash).
-    pub async fn running_after(&self, restarts: u32) {
+    /// Waits until its status satisfies `done` (for example a tool listed
+    /// after `tools/list_changed`, or running again after a crash); returns
+    /// the status that did.
+    pub async fn wait_for(&self, done: impl Fn(&McpServerStatus) -> bool) -> McpServerStatus {
         let mut rx = self.shared.live.subscribe();
-        let _ = rx
-            .wait_for(|l| {
-                (l.state == McpServerState::Running && l.restarts >= restarts)
-                    || l.state == McpServerState::Stopped
-            })
-            .await;
+        loop {
+            let status = self.status();
+            if done(&status) {
+                return status;
+            }
+            if rx.changed().await.is_err() {
+                return self.status();
+            }
+        }
     }
 }
 
