@@ -91,3 +91,37 @@ impl ToolPolicy for AgentToolPolicy {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn check(policy: &AgentToolPolicy, tool: &str) -> GateDecision {
+        let args = json!({});
+        policy.check(&ToolCallInfo::new("s", "karen", "c", tool, &args, false))
+    }
+
+    #[test]
+    fn mcp_tools_pass_by_pattern_and_never_still_refuses() {
+        let listed = || Some(vec!["read_file".to_owned()]);
+        let plain = AgentToolPolicy::new("karen", listed());
+        assert!(matches!(check(&plain, "time__now"), GateDecision::Deny(_)));
+        let all = AgentToolPolicy::new("karen", listed()).with_mcp_tools(None);
+        assert_eq!(check(&all, "time__now"), GateDecision::Allow);
+        assert!(matches!(check(&all, "write_file"), GateDecision::Deny(_)), "only MCP names widen");
+        let some = AgentToolPolicy::new("karen", listed())
+            .with_mcp_tools(Some(vec!["time__*".into(), "fs__read".into()]))
+            .with_boundaries(&Boundaries {
+                ask: vec![],
+                never: vec!["time__set".into()],
+            });
+        assert_eq!(check(&some, "time__now"), GateDecision::Allow);
+        assert_eq!(check(&some, "fs__read"), GateDecision::Allow);
+        assert!(matches!(check(&some, "fs__write"), GateDecision::Deny(_)));
+        let GateDecision::Deny(reason) = check(&some, "time__set") else {
+            panic!("never wins")
+        };
+        assert!(reason.contains("never allowed"));
+    }
+}
