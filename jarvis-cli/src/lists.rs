@@ -1,7 +1,8 @@
 //! `jarvis agents` and `jarvis sessions`: what the home holds, one line
-//! each; `jarvis models`: the model servers running on this machine.
+//! each; `jarvis models`: the model servers running on this machine;
+//! `jarvis mcp list`: the MCP servers, their state and tools.
 
-use jarvis_server::protocol::AgentInfo;
+use jarvis_server::protocol::{AgentInfo, McpServerInfo};
 use std::process::ExitCode;
 
 use crate::home::{self, Home};
@@ -63,6 +64,40 @@ pub(crate) async fn models() -> anyhow::Result<ExitCode> {
     match chosen {
         Some((url, name)) => println!("* chat uses {name} at {url} when no provider is configured"),
         None => println!("no chat model found (embedding models only)"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints the MCP servers (the running server's, or those of an app
+/// assembled here, after their first start), their state and tools.
+pub(crate) async fn mcp_servers() -> anyhow::Result<ExitCode> {
+    let servers: Vec<McpServerInfo> = match home::open().await? {
+        Home::Remote(client) => client.mcp_servers().await?,
+        Home::Local(app) => app.mcp().statuses().iter().map(McpServerInfo::from).collect(),
+    };
+    if servers.is_empty() {
+        println!(
+            "no MCP servers (declare them in $JARVIS_HOME/{} or a definition's `mcp`)",
+            jarvis_sdk::MCP_CONFIG_FILE
+        );
+    }
+    for s in servers {
+        let whose = s
+            .owner
+            .map_or_else(|| "shared".to_owned(), |a| format!("{a} only"));
+        let pid = s.pid.map(|p| format!(" pid {p}")).unwrap_or_default();
+        println!("{} ({whose}) {}{pid}  {}", s.name, s.state, s.transport);
+        if let Some(error) = s.error {
+            println!("  ! {error}");
+        }
+        for t in s.tools {
+            let read_only = if t.read_only { " (read-only)" } else { "" };
+            println!(
+                "  {}{read_only}  {}",
+                t.name,
+                t.description.lines().next().unwrap_or("")
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -23,7 +23,9 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 
-use crate::protocol::{AgentInfo, ClientMessage, ErrorBody, Health, ServerMessage, SessionDetail};
+use crate::protocol::{
+    AgentInfo, ClientMessage, ErrorBody, Health, McpServerInfo, ServerMessage, SessionDetail,
+};
 use crate::serve::ServerFile;
 
 /// Why a request to the server failed.
@@ -178,6 +180,11 @@ impl Client {
     /// `GET /api/agents`.
     pub async fn agents(&self) -> Result<Vec<AgentInfo>, ClientError> {
         self.get("/api/agents").await
+    }
+
+    /// `GET /api/mcp`.
+    pub async fn mcp_servers(&self) -> Result<Vec<McpServerInfo>, ClientError> {
+        self.get("/api/mcp").await
     }
 
     /// `GET /api/sessions`.

@@ -17,7 +17,7 @@ use serde_json::json;
 use crate::auth::{Reached, query_param, token_cookie, token_ok, without_query_param};
 use crate::error::AppError;
 use crate::hud;
-use crate::protocol::{AgentInfo, CreateSession, Health, SessionDetail, codes};
+use crate::protocol::{AgentInfo, CreateSession, Health, McpServerInfo, SessionDetail, codes};
 use crate::state::ServerState;
 
 /// `GET /healthz`.
@@ -46,6 +46,19 @@ pub(crate) async fn agents(State(state): State<ServerState>) -> Json<Vec<AgentIn
             .agents()
             .iter()
             .map(|a| AgentInfo::from(a.as_ref()))
+            .collect(),
+    )
+}
+
+/// `GET /api/mcp`: the MCP servers, their state and tools.
+pub(crate) async fn mcp_servers(State(state): State<ServerState>) -> Json<Vec<McpServerInfo>> {
+    Json(
+        state
+            .app()
+            .mcp()
+            .statuses()
+            .iter()
+            .map(McpServerInfo::from)
             .collect(),
     )
 }

@@ -229,6 +229,64 @@ pub enum ClientMessage {
     },
 }
 
+/// An MCP server as `GET /api/mcp` lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct McpServerInfo {
+    /// The server's name.
+    pub name: String,
+    /// The agent whose definition declares it (`null`: `mcp.yaml`).
+    pub owner: Option<String>,
+    /// The program or URL.
+    pub transport: String,
+    /// `starting`, `running`, `restarting` or `stopped`.
+    pub state: String,
+    /// The process id of a running stdio server.
+    pub pid: Option<u32>,
+    /// Why it last stopped or failed to start.
+    pub error: Option<String>,
+    /// How many times it was started again.
+    pub restarts: u32,
+    /// Its tools.
+    pub tools: Vec<McpToolEntry>,
+}
+
+/// One tool of an [`McpServerInfo`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct McpToolEntry {
+    /// The name agents call it by (`<server>__<tool>`).
+    pub name: String,
+    /// The name the server gave it.
+    pub remote: String,
+    /// Its description.
+    pub description: String,
+    /// Whether the server annotates it read-only.
+    pub read_only: bool,
+}
+
+impl From<&jarvis_sdk::McpServerStatus> for McpServerInfo {
+    fn from(s: &jarvis_sdk::McpServerStatus) -> Self {
+        Self {
+            name: s.name.clone(),
+            owner: s.owner.clone(),
+            transport: s.transport.clone(),
+            state: s.state.to_string(),
+            pid: s.pid,
+            error: s.error.clone(),
+            restarts: s.restarts,
+            tools: s
+                .tools
+                .iter()
+                .map(|t| McpToolEntry {
+                    name: t.name.clone(),
+                    remote: t.remote.clone(),
+                    description: t.description.clone(),
+                    read_only: t.read_only,
+                })
+                .collect(),
+        }
+    }
+}
+
 /// An agent as `GET /api/agents` lists it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AgentInfo {

@@ -78,7 +78,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     #[allow(unused_mut)] // only discovery (feature `http`) changes it
     let mut config = config;
     #[cfg(feature = "http")]
-    if config.provider.is_none() && config.llm.discover_local().await {
+    if config.discover_local().await {
         tracing::info!("model: {}", config.llm.notice.as_deref().unwrap_or_default());
     }
     let provider = match &config.provider {

@@ -243,6 +243,10 @@ pub struct AppConfig {
     pub max_loaded_sessions: usize,
     /// KAREN's notice sources and stores.
     pub housing: HousingConfig,
+    /// The sources the environment configures, kept while the demo's
+    /// sample notices stand in for them; they take over when a local model
+    /// is found at start ([`AppConfig::discover_local`]).
+    pub housing_without_demo: Option<HousingConfig>,
     /// What JARVIS's programs may reach beyond the session's sandbox
     /// (`JARVIS_SANDBOX__NETWORK`, `__READ`, `__WRITE`); other agents say
     /// it in their definitions.
@@ -317,6 +321,7 @@ impl AppConfig {
             ask_timeout: DEFAULT_ASK_TIMEOUT,
             max_loaded_sessions: DEFAULT_MAX_LOADED_SESSIONS,
             housing: HousingConfig::fixture(&home),
+            housing_without_demo: None,
             sandbox: SandboxSettings::default(),
             require_sandbox: false,
             hooks: Vec::new(),
@@ -507,26 +512,44 @@ impl AppConfig {
         }
         // The offline demo finds notices on a fresh machine: with the demo
         // model playing and no housing source configured, the bundled sample
-        // notices (each marked as a sample) stand in for LH and SH. Known gap:
-        // this is decided before `build_app` discovers a local model, so a
-        // discovered model still gets the sample source; decide it there.
+        // notices (each marked as a sample) stand in for LH and SH. A local
+        // model found at start ends the demo, and the configured sources
+        // take over (`AppConfig::discover_local`).
         let demo = config.is_demo();
         let housing_configured = [HOUSING_MODE_ENV, SH_URL_ENV, "JARVIS_HOUSING__LH_SERVICE_KEY"]
             .iter()
             .any(|name| var(name).is_some());
-        config.housing = if demo && !housing_configured {
-            HousingConfig::from_vars(&config.home, |name| {
+        let configured =
+            HousingConfig::from_vars(&config.home, &get).map_err(|e| AppError::Config(e.to_string()))?;
+        if demo && !housing_configured {
+            config.housing = HousingConfig::from_vars(&config.home, |name| {
                 if name == HOUSING_MODE_ENV {
                     Some("fixture".to_owned())
                 } else {
                     get(name)
                 }
             })
+            .map_err(|e| AppError::Config(e.to_string()))?;
+            config.housing_without_demo = Some(configured);
         } else {
-            HousingConfig::from_vars(&config.home, &get)
+            config.housing = configured;
         }
-        .map_err(|e| AppError::Config(e.to_string()))?;
         Ok(config)
+    }
+
+    /// Looks for a local model server when no provider is configured
+    /// ([`LlmConfig::discover_local`]); when one is found, the demo ends and
+    /// the housing sources the environment configures replace the sample
+    /// notices. Returns whether a model was found.
+    #[cfg(feature = "http")]
+    pub async fn discover_local(&mut self) -> bool {
+        if self.provider.is_some() || !self.llm.discover_local().await {
+            return false;
+        }
+        if let Some(housing) = self.housing_without_demo.take() {
+            self.housing = housing;
+        }
+        true
     }
 
     /// Whether the built-in offline demo will play: no provider given in

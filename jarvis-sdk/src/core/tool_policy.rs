@@ -109,7 +109,10 @@ mod tests {
         assert!(matches!(check(&plain, "time__now"), GateDecision::Deny(_)));
         let all = AgentToolPolicy::new("karen", listed()).with_mcp_tools(None);
         assert_eq!(check(&all, "time__now"), GateDecision::Allow);
-        assert!(matches!(check(&all, "write_file"), GateDecision::Deny(_)), "only MCP names widen");
+        assert!(
+            matches!(check(&all, "write_file"), GateDecision::Deny(_)),
+            "only MCP names widen"
+        );
         let some = AgentToolPolicy::new("karen", listed())
             .with_mcp_tools(Some(vec!["time__*".into(), "fs__read".into()]))
             .with_boundaries(&Boundaries {

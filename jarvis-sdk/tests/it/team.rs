@@ -1176,7 +1176,10 @@ fn mcp_names_are_kept_and_a_definitions_servers_are_its_own() {
         Some(vec!["time__get_current_time".to_owned(), "files__*".to_owned()])
     );
     assert!(profile.has_tool("read_file") && !profile.has_tool("nope"));
-    assert!(!profile.has_tool("time__get_current_time"), "MCP names are not built-in tools");
+    assert!(
+        !profile.has_tool("time__get_current_time"),
+        "MCP names are not built-in tools"
+    );
     let server = &profile.mcp_servers[0];
     assert_eq!(server.owner.as_deref(), Some("karen"));
     assert!(server.serves("karen") && !server.serves("main"));
@@ -1191,10 +1194,17 @@ fn mcp_names_are_kept_and_a_definitions_servers_are_its_own() {
     // No list: every MCP tool of the servers serving the agent.
     assert_eq!(parse("karen", "name: K").unwrap().mcp_tools, None);
     // A list without MCP names: none.
-    assert_eq!(parse("karen", "tools: [read_file]").unwrap().mcp_tools, Some(vec![]));
+    assert_eq!(
+        parse("karen", "tools: [read_file]").unwrap().mcp_tools,
+        Some(vec![])
+    );
     // A bad server skips the definition, with the reason.
     let bad = parse("karen", "mcp: { x: { url: \"ftp://a\" } }").unwrap_err();
     assert!(bad.contains("mcp.x") && bad.contains("not an http"), "{bad}");
-    let unset = parse("karen", "mcp: { x: { url: \"http://a/${UNSET_FOR_TEAM_TEST}\" } }").unwrap_err();
+    let unset = parse(
+        "karen",
+        "mcp: { x: { url: \"http://a/${UNSET_FOR_TEAM_TEST}\" } }",
+    )
+    .unwrap_err();
     assert!(unset.contains("UNSET_FOR_TEAM_TEST is not set"), "{unset}");
 }

@@ -438,3 +438,40 @@ async fn the_page_is_embedded_and_says_when_the_demo_plays() {
         assert_error(s, &b, StatusCode::NOT_FOUND, "not_found");
     }
 }
+
+#[tokio::test]
+async fn the_mcp_servers_are_listed_with_state_and_reason() {
+    let home = TempHome::new();
+    std::fs::create_dir_all(&home.0).unwrap();
+    std::fs::write(
+        home.0.join("mcp.yaml"),
+        "servers:\n  broken:\n    command: /nonexistent/mcp-server\n    agents: [karen]\n",
+    )
+    .unwrap();
+    let state = ServerState::new(app(&home, HELLO).await, ServerConfig::loopback(0));
+    let (status, _, servers) = call(&state, get("/api/mcp")).await;
+    assert_eq!(status, StatusCode::OK, "{servers}");
+    let broken = &servers[0];
+    assert_eq!(
+        (
+            &broken["name"],
+            &broken["owner"],
+            &broken["transport"],
+            &broken["state"]
+        ),
+        (
+            &json!("broken"),
+            &Value::Null,
+            &json!("/nonexistent/mcp-server"),
+            &json!("restarting")
+        )
+    );
+    assert!(
+        broken["error"]
+            .as_str()
+            .unwrap()
+            .contains("cannot run /nonexistent/mcp-server"),
+        "{servers}"
+    );
+    assert_eq!(broken["tools"], json!([]));
+}

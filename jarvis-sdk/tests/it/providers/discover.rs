@@ -173,3 +173,33 @@ fn model_settings_are_read_and_bad_values_refused() {
         assert!(err.to_string().contains(name), "{err}");
     }
 }
+
+#[tokio::test]
+async fn a_found_model_ends_the_demos_sample_notices() {
+    let home = tempfile::tempdir().unwrap();
+    let vars = |discover: String| {
+        let home = home.path().display().to_string();
+        move |name: &str| match name {
+            "JARVIS_HOME" => Some(home.clone()),
+            "JARVIS_LLM__DISCOVER" => Some(discover.clone()),
+            _ => None,
+        }
+    };
+    // Nothing found: the demo plays on the sample notices.
+    let mut config = AppConfig::from_lookup(vars(format!("ollama={}", refused()))).unwrap();
+    assert!(
+        config.housing.lh.describe().contains("샘플"),
+        "{}",
+        config.housing.lh.describe()
+    );
+    assert!(!config.discover_local().await);
+    assert!(config.housing.lh.describe().contains("샘플"));
+    // A model found: the configured (live) sources take over.
+    let ollama = Replay::start(vec![json(OLLAMA_TAGS)]).await;
+    let mut config = AppConfig::from_lookup(vars(format!("ollama={}", ollama.url))).unwrap();
+    assert!(config.housing.lh.describe().contains("샘플"));
+    assert!(config.discover_local().await);
+    let lh = config.housing.lh.describe();
+    assert!(!lh.contains("샘플"), "{lh}");
+    assert!(config.housing_without_demo.is_none());
+}
