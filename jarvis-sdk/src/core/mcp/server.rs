@@ -267,7 +267,8 @@ async fn connect(shared: &Arc<Shared>) -> Result<(Running, Option<u32>), String>
     match &shared.config.transport {
         McpTransport::Stdio { command, args, env } => {
             let mut cmd = tokio::process::Command::new(command);
-            cmd.args(args).env_clear();
+            // Killed when dropped, also when the runtime shuts down.
+            cmd.args(args).env_clear().kill_on_drop(true);
             if let Some(path) = std::env::var_os("PATH") {
                 cmd.env("PATH", path);
             }

@@ -182,7 +182,14 @@ async fn a_killed_server_is_restarted_and_the_next_call_works() {
     assert!(!said.is_error && said.content.contains("again"), "{said:?}");
     let status = server.status();
     assert!(status.restarts >= 1, "{status:?}");
-    assert_ne!(status.pid, Some(pid));
+    let second = status.pid.expect("running again");
+    assert_ne!(second, pid);
+    // Shut down with the app: the process is gone once the server stopped.
+    hub.shutdown();
+    server.wait_for(|s| s.state == McpServerState::Stopped).await;
+    let alive = std::fs::read_to_string(format!("/proc/{second}/stat"))
+        .is_ok_and(|stat| !stat.split_whitespace().nth(2).is_some_and(|state| state == "Z"));
+    assert!(!alive, "the server process {second} outlived its shutdown");
 }
 
 #[tokio::test]
