@@ -36,3 +36,4 @@ mod sessions_postgres;
 mod support;
 mod team;
 mod thinking;
+mod web;

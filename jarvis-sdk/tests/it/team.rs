@@ -76,6 +76,7 @@ fn parse(id: &str, yaml: &str) -> Result<AgentProfile, String> {
     .map(String::from)
     .collect();
     let agent_only: BTreeSet<String> = ["sh_notice", "lh_notice"].into_iter().map(String::from).collect();
+    let unconfigured: BTreeSet<String> = ["web_search".to_owned()].into();
     parse_definition(
         id,
         yaml,
@@ -83,6 +84,7 @@ fn parse(id: &str, yaml: &str) -> Result<AgentProfile, String> {
             main: &main,
             app_tools: &app_tools,
             agent_only: &agent_only,
+            unconfigured: &unconfigured,
         },
     )
 }
