@@ -127,7 +127,7 @@ pub use common::{
 };
 pub use core::{
     AGENT_ONLY_TOOLS, DEFAULT_NOTICE_LIMIT, DEFAULT_REFERENCE_RATE, FileProfileStore, FileWatchStore,
-    FixtureNoticeSource, HOUSING_MODE_ENV, HOUSING_REFERENCE_RATE_ENV, HOUSING_TIMEOUT_ENV,
+    FixtureNoticeSource, HOUSING_MODE_ENV, HOUSING_REFERENCE_RATE_ENV, HOUSING_TIMEOUT_ENV, HOUSING_TOOLS,
     HOUSING_WATCH_EVERY_ENV, HousingBudgetArgs, HousingBudgetTool, HousingConfig, HousingError,
     HousingLoanArgs, HousingLoanTool, HousingProfile, HousingProfileArgs, HousingProfileTool,
     HousingWatchArgs, HousingWatchTool, IncomeBand, LoanMonth, LoanSchedule, LoanTerms, MAX_NOTICE_LIMIT,
@@ -168,8 +168,12 @@ pub use core::{
     register_builtin_tools, validate_session_id,
 };
 pub use core::{
-    DEFAULT_MCP_CALL_TIMEOUT, MAX_TOOL_NAME, MCP_CONFIG_FILE, McpApproval, McpServerConfig, McpTransport,
-    assign_tool_names, is_mcp_name, load_mcp_file, mcp_tool_name, parse_agent_servers, parse_mcp_file,
+    DEFAULT_MCP_CALL_TIMEOUT, DEFAULT_SEARCH_RESULTS, DEFAULT_WEB_FETCH_MAX_BYTES,
+    DEFAULT_WEB_FETCH_MAX_CHARS, DEFAULT_WEB_FETCH_MAX_REDIRECTS, DEFAULT_WEB_TIMEOUT, MAX_SEARCH_RESULTS,
+    MAX_TOOL_NAME, MCP_CONFIG_FILE, McpApproval, McpServerConfig, McpTransport, SearchProvider,
+    WEB_FETCH_ALLOW_PRIVATE_ENV, WEB_FETCH_TOOL, WEB_SEARCH_API_KEY_ENV, WEB_SEARCH_BASE_URL_ENV,
+    WEB_SEARCH_PROVIDER_ENV, WEB_SEARCH_TOOL, WebFetchSettings, WebSearchSettings, assign_tool_names,
+    is_mcp_name, load_mcp_file, mcp_tool_name, non_public_address_kind, parse_agent_servers, parse_mcp_file,
     pattern_matches, valid_server_name,
 };
 #[cfg(feature = "http")]
@@ -180,6 +184,8 @@ pub use core::{
     McpServerStatus, McpTool, McpToolInfo,
 };
 pub use core::{RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, memory_tools, register_memory_tools};
+#[cfg(feature = "http")]
+pub use core::{WebFetchArgs, WebFetchTool, WebSearchArgs, WebSearchTool, web_fetch_tool, web_search_tool};
 #[cfg(feature = "postgres")]
 pub use memory::PostgresMemoryStore;
 pub use memory::{

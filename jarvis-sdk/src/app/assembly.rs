@@ -30,8 +30,8 @@ use crate::core::{
     DEFAULT_OUTBOX_CAPACITY, Delegation, DelegationError, DirectoryLink, LayeredApprovalRules, OUTBOX_FILE,
     Outbox, OutboxItem, PEER_REQUEST_RULE, ProactiveDaemon, ProactiveSessions, ProactiveTarget,
     PromptOptions, RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, Reaction, RosterEntry, SandboxSettings,
-    SecurityPipeline, SessionPolicy, StandardCommands, TokenAuth, TurnError, Validation, builtin_tools,
-    housing_tools, kernel_confinement, memory_tools,
+    SecurityPipeline, SessionPolicy, StandardCommands, TokenAuth, TurnError, Validation, WEB_FETCH_TOOL,
+    WEB_SEARCH_TOOL, builtin_tools, housing_tools, kernel_confinement, memory_tools,
 };
 use crate::core::{
     AgentStance, Job, JobOutput, JobRunner, Notice, NoticeWatch, Scheduler, SchedulerConfig, Supervisor,
@@ -157,9 +157,17 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     for tool in builtin(&SandboxSettings::default())
         .into_iter()
         .chain(housing_tools(&config.housing))
+        .chain(web_tools(&config)?)
     {
         register(&mut tools, tool)?;
     }
+    // Known tools this app has not set up: a definition listing them is
+    // not warned about every start; its sessions simply lack them.
+    let unconfigured: BTreeSet<String> = [WEB_FETCH_TOOL, WEB_SEARCH_TOOL]
+        .into_iter()
+        .filter(|name| tools.get(name).is_none())
+        .map(str::to_owned)
+        .collect();
     let mut names: BTreeSet<String> = tools.names().map(str::to_owned).collect();
     names.insert("ask_agent".to_owned());
     if memory.is_some() {
@@ -175,6 +183,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         app_tools: &names,
         agent_only: &agent_only,
         env: &env,
+        unconfigured: &unconfigured,
     };
     let (mut others, mut skipped) = load_team(&config.team_dir, &team);
     for (id, yaml) in &config.definitions {
@@ -354,6 +363,29 @@ async fn mcp_servers(config: &AppConfig, registry: &AgentRegistry, env: &dyn Fn(
     if !names.is_empty() {
         tracing::warn!(servers = ?names, "MCP servers are configured but this build has no MCP client (cargo feature `mcp`); their tools are left out");
     }
+}
+
+/// The tools that read the web (feature `http`): `web_fetch` always
+/// (agent-only), `web_search` when a backend is configured.
+fn web_tools(config: &AppConfig) -> Result<Vec<Arc<dyn Tool>>, AppError> {
+    #[allow(unused_mut)] // only the `http` feature adds tools
+    let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+    #[cfg(feature = "http")]
+    {
+        tools.push(crate::core::web_fetch_tool(config.web_fetch.clone()));
+        if let Some(search) = &config.web_search {
+            tools.push(
+                crate::core::web_search_tool(search.clone()).map_err(|e| AppError::Config(e.to_string()))?,
+            );
+        }
+    }
+    #[cfg(not(feature = "http"))]
+    if config.web_search.is_some() {
+        tracing::warn!(
+            "a web search backend is configured, but this build has no HTTP client (cargo feature `http`): web_search is not offered"
+        );
+    }
+    Ok(tools)
 }
 
 /// The memory service of `config`: its store (a given one, else Postgres

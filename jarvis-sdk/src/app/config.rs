@@ -10,7 +10,7 @@ use crate::agent::{AgentLoopConfig, BeforeToolCall, Durability};
 use crate::common::{Clock, IdSource, SystemClock, UniqueIds};
 use crate::core::{
     DEFAULT_APPROVAL_TIMEOUT, DEFAULT_ASK_TIMEOUT, HOUSING_MODE_ENV, HousingConfig, SH_URL_ENV,
-    SandboxSettings, SecurityStage, UtcOffset,
+    SandboxSettings, SecurityStage, UtcOffset, WebFetchSettings, WebSearchSettings,
 };
 use crate::memory::{DEFAULT_USER, MemoryConfig, MemoryStore};
 use crate::model::{Embedder, LlmConfig, Provider, ProviderKind};
@@ -247,6 +247,14 @@ pub struct AppConfig {
     /// sample notices stand in for them; they take over when a local model
     /// is found at start ([`AppConfig::discover_local`]).
     pub housing_without_demo: Option<HousingConfig>,
+    /// How `web_fetch` reads pages: timeout, size caps, and whether it may
+    /// reach private addresses (`JARVIS_WEB_FETCH__ALLOW_PRIVATE`, default
+    /// off: loopback, private and link-local addresses are refused).
+    pub web_fetch: WebFetchSettings,
+    /// The backend of `web_search` (`JARVIS_WEB_SEARCH__PROVIDER`,
+    /// `__BASE_URL`, `__API_KEY`); `None` (the default) offers no
+    /// `web_search` tool.
+    pub web_search: Option<WebSearchSettings>,
     /// What JARVIS's programs may reach beyond the session's sandbox
     /// (`JARVIS_SANDBOX__NETWORK`, `__READ`, `__WRITE`); other agents say
     /// it in their definitions.
@@ -282,6 +290,8 @@ impl std::fmt::Debug for AppConfig {
             .field("web_token", &self.web_token.as_ref().map(|_| "<redacted>"))
             .field("sandbox", &self.sandbox)
             .field("require_sandbox", &self.require_sandbox)
+            .field("web_fetch", &self.web_fetch)
+            .field("web_search", &self.web_search)
             .finish_non_exhaustive()
     }
 }
@@ -322,6 +332,8 @@ impl AppConfig {
             max_loaded_sessions: DEFAULT_MAX_LOADED_SESSIONS,
             housing: HousingConfig::fixture(&home),
             housing_without_demo: None,
+            web_fetch: WebFetchSettings::default(),
+            web_search: None,
             sandbox: SandboxSettings::default(),
             require_sandbox: false,
             hooks: Vec::new(),
@@ -414,6 +426,8 @@ impl AppConfig {
         if let Some(on) = var("JARVIS_SANDBOX__REQUIRE") {
             config.require_sandbox = switch("JARVIS_SANDBOX__REQUIRE", &on)?;
         }
+        config.web_fetch = WebFetchSettings::from_vars(&get).map_err(AppError::Config)?;
+        config.web_search = WebSearchSettings::from_vars(&get).map_err(AppError::Config)?;
         if let Some(on) = var("JARVIS_MEMORY__ENABLED") {
             config.memory.enabled = truthy(&on);
         }

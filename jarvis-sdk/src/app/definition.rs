@@ -6,7 +6,8 @@
 //! that does not parse, has an unknown key (also inside `memory.read`) or
 //! bad values is skipped with one log line naming the file and the reason,
 //! and the others still load; unknown tool names are warned about and
-//! dropped; fields left empty inherit JARVIS's settings, except `sandbox`
+//! dropped (names the app knows but has not set up, such as `web_search`
+//! without a search backend, are dropped without a warning); fields left empty inherit JARVIS's settings, except `sandbox`
 //! (what the agent's programs may reach beyond their sandbox), which
 //! widens only the agent that says it; agent-only tools are visible only to
 //! agents that list them.
@@ -117,6 +118,10 @@ pub struct TeamContext<'a> {
     pub app_tools: &'a BTreeSet<String>,
     /// Tools visible only to agents that list them.
     pub agent_only: &'a BTreeSet<String>,
+    /// Tools the app knows but has not set up (`web_search` without a
+    /// backend): a definition may list them without a warning, and they
+    /// are left out of its tools.
+    pub unconfigured: &'a BTreeSet<String>,
     /// The environment `${VAR}` in a definition's `mcp` reads.
     pub env: &'a dyn Fn(&str) -> Option<String>,
 }
@@ -215,6 +220,8 @@ pub fn parse_definition(id: &str, yaml: &str, team: &TeamContext<'_>) -> Result<
                 if !tools.contains(&tool) {
                     tools.push(tool);
                 }
+            } else if team.unconfigured.contains(&tool) {
+                tracing::debug!(agent = id, %tool, "tool in the agent definition not set up in this app, left out");
             } else if !is_mcp_name(&tool) {
                 tracing::warn!(agent = id, %tool, "unknown tool in the agent definition, dropped");
             }

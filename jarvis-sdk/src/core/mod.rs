@@ -2,7 +2,8 @@
 //! thinking → harness → loop); the input [`security`] pipeline, the real
 //! tool-gate stages (the per-agent [`AgentToolPolicy`] and the per-session
 //! [`ApprovalBroker`] with layered rules) and KAREN's agent-only
-//! [`housing`] tools live here.
+//! [`housing`] tools live here, and so do the tools that read the web
+//! (`web_fetch`, `web_search`).
 //!
 //! It sits above `agent` and below `app`: it may use `agent`, `memory`,
 //! `model` and `common`, never `app`. The per-session [`Sandbox`] and the
@@ -41,8 +42,8 @@ pub use commands::{
     COMMANDS, CommandContext, ScheduleCommand, SlashCommands, StandardCommands, parse_command,
 };
 pub use housing::{
-    AGENT_ONLY_TOOLS, DEFAULT_NOTICE_LIMIT, DEFAULT_REFERENCE_RATE, FileProfileStore, FileWatchStore,
-    FixtureNoticeSource, HOUSING_MODE_ENV, HOUSING_REFERENCE_RATE_ENV, HOUSING_TIMEOUT_ENV,
+    DEFAULT_NOTICE_LIMIT, DEFAULT_REFERENCE_RATE, FileProfileStore, FileWatchStore, FixtureNoticeSource,
+    HOUSING_MODE_ENV, HOUSING_REFERENCE_RATE_ENV, HOUSING_TIMEOUT_ENV, HOUSING_TOOLS,
     HOUSING_WATCH_EVERY_ENV, HousingBudgetArgs, HousingBudgetTool, HousingConfig, HousingError,
     HousingLoanArgs, HousingLoanTool, HousingProfile, HousingProfileArgs, HousingProfileTool,
     HousingWatchArgs, HousingWatchTool, IncomeBand, LoanMonth, LoanSchedule, LoanTerms, MAX_NOTICE_LIMIT,
@@ -96,9 +97,17 @@ pub use session::{
     TurnError,
 };
 pub use supervise::{Supervisor, TaskHealth, TaskStatus};
-pub use tool_policy::{AgentToolPolicy, Boundaries};
+pub use tool_policy::{AGENT_ONLY_TOOLS, AgentToolPolicy, Boundaries};
 pub use tools::{
     BuiltinConfig, Confinement, DEFAULT_COMMAND_TIMEOUT, DEFAULT_LIST_CAP, DEFAULT_OUTPUT_CAP,
     DEFAULT_READ_CAP, DEFAULT_WRITE_CAP, SandboxSettings, builtin_tools, kernel_confinement,
     register_builtin_tools,
 };
+pub use tools::{
+    DEFAULT_SEARCH_RESULTS, DEFAULT_WEB_FETCH_MAX_BYTES, DEFAULT_WEB_FETCH_MAX_CHARS,
+    DEFAULT_WEB_FETCH_MAX_REDIRECTS, DEFAULT_WEB_TIMEOUT, MAX_SEARCH_RESULTS, SearchProvider,
+    WEB_FETCH_ALLOW_PRIVATE_ENV, WEB_FETCH_TOOL, WEB_SEARCH_API_KEY_ENV, WEB_SEARCH_BASE_URL_ENV,
+    WEB_SEARCH_PROVIDER_ENV, WEB_SEARCH_TOOL, WebFetchSettings, WebSearchSettings, non_public_address_kind,
+};
+#[cfg(feature = "http")]
+pub use tools::{WebFetchArgs, WebFetchTool, WebSearchArgs, WebSearchTool, web_fetch_tool, web_search_tool};

@@ -5,7 +5,7 @@
 //! which the model calls `sh_notice` on the sample source.
 
 use jarvis_sdk::{
-    AGENT_ONLY_TOOLS, ApiKey, FileProfileStore, FileWatchStore, FixtureNoticeSource, HousingBudgetTool,
+    ApiKey, FileProfileStore, FileWatchStore, FixtureNoticeSource, HOUSING_TOOLS, HousingBudgetTool,
     HousingConfig, HousingError, HousingLoanTool, HousingProfile, HousingProfileTool, HousingWatchTool,
     HttpSettings, LhConfig, LhNoticeSource, LoanTerms, MemoryProfileStore, Message, Notice, NoticeAgency,
     NoticeError, NoticeQuery, NoticeSource, NoticeTool, ProfileStore, RepaymentMethod, SH_NOT_CONFIGURED,
@@ -987,7 +987,7 @@ async fn the_configuration_comes_from_the_environment() {
     let live = HousingConfig::from_vars(home.path(), vars(&[])).unwrap();
     let tools = housing_tools(&live);
     let names: Vec<&str> = tools.iter().map(|t| t.name()).collect();
-    assert_eq!(names, AGENT_ONLY_TOOLS);
+    assert_eq!(names, HOUSING_TOOLS);
     assert_error(
         &call(tools[0].as_ref(), json!({})).await,
         "JARVIS_HOUSING__LH_SERVICE_KEY",

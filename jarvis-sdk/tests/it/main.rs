@@ -37,3 +37,4 @@ mod sessions_postgres;
 mod support;
 mod team;
 mod thinking;
+mod web;

@@ -78,6 +78,7 @@ fn parse(id: &str, yaml: &str) -> Result<AgentProfile, String> {
     .map(String::from)
     .collect();
     let agent_only: BTreeSet<String> = ["sh_notice", "lh_notice"].into_iter().map(String::from).collect();
+    let unconfigured: BTreeSet<String> = ["web_search".to_owned()].into();
     parse_definition(
         id,
         yaml,
@@ -86,6 +87,7 @@ fn parse(id: &str, yaml: &str) -> Result<AgentProfile, String> {
             app_tools: &app_tools,
             agent_only: &agent_only,
             env: &|name| (name == "TEAM_TEST_TOKEN").then(|| "t0ken".to_owned()),
+            unconfigured: &unconfigured,
         },
     )
 }

@@ -15,7 +15,7 @@
 //!
 //! [`HousingConfig::from_env`] picks sources and stores from
 //! `JARVIS_HOUSING__*`; [`housing_tools`] turns a configuration into the
-//! six tools, named in [`AGENT_ONLY_TOOLS`].
+//! six tools, named in [`HOUSING_TOOLS`].
 
 mod budget;
 mod error;
@@ -63,9 +63,9 @@ pub use watch::{
 
 use crate::agent::{Tool, Typed};
 
-/// The agent-only tools: visible only to agents that list them (R-DEF-7,
-/// SPEC.md §17.3 #5), never part of the "whole registry" default.
-pub const AGENT_ONLY_TOOLS: [&str; 6] = [
+/// The housing tools, in the order [`housing_tools`] builds them; all of
+/// them are agent-only (see `AGENT_ONLY_TOOLS`).
+pub const HOUSING_TOOLS: [&str; 6] = [
     "lh_notice",
     "sh_notice",
     "housing_loan",
@@ -253,7 +253,7 @@ impl HousingConfig {
     }
 }
 
-/// The six housing tools over `config`, in the order of [`AGENT_ONLY_TOOLS`].
+/// The six housing tools over `config`, in the order of [`HOUSING_TOOLS`].
 pub fn housing_tools(config: &HousingConfig) -> Vec<Arc<dyn Tool>> {
     vec![
         Arc::new(Typed::new(NoticeTool::lh(config.lh.clone()))),
@@ -279,7 +279,7 @@ mod tests {
     fn the_tools_are_the_agent_only_names_in_order() {
         let tools = housing_tools(&HousingConfig::in_memory());
         let names: Vec<&str> = tools.iter().map(|t| t.name()).collect();
-        assert_eq!(names, AGENT_ONLY_TOOLS);
+        assert_eq!(names, HOUSING_TOOLS);
         let asks: Vec<&str> = tools
             .iter()
             .filter(|t| t.requires_approval())

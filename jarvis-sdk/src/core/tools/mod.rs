@@ -9,6 +9,10 @@
 //! | `run_command` | `{program, args}` | yes |
 //! | `run_python` | `{code}` | yes |
 //!
+//! The `web` module adds `web_fetch` and `web_search` (feature `http`),
+//! which read the web instead of the sandbox; the app registers them
+//! beside these.
+//!
 //! Paths are relative to `<sandboxes_dir>/<session_id>/`; the session id
 //! comes from the [`ToolContext`] of each call. Every refusal or failure is
 //! an `is_error` result the model reads; nothing here panics on bad input.
@@ -31,8 +35,17 @@ mod fs;
 mod process;
 #[cfg(unix)]
 mod program;
+mod web;
 
 pub use confine::{Confinement, SandboxSettings, kernel_confinement};
+pub use web::{
+    DEFAULT_SEARCH_RESULTS, DEFAULT_WEB_FETCH_MAX_BYTES, DEFAULT_WEB_FETCH_MAX_CHARS,
+    DEFAULT_WEB_FETCH_MAX_REDIRECTS, DEFAULT_WEB_TIMEOUT, MAX_SEARCH_RESULTS, SearchProvider,
+    WEB_FETCH_ALLOW_PRIVATE_ENV, WEB_FETCH_TOOL, WEB_SEARCH_API_KEY_ENV, WEB_SEARCH_BASE_URL_ENV,
+    WEB_SEARCH_PROVIDER_ENV, WEB_SEARCH_TOOL, WebFetchSettings, WebSearchSettings, non_public_address_kind,
+};
+#[cfg(feature = "http")]
+pub use web::{WebFetchArgs, WebFetchTool, WebSearchArgs, WebSearchTool, web_fetch_tool, web_search_tool};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
