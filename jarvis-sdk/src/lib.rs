@@ -10,7 +10,7 @@
 //! | layer | owns |
 //! |---|---|
 //! | `common` | [`Clock`], [`IdSource`], [`Timestamp`], character-counted text, atomic file writes, the [`HomeLock`], [`Extensions`] |
-//! | `model` | the [`Provider`] trait, [`ChatRequest`], [`ProviderEvent`], the shared [`ResponseAssembler`], the OpenAI-compatible, Anthropic and Ollama providers, [`FauxProvider`], the [`Embedder`] trait and the offline [`HashEmbedder`] |
+//! | `model` | the [`Provider`] trait, [`ChatRequest`], [`ProviderEvent`], the shared [`ResponseAssembler`], the OpenAI-compatible, Anthropic and Ollama providers, [`FauxProvider`], the [`Embedder`] trait, the offline [`HashEmbedder`] and the embedder chosen from `JARVIS_EMBED__*` ([`EmbedConfig`]) |
 //! | `memory` | [`MemoryService`] (working memory; semantic, episodic and procedural long-term memory; agent scopes; recall), the one injection point [`MemoryContext`], the [`MemoryStore`] trait with [`InMemoryMemoryStore`], `SqliteMemoryStore` and `PostgresMemoryStore` |
 //! | `agent` | [`run_agent_loop`] with the overflow resume, [`AgentEvent`], [`UIAdapter`], [`Tool`], the tool-call gate ([`ToolGate`]), sessions ([`SessionStore`]: [`JsonlSessionStore`], [`MemorySessionStore`], `PostgresSessionStore`), the turn [`Harness`], the thinking slot ([`ThoughtEngine`]) and open loops ([`OpenLoops`]) |
 //! | `core` | [`AgentSession`] (security → thinking → harness → loop), the [`SecurityPipeline`], the [`ApprovalBroker`] with [`LayeredApprovalRules`], the per-session [`Sandbox`] the [`builtin_tools`] and the [`memory_tools`], KAREN's housing tools ([`housing_tools`]), the [`Scheduler`] |
@@ -209,16 +209,21 @@ pub use model::{
 #[cfg(feature = "http")]
 pub use model::{
     DISCOVER_ENV, DISCOVERED_MAX_TOKENS, DISCOVERY_BUDGET, DiscoveryTarget, FoundModel, FoundServer,
-    default_targets, discover_models, first_chat_model, parse_targets, pick_chat_model,
+    default_targets, discover_models, first_chat_model, first_embedding_model, parse_targets,
+    pick_chat_model, pick_embedding_model,
+};
+pub use model::{
+    EMBED_PROVIDER_ENV, EmbedConfig, EmbedProvider, OLLAMA_EMBED_BASE_URL, OLLAMA_EMBEDDING_MODEL,
+    OPENAI_EMBEDDING_MODEL,
 };
 #[cfg(feature = "ollama")]
 pub use model::{OLLAMA_BASE_URL, OllamaConfig, OllamaDecoder, OllamaProvider};
-#[cfg(feature = "ollama")]
-pub use model::{OLLAMA_EMBEDDING_MODEL, OllamaEmbedder, OllamaEmbedderConfig};
 #[cfg(feature = "openai")]
 pub use model::{OPENAI_BASE_URL, OpenAiConfig, OpenAiDecoder, OpenAiProvider};
+#[cfg(feature = "ollama")]
+pub use model::{OllamaEmbedder, OllamaEmbedderConfig};
 #[cfg(feature = "openai")]
-pub use model::{OPENAI_EMBEDDING_MODEL, OpenAiEmbedder, OpenAiEmbedderConfig};
+pub use model::{OpenAiEmbedder, OpenAiEmbedderConfig};
 
 /// Re-exports the loop needs from outside crates, so users need not pin them.
 pub use tokio_util::sync::CancellationToken;
