@@ -175,11 +175,11 @@ pub use memory::{
     KIND_PROCEDURE, KIND_TASK_PATTERN, KIND_USER_MODEL, LEGACY_PROCEDURE_AGENT, Layer, MAX_PROCEDURE_BYTES,
     MAX_PROCEDURE_NAME_CHARS, MemoryConfig, MemoryContext, MemoryError, MemoryFilter, MemoryRead,
     MemoryRecord, MemoryScope, MemorySection, MemoryService, MemoryStore, PROCEDURES_DIR, Procedure,
-    ProcedureLibrary, READ_SELF, RecallK, RecallWeights, Recalled, SOURCE_EPISODE_FACT, SOURCE_PROCEDURE,
-    SOURCE_REMEMBER, SOURCE_TASK_PATTERN, SOURCE_TURN, SOURCE_USER_MODEL, ScopeResolver, SearchHit,
-    SearchQuery, SectionBudgets, SectionKind, StaticScopes, TurnRecord, USER_MODEL_FILE, UserModel,
-    UserModelFile, WRITE_RULES, WorkingConfig, WorkingItem, WorkingMemory, WriteRule, last_turns,
-    validate_procedure_name, write_rule,
+    ProcedureLibrary, READ_SELF, RecallK, RecallWeights, Recalled, ReembedPhase, ReembedStatus,
+    SOURCE_EPISODE_FACT, SOURCE_PROCEDURE, SOURCE_REMEMBER, SOURCE_TASK_PATTERN, SOURCE_TURN,
+    SOURCE_USER_MODEL, ScopeResolver, SearchHit, SearchQuery, SectionBudgets, SectionKind, StaticScopes,
+    TurnRecord, USER_MODEL_FILE, UserModel, UserModelFile, WRITE_RULES, WorkingConfig, WorkingItem,
+    WorkingMemory, WriteRule, last_turns, validate_procedure_name, write_rule,
 };
 pub use memory::{
     DistillMark, DistillReport, DistilledFact, ForgetReport, ForgottenSecret, MAX_FACT_VALUE_CHARS,
