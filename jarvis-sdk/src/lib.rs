@@ -113,10 +113,11 @@ pub use agent::{
 pub use agent::{PostgresOpenLoopStore, PostgresSessionStore};
 pub use app::{
     ALWAYS_ATTACHED, AgendaSettings, AgentProfile, AgentRegistry, AppAssembly, AppConfig, AppError,
-    BUILTIN_TEAM, BrandConfig, DEFAULT_MAX_LOADED_SESSIONS, JARVIS_SYSTEM_PROMPT, MAIN_AGENT, MemoryBackend,
-    MemorySettings, Palette, REFLECTION_TEMPLATE_FILE, ReflectionSettings, SessionObserver, Skipped,
-    StoreBackend, THOUGHT_TEMPLATE_FILE, TeamContext, ThinkingSettings, build_app, load_team,
-    parse_definition, parse_utc_offset, seed_team_dir, valid_agent_id, wordmark,
+    BUILTIN_TEAM, BrandConfig, DEFAULT_MAX_LOADED_SESSIONS, EMBEDDER_FILE, EmbedderChoice,
+    JARVIS_SYSTEM_PROMPT, MAIN_AGENT, MemoryBackend, MemorySettings, Palette, REFLECTION_TEMPLATE_FILE,
+    ReflectionSettings, SessionObserver, Skipped, StoreBackend, THOUGHT_TEMPLATE_FILE, TeamContext,
+    ThinkingSettings, build_app, load_team, parse_definition, parse_utc_offset, seed_team_dir,
+    valid_agent_id, wordmark,
 };
 pub use common::{
     CivilTime, Clock, Extensions, HOME_LOCK_FILE, HomeLock, HomeLockError, IdSource, LockHolder, ManualClock,
