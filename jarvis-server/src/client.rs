@@ -23,7 +23,9 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 
-use crate::protocol::{AgentInfo, ClientMessage, ErrorBody, Health, ServerMessage, SessionDetail};
+use crate::protocol::{
+    AgentInfo, ClientMessage, ErrorBody, Health, ServerMessage, SessionDetail, SystemInfo,
+};
 use crate::serve::ServerFile;
 
 /// Why a request to the server failed.
@@ -178,6 +180,11 @@ impl Client {
     /// `GET /api/agents`.
     pub async fn agents(&self) -> Result<Vec<AgentInfo>, ClientError> {
         self.get("/api/agents").await
+    }
+
+    /// `GET /api/system`.
+    pub async fn system(&self) -> Result<SystemInfo, ClientError> {
+        self.get("/api/system").await
     }
 
     /// `GET /api/sessions`.

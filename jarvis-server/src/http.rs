@@ -17,7 +17,7 @@ use serde_json::json;
 use crate::auth::{Reached, query_param, token_cookie, token_ok, without_query_param};
 use crate::error::AppError;
 use crate::hud;
-use crate::protocol::{AgentInfo, CreateSession, Health, SessionDetail, codes};
+use crate::protocol::{AgentInfo, CreateSession, EmbedderInfo, Health, SessionDetail, SystemInfo, codes};
 use crate::state::ServerState;
 
 /// `GET /healthz`.
@@ -48,6 +48,23 @@ pub(crate) async fn agents(State(state): State<ServerState>) -> Json<Vec<AgentIn
             .map(|a| AgentInfo::from(a.as_ref()))
             .collect(),
     )
+}
+
+/// `GET /api/system`: the embedder of recall and its re-embedding.
+pub(crate) async fn system(State(state): State<ServerState>) -> Json<SystemInfo> {
+    let app = state.app();
+    let embedder = app.embedder().map(|choice| {
+        let status = app.memory().map(|m| m.reembedding()).unwrap_or_default();
+        EmbedderInfo {
+            provider: choice.provider.clone(),
+            model: choice.model.clone(),
+            name: choice.embedder.clone(),
+            requested: choice.requested.clone(),
+            reembedding: status.phase.as_str().to_owned(),
+            reembedded: status.embedded,
+        }
+    });
+    Json(SystemInfo { embedder })
 }
 
 /// `GET /api/sessions`: every session, newest first, peer sessions included.
