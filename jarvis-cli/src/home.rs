@@ -10,8 +10,9 @@
 //! names that process.
 
 use anyhow::Context;
-use jarvis_sdk::{AppAssembly, AppConfig, AppError, build_app};
+use jarvis_sdk::{AppAssembly, AppConfig, AppError, ReembedPhase, build_app};
 use jarvis_server::client::Client;
+use std::time::Duration;
 
 /// Where the sessions are reached.
 pub(crate) enum Home {
@@ -51,4 +52,39 @@ pub(crate) async fn open() -> anyhow::Result<Home> {
         eprintln!("jarvis: {notice}");
     }
     Ok(Home::Local(app))
+}
+
+/// How long a chat in this process waits for memories to be embedded
+/// again before its first turn, at most.
+const SETTLE_MEMORY: Duration = Duration::from_secs(60);
+
+/// Before a chat in this process: lets re-embedding (after the embedder
+/// changed) finish its first pass, or find the embedder not answering, so
+/// a question asked right after a switch recalls what was told before it.
+/// Says so when it takes more than a second; gives up after a minute (the
+/// rest is embedded at a later start). A server never waits: it answers
+/// from what is embedded meanwhile.
+pub(crate) async fn settle_memory(app: &AppAssembly) {
+    let Some(memory) = app.memory() else {
+        return;
+    };
+    let mut updates = memory.reembedding_updates();
+    let settled =
+        |s: &jarvis_sdk::ReembedStatus| matches!(s.phase, ReembedPhase::Done | ReembedPhase::Waiting);
+    if tokio::time::timeout(Duration::from_secs(1), updates.wait_for(settled))
+        .await
+        .is_ok()
+    {
+        return;
+    }
+    eprintln!(
+        "jarvis: embedding memories again with {}…",
+        memory.embedder().name()
+    );
+    if tokio::time::timeout(SETTLE_MEMORY, updates.wait_for(settled))
+        .await
+        .is_err()
+    {
+        eprintln!("jarvis: not done yet; recall answers from the memories embedded so far");
+    }
 }

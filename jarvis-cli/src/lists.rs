@@ -28,7 +28,8 @@ pub(crate) async fn agents() -> anyhow::Result<ExitCode> {
 }
 
 /// Prints the model servers discovery finds (`JARVIS_LLM__DISCOVER`, else
-/// the default targets) and their models, marking the one chat would use.
+/// the default targets) and their models, marking the one chat would use
+/// (`*`) and the one `JARVIS_EMBED__PROVIDER=auto` would embed with (`+`).
 pub(crate) async fn models() -> anyhow::Result<ExitCode> {
     let targets = match std::env::var(jarvis_sdk::DISCOVER_ENV) {
         Ok(spec) if !spec.trim().is_empty() => jarvis_sdk::parse_targets(&spec)?.unwrap_or_default(),
@@ -42,6 +43,8 @@ pub(crate) async fn models() -> anyhow::Result<ExitCode> {
     }
     let chosen =
         jarvis_sdk::first_chat_model(&servers).map(|(s, m)| (s.target.base_url.clone(), m.name.clone()));
+    let embedding =
+        jarvis_sdk::first_embedding_model(&servers).map(|(s, m)| (s.target.base_url.clone(), m.name.clone()));
     for server in &servers {
         let kind = match server.target.kind {
             jarvis_sdk::ProviderKind::Ollama => "ollama",
@@ -53,9 +56,17 @@ pub(crate) async fn models() -> anyhow::Result<ExitCode> {
             server.models.len()
         );
         for model in &server.models {
-            let mark = match &chosen {
-                Some((url, name)) if *url == server.target.base_url && *name == model.name => "*",
-                _ => " ",
+            let is = |choice: &Option<(String, String)>| {
+                choice
+                    .as_ref()
+                    .is_some_and(|(url, name)| *url == server.target.base_url && *name == model.name)
+            };
+            let mark = if is(&chosen) {
+                "*"
+            } else if is(&embedding) {
+                "+"
+            } else {
+                " "
             };
             let note = if model.is_embedding() { "  (embedding)" } else { "" };
             println!("  {mark} {}{note}", model.name);
@@ -64,6 +75,9 @@ pub(crate) async fn models() -> anyhow::Result<ExitCode> {
     match chosen {
         Some((url, name)) => println!("* chat uses {name} at {url} when no provider is configured"),
         None => println!("no chat model found (embedding models only)"),
+    }
+    if let Some((url, name)) = embedding {
+        println!("+ JARVIS_EMBED__PROVIDER=auto embeds with {name} at {url}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -10,7 +10,7 @@
 //! | layer | owns |
 //! |---|---|
 //! | `common` | [`Clock`], [`IdSource`], [`Timestamp`], character-counted text, atomic file writes, the [`HomeLock`], [`Extensions`] |
-//! | `model` | the [`Provider`] trait, [`ChatRequest`], [`ProviderEvent`], the shared [`ResponseAssembler`], the OpenAI-compatible, Anthropic and Ollama providers, [`FauxProvider`], the [`Embedder`] trait and the offline [`HashEmbedder`] |
+//! | `model` | the [`Provider`] trait, [`ChatRequest`], [`ProviderEvent`], the shared [`ResponseAssembler`], the OpenAI-compatible, Anthropic and Ollama providers, [`FauxProvider`], the [`Embedder`] trait, the offline [`HashEmbedder`] and the embedder chosen from `JARVIS_EMBED__*` ([`EmbedConfig`]) |
 //! | `memory` | [`MemoryService`] (working memory; semantic, episodic and procedural long-term memory; agent scopes; recall), the one injection point [`MemoryContext`], the [`MemoryStore`] trait with [`InMemoryMemoryStore`], `SqliteMemoryStore` and `PostgresMemoryStore` |
 //! | `agent` | [`run_agent_loop`] with the overflow resume, [`AgentEvent`], [`UIAdapter`], [`Tool`], the tool-call gate ([`ToolGate`]), sessions ([`SessionStore`]: [`JsonlSessionStore`], [`MemorySessionStore`], `PostgresSessionStore`), the turn [`Harness`], the thinking slot ([`ThoughtEngine`]) and open loops ([`OpenLoops`]) |
 //! | `core` | [`AgentSession`] (security → thinking → harness → loop), the [`SecurityPipeline`], the [`ApprovalBroker`] with [`LayeredApprovalRules`], the per-session [`Sandbox`] the [`builtin_tools`] and the [`memory_tools`], KAREN's housing tools ([`housing_tools`]), the [`Scheduler`] |
@@ -115,10 +115,11 @@ pub use agent::{PostgresOpenLoopStore, PostgresSessionStore};
 pub use app::MCP_START_WAIT;
 pub use app::{
     ALWAYS_ATTACHED, AgendaSettings, AgentProfile, AgentRegistry, AppAssembly, AppConfig, AppError,
-    BUILTIN_TEAM, BrandConfig, DEFAULT_MAX_LOADED_SESSIONS, JARVIS_SYSTEM_PROMPT, MAIN_AGENT, MemoryBackend,
-    MemorySettings, Palette, REFLECTION_TEMPLATE_FILE, ReflectionSettings, SessionObserver, Skipped,
-    StoreBackend, THOUGHT_TEMPLATE_FILE, TeamContext, ThinkingSettings, build_app, load_team,
-    parse_definition, parse_utc_offset, seed_team_dir, valid_agent_id, wordmark,
+    BUILTIN_TEAM, BrandConfig, DEFAULT_MAX_LOADED_SESSIONS, EMBEDDER_FILE, EmbedderChoice,
+    JARVIS_SYSTEM_PROMPT, MAIN_AGENT, MemoryBackend, MemorySettings, Palette, REFLECTION_TEMPLATE_FILE,
+    ReflectionSettings, SessionObserver, Skipped, StoreBackend, THOUGHT_TEMPLATE_FILE, TeamContext,
+    ThinkingSettings, build_app, load_team, parse_definition, parse_utc_offset, seed_team_dir,
+    valid_agent_id, wordmark,
 };
 pub use common::{
     CivilTime, Clock, Extensions, HOME_LOCK_FILE, HomeLock, HomeLockError, IdSource, LockHolder, ManualClock,
@@ -193,11 +194,11 @@ pub use memory::{
     KIND_PROCEDURE, KIND_TASK_PATTERN, KIND_USER_MODEL, LEGACY_PROCEDURE_AGENT, Layer, MAX_PROCEDURE_BYTES,
     MAX_PROCEDURE_NAME_CHARS, MemoryConfig, MemoryContext, MemoryError, MemoryFilter, MemoryRead,
     MemoryRecord, MemoryScope, MemorySection, MemoryService, MemoryStore, PROCEDURES_DIR, Procedure,
-    ProcedureLibrary, READ_SELF, RecallK, RecallWeights, Recalled, SOURCE_EPISODE_FACT, SOURCE_PROCEDURE,
-    SOURCE_REMEMBER, SOURCE_TASK_PATTERN, SOURCE_TURN, SOURCE_USER_MODEL, ScopeResolver, SearchHit,
-    SearchQuery, SectionBudgets, SectionKind, StaticScopes, TurnRecord, USER_MODEL_FILE, UserModel,
-    UserModelFile, WRITE_RULES, WorkingConfig, WorkingItem, WorkingMemory, WriteRule, last_turns,
-    validate_procedure_name, write_rule,
+    ProcedureLibrary, READ_SELF, RecallK, RecallWeights, Recalled, ReembedPhase, ReembedStatus,
+    SOURCE_EPISODE_FACT, SOURCE_PROCEDURE, SOURCE_REMEMBER, SOURCE_TASK_PATTERN, SOURCE_TURN,
+    SOURCE_USER_MODEL, ScopeResolver, SearchHit, SearchQuery, SectionBudgets, SectionKind, StaticScopes,
+    TurnRecord, USER_MODEL_FILE, UserModel, UserModelFile, WRITE_RULES, WorkingConfig, WorkingItem,
+    WorkingMemory, WriteRule, last_turns, validate_procedure_name, write_rule,
 };
 pub use memory::{
     DistillMark, DistillReport, DistilledFact, ForgetReport, ForgottenSecret, MAX_FACT_VALUE_CHARS,
@@ -227,16 +228,21 @@ pub use model::{
 #[cfg(feature = "http")]
 pub use model::{
     DISCOVER_ENV, DISCOVERED_MAX_TOKENS, DISCOVERY_BUDGET, DiscoveryTarget, FoundModel, FoundServer,
-    default_targets, discover_models, first_chat_model, parse_targets, pick_chat_model,
+    default_targets, discover_models, first_chat_model, first_embedding_model, parse_targets,
+    pick_chat_model, pick_embedding_model,
+};
+pub use model::{
+    EMBED_PROVIDER_ENV, EmbedConfig, EmbedProvider, OLLAMA_EMBED_BASE_URL, OLLAMA_EMBEDDING_MODEL,
+    OPENAI_EMBEDDING_MODEL,
 };
 #[cfg(feature = "ollama")]
 pub use model::{OLLAMA_BASE_URL, OllamaConfig, OllamaDecoder, OllamaProvider};
-#[cfg(feature = "ollama")]
-pub use model::{OLLAMA_EMBEDDING_MODEL, OllamaEmbedder, OllamaEmbedderConfig};
 #[cfg(feature = "openai")]
 pub use model::{OPENAI_BASE_URL, OpenAiConfig, OpenAiDecoder, OpenAiProvider};
+#[cfg(feature = "ollama")]
+pub use model::{OllamaEmbedder, OllamaEmbedderConfig};
 #[cfg(feature = "openai")]
-pub use model::{OPENAI_EMBEDDING_MODEL, OpenAiEmbedder, OpenAiEmbedderConfig};
+pub use model::{OpenAiEmbedder, OpenAiEmbedderConfig};
 
 /// Re-exports the loop needs from outside crates, so users need not pin them.
 pub use tokio_util::sync::CancellationToken;

@@ -24,7 +24,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 
 use crate::protocol::{
-    AgentInfo, ClientMessage, ErrorBody, Health, McpServerInfo, ServerMessage, SessionDetail,
+    AgentInfo, ClientMessage, ErrorBody, Health, McpServerInfo, ServerMessage, SessionDetail, SystemInfo,
 };
 use crate::serve::ServerFile;
 
@@ -185,6 +185,11 @@ impl Client {
     /// `GET /api/mcp`.
     pub async fn mcp_servers(&self) -> Result<Vec<McpServerInfo>, ClientError> {
         self.get("/api/mcp").await
+    }
+
+    /// `GET /api/system`.
+    pub async fn system(&self) -> Result<SystemInfo, ClientError> {
+        self.get("/api/system").await
     }
 
     /// `GET /api/sessions`.

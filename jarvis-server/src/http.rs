@@ -17,7 +17,9 @@ use serde_json::json;
 use crate::auth::{Reached, query_param, token_cookie, token_ok, without_query_param};
 use crate::error::AppError;
 use crate::hud;
-use crate::protocol::{AgentInfo, CreateSession, Health, McpServerInfo, SessionDetail, codes};
+use crate::protocol::{
+    AgentInfo, CreateSession, EmbedderInfo, Health, McpServerInfo, SessionDetail, SystemInfo, codes,
+};
 use crate::state::ServerState;
 
 /// `GET /healthz`.
@@ -61,6 +63,23 @@ pub(crate) async fn mcp_servers(State(state): State<ServerState>) -> Json<Vec<Mc
             .map(McpServerInfo::from)
             .collect(),
     )
+}
+
+/// `GET /api/system`: the embedder of recall and its re-embedding.
+pub(crate) async fn system(State(state): State<ServerState>) -> Json<SystemInfo> {
+    let app = state.app();
+    let embedder = app.embedder().map(|choice| {
+        let status = app.memory().map(|m| m.reembedding()).unwrap_or_default();
+        EmbedderInfo {
+            provider: choice.provider.clone(),
+            model: choice.model.clone(),
+            name: choice.embedder.clone(),
+            requested: choice.requested.clone(),
+            reembedding: status.phase.as_str().to_owned(),
+            reembedded: status.embedded,
+        }
+    });
+    Json(SystemInfo { embedder })
 }
 
 /// `GET /api/sessions`: every session, newest first, peer sessions included.

@@ -23,6 +23,7 @@
 //! | `POST /api/sessions/{id}/fork` | 201 and the fork (same agent) |
 //! | `GET /api/agenda` | `{"items": […]}`: every agent's schedules and open promises, each `{kind, id, agent_id, agent_name, color, text, when?, detail?, session_id?}` |
 //! | `GET /api/mcp` | the MCP servers: `[{name, owner, transport, state, pid, error, restarts, tools: [{name, remote, description, read_only}]}]` |
+//! | `GET /api/system` | `{"embedder": {provider, model?, name, requested, reembedding, reembedded} \| null}`: the embedder of recall |
 //! | `GET /ws?session_id=…&agent=…` | the WebSocket (see the `ws` module docs in the source) |
 //!
 //! Errors are `{"error": {"code", "message"}}` and never carry internals.
@@ -84,6 +85,7 @@ pub fn router(state: ServerState) -> Router {
         .route("/api/sessions/{id}/fork", post(http::fork_session))
         .route("/api/agenda", get(http::agenda))
         .route("/api/mcp", get(http::mcp_servers))
+        .route("/api/system", get(http::system))
         .route("/ws", get(ws::upgrade))
         .fallback(http::not_found)
         .method_not_allowed_fallback(http::method_not_allowed)

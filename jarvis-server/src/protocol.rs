@@ -317,6 +317,35 @@ impl From<&AgentProfile> for AgentInfo {
     }
 }
 
+/// `GET /api/system`: what the HUD's SET card says about the app as a
+/// whole.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SystemInfo {
+    /// The embedder of recall; `null` with memory off.
+    pub embedder: Option<EmbedderInfo>,
+}
+
+/// The embedder of recall (what `$JARVIS_HOME/embedder.json` records,
+/// never a key) and how far re-embedding has come.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EmbedderInfo {
+    /// `hash`, `openai`, `ollama`, or `custom` (given in code).
+    pub provider: String,
+    /// The model, for `openai` and `ollama`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The name on the records it embedded (`hash-v1-512`,
+    /// `openai/text-embedding-3-small`).
+    pub name: String,
+    /// What `JARVIS_EMBED__PROVIDER` asked for (`auto` included), or `code`.
+    pub requested: String,
+    /// Re-embedding: `idle`, `running`, `waiting` (the embedder does not
+    /// answer; recall answers from what is already embedded) or `done`.
+    pub reembedding: String,
+    /// Records embedded again since the server started.
+    pub reembedded: u64,
+}
+
 /// `GET /api/sessions/{id}`: the session and its entries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionDetail {
@@ -342,8 +371,9 @@ pub struct Health {
     pub status: String,
     /// The server's process id (the CLI matches it with the server file).
     pub pid: u32,
-    /// The background work, by task (`scheduler`, `reflection`): `ok`, or
-    /// `restarting` after a failure.
+    /// The background work, by task (`scheduler`, `reflection`, and
+    /// `embedding` with memory on): `ok`, or `restarting` after a failure
+    /// (for `embedding`: while the embedder does not answer).
     #[serde(default)]
     pub background: BTreeMap<String, String>,
     /// Failures of each background task since the server started (a panic,

@@ -39,6 +39,9 @@ enum Turn {
 /// Runs the chat; with `once`, sends that prompt and leaves after its turn.
 pub(crate) async fn run(target: Target, once: Option<String>) -> anyhow::Result<ExitCode> {
     let home = crate::home::open().await?;
+    if let crate::home::Home::Local(app) = &home {
+        crate::home::settle_memory(app).await;
+    }
     let ask = once.is_some();
     // A one-shot question starts no background work: reminders belong to a
     // conversation someone is there to see.

@@ -106,7 +106,13 @@ fn without_a_configured_model_a_local_server_is_found_and_used() {
     let listed = text(&out.stdout);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(listed.contains("* local-chat"), "{listed}");
-    assert!(listed.contains("nomic-embed-text  (embedding)"), "{listed}");
+    assert!(listed.contains("+ nomic-embed-text  (embedding)"), "{listed}");
+    assert!(
+        listed.contains(&format!(
+            "JARVIS_EMBED__PROVIDER=auto embeds with nomic-embed-text at {url}"
+        )),
+        "{listed}"
+    );
 
     // The demo keyword and a configured provider are never overridden.
     let out = jarvis(&home.0)

@@ -3,6 +3,7 @@
 
 mod discovery;
 mod durability;
+mod embedder;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::{AppConfig, MemoryBackend, StoreBackend};
 use super::definition::{TeamContext, load_team, parse_definition, seed_team_dir};
+use super::embedder::EmbedderChoice;
 use super::error::AppError;
 use super::profile::{AgentProfile, MAIN_AGENT, Palette};
 use super::registry::AgentRegistry;
@@ -35,12 +36,13 @@ use crate::core::{
 };
 use crate::core::{
     AgentStance, Job, JobOutput, JobRunner, Notice, NoticeWatch, Scheduler, SchedulerConfig, Supervisor,
-    TaskHealth, UtcOffset, WATCH_AGENT, WatchJob, WatchReporter, watch_report,
+    TaskHealth, TaskStatus, UtcOffset, WATCH_AGENT, WatchJob, WatchReporter, watch_report,
 };
 use crate::memory::{
-    InMemoryMemoryStore, MemoryRead, MemoryScope, MemoryService, MemoryStore, ScopeResolver, StaticScopes,
+    InMemoryMemoryStore, MemoryRead, MemoryScope, MemoryService, MemoryStore, ReembedPhase, ScopeResolver,
+    StaticScopes,
 };
-use crate::model::{HashEmbedder, Provider};
+use crate::model::{Embedder, Provider};
 
 /// Sees the events of every session of the app, peer sessions included
 /// (the server's `agent_activity`, logs, metrics).
@@ -75,12 +77,9 @@ impl UIAdapter for ObserverBridge {
 /// model server running on this machine ([`LlmConfig::discover_local`](crate::LlmConfig::discover_local)).
 pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     let lock = Arc::new(HomeLock::acquire(&config.home)?);
-    #[allow(unused_mut)] // only discovery (feature `http`) changes it
     let mut config = config;
-    #[cfg(feature = "http")]
-    if config.discover_local().await {
-        tracing::info!("model: {}", config.llm.notice.as_deref().unwrap_or_default());
-    }
+    // One discovery for chat and for `JARVIS_EMBED__PROVIDER=auto`.
+    let embedder = super::embedder::choose_at_start(&mut config).await?;
     let provider = match &config.provider {
         Some(p) => p.clone(),
         None => config.llm.build()?,
@@ -121,11 +120,15 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         &config.home.join(REFLECTION_TEMPLATE_FILE),
         DEFAULT_REFLECTION_TEMPLATE,
     )?;
-    let memory = if config.memory.enabled {
-        Some(memory_service(&config).await?)
-    } else {
-        None
+    let memory = match &embedder {
+        Some(chosen) => Some(memory_service(&config, chosen.embedder.clone()).await?),
+        None => None,
     };
+    if let Some(service) = &memory {
+        // Memories of another embedder are embedded again in the
+        // background; the task ends when the service is dropped.
+        tokio::spawn(MemoryService::keep_embedded(Arc::downgrade(service)));
+    }
     let loops = open_loop_store(&config).await?;
     // Turns in progress when the process last stopped are closed or
     // resumed once the app stands (below).
@@ -304,6 +307,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         mcp,
         security,
         memory,
+        embedder: embedder.map(|chosen| chosen.choice),
         learners,
         loops,
         journal,
@@ -389,32 +393,23 @@ fn web_tools(config: &AppConfig) -> Result<Vec<Arc<dyn Tool>>, AppError> {
 }
 
 /// The memory service of `config`: its store (a given one, else Postgres
-/// with the Postgres backend, else in memory), its embedder (default the
-/// hash embedder), `JARVIS_HOME` for procedures and the user model; records
-/// written by another embedder are embedded again.
-async fn memory_service(config: &AppConfig) -> Result<Arc<MemoryService>, AppError> {
+/// with the Postgres backend, else in memory), `embedder`, `JARVIS_HOME`
+/// for procedures and the user model.
+async fn memory_service(
+    config: &AppConfig,
+    embedder: Arc<dyn Embedder>,
+) -> Result<Arc<MemoryService>, AppError> {
     let settings = &config.memory;
     let store: Arc<dyn MemoryStore> = match &settings.store {
         Some(store) => store.clone(),
         None => memory_store(config).await?,
     };
-    let embedder = settings
-        .embedder
-        .clone()
-        .unwrap_or_else(|| Arc::new(HashEmbedder::default()));
     let mut memory_config = settings.config.clone();
     memory_config.home = Some(config.home.clone());
     let service = MemoryService::new(store, embedder)
         .with_clock(config.clock.clone())
         .with_ids(config.ids.clone())
         .with_config(memory_config);
-    let reembedded = service.reembed_stale().await?;
-    if reembedded > 0 {
-        tracing::info!(
-            records = reembedded,
-            "memories embedded again with the current embedder"
-        );
-    }
     Ok(Arc::new(service))
 }
 
@@ -527,6 +522,8 @@ async fn open_loop_store(config: &AppConfig) -> Result<Arc<dyn OpenLoopStore>, A
 const BACKGROUND_SCHEDULER: &str = "scheduler";
 /// The name of the reflection daemon's background task.
 const BACKGROUND_REFLECTION: &str = "reflection";
+/// The name of memory's re-embedding in the background health.
+const BACKGROUND_EMBEDDING: &str = "embedding";
 
 /// The inner thought template, in `$JARVIS_HOME` (people may edit it).
 pub const THOUGHT_TEMPLATE_FILE: &str = "inner_thought.md";
@@ -596,6 +593,8 @@ struct AppInner {
     rules: Arc<LayeredApprovalRules>,
     security: SecurityPipeline,
     memory: Option<Arc<MemoryService>>,
+    /// The embedder of recall, as `embedder.json` records it.
+    embedder: Option<EmbedderChoice>,
     learners: Option<Learners>,
     loops: Arc<dyn OpenLoopStore>,
     /// The app itself, for the parts of its sessions that reach back (the
@@ -699,6 +698,13 @@ impl AppAssembly {
         self.inner.memory.as_ref()
     }
 
+    /// The embedder of recall (what `$JARVIS_HOME/embedder.json` records),
+    /// unless memory is off. How far re-embedding has come is
+    /// [`MemoryService::reembedding`].
+    pub fn embedder(&self) -> Option<&EmbedderChoice> {
+        self.inner.embedder.as_ref()
+    }
+
     /// The reflector every agent's thought engine runs after turns
     /// (procedure learning, failure reflection), unless memory is off.
     pub fn reflector(&self) -> Option<&Arc<Reflector>> {
@@ -785,14 +791,33 @@ impl AppAssembly {
         tasks
     }
 
-    /// The health of the background work [`AppAssembly::spawn_background`]
-    /// started, by task (`scheduler`, `reflection`): running or restarting
-    /// after a failure, and failures counted (a scheduled job that failed
-    /// counts for `scheduler`).
+    /// The health of the background work, by task: what
+    /// [`AppAssembly::spawn_background`] started (`scheduler`,
+    /// `reflection`): running or restarting after a failure, and failures
+    /// counted (a scheduled job that failed counts for `scheduler`); and,
+    /// with memory on, the re-embedding `build_app` started (`embedding`):
+    /// `restarting` while the embedder does not answer, its failed tries
+    /// counted.
     pub fn background_health(&self) -> std::collections::BTreeMap<String, TaskHealth> {
         let mut health = self.inner.supervisor.health();
         if let Some(scheduler) = health.get_mut(BACKGROUND_SCHEDULER) {
             scheduler.failures += self.inner.scheduler.failed_runs();
+        }
+        if let Some(memory) = &self.inner.memory {
+            let status = memory.reembedding();
+            health.insert(
+                BACKGROUND_EMBEDDING.to_owned(),
+                TaskHealth {
+                    status: if status.phase == ReembedPhase::Waiting {
+                        TaskStatus::Restarting
+                    } else {
+                        TaskStatus::Ok
+                    },
+                    failures: status.failures,
+                    restarts: 0,
+                    last_failure: status.error,
+                },
+            );
         }
         health
     }

@@ -13,7 +13,7 @@ use crate::core::{
     SandboxSettings, SecurityStage, UtcOffset, WebFetchSettings, WebSearchSettings,
 };
 use crate::memory::{DEFAULT_USER, MemoryConfig, MemoryStore};
-use crate::model::{Embedder, LlmConfig, Provider, ProviderKind};
+use crate::model::{EmbedConfig, Embedder, LlmConfig, Provider, ProviderKind};
 
 /// JARVIS's brand (`JARVIS_BRAND__*`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,8 +96,12 @@ pub struct MemorySettings {
     pub backend: MemoryBackend,
     /// A store of the embedding app's own; it wins over `backend`.
     pub store: Option<Arc<dyn MemoryStore>>,
-    /// The embedder of recall; default the offline `HashEmbedder`.
+    /// An embedder of the embedding app's own; it wins over `embed`.
     pub embedder: Option<Arc<dyn Embedder>>,
+    /// The embedder of recall (`JARVIS_EMBED__*`): default the offline
+    /// `HashEmbedder`; `build_app` records the one it uses in
+    /// `$JARVIS_HOME/embedder.json`.
+    pub embed: EmbedConfig,
     /// Budgets, recall sizes and weights; `home` is set to `JARVIS_HOME`.
     pub config: MemoryConfig,
 }
@@ -110,6 +114,7 @@ impl Default for MemorySettings {
             backend: MemoryBackend::Auto,
             store: None,
             embedder: None,
+            embed: EmbedConfig::default(),
             config: MemoryConfig::default(),
         }
     }
@@ -123,6 +128,7 @@ impl std::fmt::Debug for MemorySettings {
             .field("backend", &self.backend)
             .field("store", &self.store.as_ref().map(|_| "<custom>"))
             .field("embedder", &self.embedder.as_ref().map(|e| e.name()))
+            .field("embed", &self.embed)
             .finish_non_exhaustive()
     }
 }
@@ -431,6 +437,7 @@ impl AppConfig {
         if let Some(on) = var("JARVIS_MEMORY__ENABLED") {
             config.memory.enabled = truthy(&on);
         }
+        config.memory.embed = EmbedConfig::from_lookup(&get)?;
         config.memory.backend = match var("JARVIS_MEMORY__STORE")
             .map(|b| b.to_ascii_lowercase())
             .as_deref()
@@ -560,10 +567,16 @@ impl AppConfig {
         if self.provider.is_some() || !self.llm.discover_local().await {
             return false;
         }
+        self.demo_ended();
+        true
+    }
+
+    /// A local model was found: the housing sources the environment
+    /// configures replace the demo's sample notices.
+    pub(crate) fn demo_ended(&mut self) {
         if let Some(housing) = self.housing_without_demo.take() {
             self.housing = housing;
         }
-        true
     }
 
     /// Whether the built-in offline demo will play: no provider given in
@@ -626,7 +639,8 @@ impl AppConfig {
         self
     }
 
-    /// Recalls with `embedder` instead of the offline hash embedder.
+    /// Recalls with `embedder` instead of the one `JARVIS_EMBED__*` names
+    /// (default the offline hash embedder).
     pub fn with_embedder(mut self, embedder: Arc<dyn Embedder>) -> Self {
         self.memory.embedder = Some(embedder);
         self

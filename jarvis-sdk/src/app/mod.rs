@@ -8,6 +8,7 @@
 mod assembly;
 mod config;
 mod definition;
+mod embedder;
 mod error;
 mod profile;
 mod registry;
@@ -25,6 +26,7 @@ pub use definition::{
     ALWAYS_ATTACHED, BUILTIN_TEAM, Skipped, TeamContext, load_team, parse_definition, seed_team_dir,
     valid_agent_id,
 };
+pub use embedder::{EMBEDDER_FILE, EmbedderChoice};
 pub use error::AppError;
 pub use profile::{AgentProfile, MAIN_AGENT, Palette, ThinkingSettings, wordmark};
 pub use registry::AgentRegistry;

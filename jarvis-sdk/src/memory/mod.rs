@@ -19,7 +19,7 @@
 //! | `postgres.rs` | [`PostgresMemoryStore`] (feature `postgres`) |
 //! | `working.rs` | [`WorkingMemory`] and its rule |
 //! | `inject.rs` | [`MemoryContext`]: sections, budgets, the last 3 turns |
-//! | `service.rs` | [`MemoryService`]: writing, recall, `observe`, `record_turn` |
+//! | `service.rs` | [`MemoryService`]: writing, recall, `observe`, `record_turn`, re-embedding ([`ReembedStatus`]) |
 //! | `learn.rs` | forgetting, and the facts distillation proposes ([`MemoryService::forget`], [`MemoryService::add_distilled_facts`]) |
 //! | `forget.rs` | what is kept of a forgotten text (a digest) and the window check |
 //! | `user_model.rs` | `$JARVIS_HOME/user_model.json` |
@@ -62,7 +62,9 @@ pub use rules::{
     SOURCE_TURN, SOURCE_USER_MODEL, WRITE_RULES, WriteRule, write_rule,
 };
 pub use scope::{DEFAULT_USER, MemoryRead, MemoryScope, READ_SELF, ScopeResolver, StaticScopes};
-pub use service::{MemoryConfig, MemoryService, RecallK, RecallWeights, Recalled, TurnRecord};
+pub use service::{
+    MemoryConfig, MemoryService, RecallK, RecallWeights, Recalled, ReembedPhase, ReembedStatus, TurnRecord,
+};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{MEMORY_DB_FILE, SQLITE_SCHEMA_VERSION, SqliteMemoryStore, SqliteOpenReport};
 pub use store::{InMemoryMemoryStore, MemoryStore};

@@ -7,8 +7,9 @@ use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
+use tokio::sync::{Notify, watch};
 
 use super::error::{MemoryError, printable};
 use super::forget::{ForgottenSecret, contains_forgotten};
@@ -24,7 +25,7 @@ use super::scope::MemoryScope;
 use super::store::MemoryStore;
 use super::user_model::{UserModel, UserModelFile};
 use super::working::{WorkingConfig, WorkingMemory};
-use crate::common::{Clock, IdSource, SystemClock, Timestamp, UniqueIds, truncate_with_marker};
+use crate::common::{Clock, IdSource, SystemClock, Timestamp, UniqueIds, error_chain, truncate_with_marker};
 use crate::model::Embedder;
 
 /// The weights of the recall blend (see [`MemoryService`]).
@@ -191,6 +192,88 @@ impl TurnRecord {
     }
 }
 
+/// What the background re-embedding is doing ([`ReembedStatus::phase`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReembedPhase {
+    /// Nothing has looked for stale records yet.
+    Idle,
+    /// Records embedded by another embedder (or not at all) are being
+    /// embedded again.
+    Running,
+    /// The embedder did not answer; the next try waits (see
+    /// [`MemoryService::keep_embedded`]).
+    Waiting,
+    /// Every record is embedded with the current embedder.
+    Done,
+}
+
+impl ReembedPhase {
+    /// `idle`, `running`, `waiting` or `done`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReembedPhase::Idle => "idle",
+            ReembedPhase::Running => "running",
+            ReembedPhase::Waiting => "waiting",
+            ReembedPhase::Done => "done",
+        }
+    }
+}
+
+/// Where re-embedding stands: [`MemoryService::reembedding`], and
+/// [`MemoryService::reembedding_updates`] to wait for a change.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct ReembedStatus {
+    /// What it is doing.
+    pub phase: ReembedPhase,
+    /// Records embedded again since the service started.
+    pub embedded: u64,
+    /// Tries that failed since the service started (the embedder did not
+    /// answer, or the store failed).
+    pub failures: u64,
+    /// Why the last try failed, while the phase is
+    /// [`Waiting`](ReembedPhase::Waiting).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Default for ReembedStatus {
+    fn default() -> Self {
+        Self {
+            phase: ReembedPhase::Idle,
+            embedded: 0,
+            failures: 0,
+            error: None,
+        }
+    }
+}
+
+/// After the embedder failed, calls made for turns skip it this long
+/// (recall answers without the store, writes are kept un-embedded), so a
+/// server that is down does not cost every turn its timeouts and retries.
+const OUTAGE_HOLD: Duration = Duration::from_secs(30);
+
+/// The first wait of [`MemoryService::keep_embedded`] after the embedder
+/// failed; it doubles up to [`REEMBED_MAX_WAIT`].
+const REEMBED_FIRST_WAIT: Duration = Duration::from_secs(5);
+
+/// The longest wait between two tries of re-embedding.
+const REEMBED_MAX_WAIT: Duration = Duration::from_secs(300);
+
+/// Records re-embedded per embedder call.
+const REEMBED_BATCH: usize = 64;
+
+/// Wakes [`MemoryService::keep_embedded`] when the service goes away.
+#[derive(Debug, Default)]
+struct Wake(Arc<Notify>);
+
+impl Drop for Wake {
+    fn drop(&mut self) {
+        self.0.notify_one();
+    }
+}
+
 /// Working memory, long-term memory, scopes, injection and recall (SPEC.md
 /// §8). Share it as `Arc<MemoryService>`.
 ///
@@ -252,8 +335,18 @@ pub struct MemoryService {
     /// check against the forgotten list and its record) holds it shared,
     /// [`forget`](Self::forget) holds it exclusively for its record and
     /// delete, so a write that passed the check lands before the delete
-    /// that removes it, never after.
+    /// that removes it, never after. Every write that replaces a record's
+    /// text holds it shared too, and re-embedding holds it exclusively to
+    /// put back what it embedded (only where the text is unchanged), so it
+    /// never brings back a forgotten fact or an old text.
     pub(super) profile_lock: tokio::sync::RwLock<()>,
+    /// Where re-embedding stands.
+    reembed: watch::Sender<ReembedStatus>,
+    /// Wakes the re-embedding task: a record was kept un-embedded, the
+    /// embedder answered again, or the service is gone.
+    wake: Wake,
+    /// Until when calls for turns skip the embedder (see [`OUTAGE_HOLD`]).
+    outage: Mutex<Option<tokio::time::Instant>>,
 }
 
 impl fmt::Debug for MemoryService {
@@ -282,6 +375,9 @@ impl MemoryService {
             last_prompt: Mutex::new(None),
             forgotten_here: Mutex::new(Vec::new()),
             profile_lock: tokio::sync::RwLock::new(()),
+            reembed: watch::Sender::new(ReembedStatus::default()),
+            wake: Wake::default(),
+            outage: Mutex::new(None),
         }
     }
 
@@ -340,15 +436,57 @@ impl MemoryService {
     }
 
     async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, MemoryError> {
-        let count = texts.len();
-        let vectors = self.embedder.embed(texts).await.map_err(MemoryError::Embed)?;
-        if vectors.len() != count {
+        let held = {
+            let outage = self.outage.lock().unwrap_or_else(|e| e.into_inner());
+            outage.is_some_and(|until| tokio::time::Instant::now() < until)
+        };
+        if held {
             return Err(MemoryError::Embed(crate::model::ProviderError::stream(
                 "embedder",
-                "the embedder answered a different number of vectors than texts",
+                format!("not asked: it failed less than {} s ago", OUTAGE_HOLD.as_secs()),
             )));
         }
-        Ok(vectors)
+        let answer = checked_embed(self.embedder.as_ref(), texts).await;
+        self.note_embedder(answer.is_ok());
+        answer
+    }
+
+    /// Remembers whether the embedder just answered: a failure holds calls
+    /// for turns off for [`OUTAGE_HOLD`]; an answer after a failure wakes
+    /// the re-embedding task.
+    fn note_embedder(&self, answered: bool) {
+        let mut outage = self.outage.lock().unwrap_or_else(|e| e.into_inner());
+        if answered {
+            if outage.take().is_some() {
+                self.wake.0.notify_one();
+            }
+        } else {
+            *outage = Some(tokio::time::Instant::now() + OUTAGE_HOLD);
+        }
+    }
+
+    /// Embeds `texts`, or answers `None` (logged) when the embedder does
+    /// not answer: the caller then keeps its record un-embedded, and the
+    /// re-embedding task embeds it once the embedder answers again.
+    async fn embed_or_defer(&self, texts: Vec<String>) -> Option<Vec<Vec<f32>>> {
+        match self.embed(texts).await {
+            Ok(vectors) => Some(vectors),
+            Err(e) => {
+                tracing::warn!(
+                    embedder = %self.embedder.name(),
+                    "memory: the embedder did not answer ({}); the memory is kept and embedded when it answers again",
+                    error_chain(&e)
+                );
+                None
+            }
+        }
+    }
+
+    async fn embed_one_or_defer(&self, text: &str) -> Vec<f32> {
+        self.embed_or_defer(vec![text.to_owned()])
+            .await
+            .and_then(|mut v| v.pop())
+            .unwrap_or_default()
     }
 
     async fn embed_one(&self, text: &str) -> Result<Vec<f32>, MemoryError> {
@@ -404,9 +542,25 @@ impl MemoryService {
             metadata,
             created_at: self.now(),
             rehearsal: 0,
-            embedder: self.embedder.name().to_owned(),
+            // An empty embedding is one the embedder could not give yet: no
+            // embedder, so the record counts as stale until it is embedded.
+            embedder: if embedding.is_empty() {
+                String::new()
+            } else {
+                self.embedder.name().to_owned()
+            },
             embedding,
         }
+    }
+
+    /// Stores `record`; one kept un-embedded wakes the re-embedding task.
+    async fn put_record(&self, record: MemoryRecord) -> Result<(), MemoryError> {
+        let deferred = record.embedding.is_empty();
+        self.store.put(record).await?;
+        if deferred {
+            self.wake.0.notify_one();
+        }
+        Ok(())
     }
 
     /// Writes a memory from the write path `source` in `scope`; the layer
@@ -433,8 +587,9 @@ impl MemoryService {
         if rule.layer == Layer::Semantic {
             self.refuse_forgotten(source, &text)?;
         }
-        let embedding = self.embed_one(&text).await?;
+        let embedding = self.embed_one_or_defer(&text).await;
         if rule.layer == Layer::Semantic
+            && !embedding.is_empty()
             && let Some(existing) = self.same_fact(scope, rule.kind, &text, &embedding).await?
         {
             self.store.touch(std::slice::from_ref(&existing.id)).await?;
@@ -442,7 +597,7 @@ impl MemoryService {
         }
         let id = self.ids.next_id("mem_");
         let record = self.record(scope, id, source, text, metadata, embedding);
-        self.store.put(record.clone()).await?;
+        self.put_record(record.clone()).await?;
         Ok(record)
     }
 
@@ -525,10 +680,10 @@ impl MemoryService {
         {
             return Ok(existing.clone());
         }
-        let embedding = self.embed_one(&text).await?;
+        let embedding = self.embed_one_or_defer(&text).await;
         let mut record = self.record(scope, id, source, text, metadata, embedding);
         record.rehearsal = existing.map_or(0, |e| e.rehearsal);
-        self.store.put(record.clone()).await?;
+        self.put_record(record.clone()).await?;
         Ok(record)
     }
 
@@ -550,6 +705,8 @@ impl MemoryService {
             });
         }
         let pattern = self.clean_text(SOURCE_TASK_PATTERN, pattern)?;
+        // A rewrite is never undone by re-embedding the old text.
+        let _rewrite = self.profile_lock.read().await;
         self.put_named(
             scope,
             SOURCE_TASK_PATTERN,
@@ -573,6 +730,7 @@ impl MemoryService {
         })?;
         let text = self.clean_text(SOURCE_PROCEDURE, text)?;
         let procedure = library.save(&scope.agent_id, name, &text)?;
+        let _rewrite = self.profile_lock.read().await;
         self.put_named(
             scope,
             SOURCE_PROCEDURE,
@@ -759,8 +917,12 @@ impl MemoryService {
             .collect();
         if !missing.is_empty() {
             let texts = missing.iter().map(|&i| memory.items[i].text.clone()).collect();
-            for (i, vector) in missing.into_iter().zip(self.embed(texts).await?) {
-                memory.items[i].embedding = vector;
+            // Without the embedder, the items stay unembedded (similar to
+            // nothing) until it answers again; the caller says so.
+            if let Ok(vectors) = self.embed(texts).await {
+                for (i, vector) in missing.into_iter().zip(vectors) {
+                    memory.items[i].embedding = vector;
+                }
             }
         }
         Ok(memory)
@@ -769,9 +931,25 @@ impl MemoryService {
     /// Recalls once for a turn of `scope` on `query` and answers the
     /// context to apply before every model call of the turn (the only place
     /// memory enters a request, R-MEM-4). Recalled records are rehearsed.
+    ///
+    /// When the embedder does not answer, nothing is recalled from the
+    /// store (its vectors cannot be compared with a query that has none);
+    /// the user model and working memory still come back, and it is
+    /// logged.
     pub async fn observe(&self, scope: &MemoryScope, query: &str) -> Result<MemoryContext, MemoryError> {
         self.sync_procedures(scope, Layer::Procedural).await;
-        let vector = self.embed_prompt(query).await?;
+        let vector = match self.embed_prompt(query).await {
+            Ok(vector) => Some(vector),
+            Err(e) => {
+                tracing::warn!(
+                    embedder = %self.embedder.name(),
+                    session_id = %scope.session_id,
+                    "memory: the prompt could not be embedded ({}); this turn recalls only the user model and working memory",
+                    error_chain(&e)
+                );
+                None
+            }
+        };
         let working = self.working(scope).await?;
         let k = self.config.recall_k;
         let user = || MemoryFilter::for_user(scope.user.clone());
@@ -783,6 +961,7 @@ impl MemoryService {
         } else {
             &[KIND_FACT, KIND_USER_MODEL]
         };
+        let vector = vector.unwrap_or_default();
         let queries = [
             self.query(
                 user()
@@ -813,7 +992,11 @@ impl MemoryService {
                 k.task_patterns,
             ),
         ];
-        let answers = self.store.search_many(&queries).await?;
+        let answers = if vector.is_empty() {
+            vec![Vec::new(); queries.len()]
+        } else {
+            self.store.search_many(&queries).await?
+        };
         let ks = [k.facts, k.episodes, k.procedures, k.task_patterns];
         let ranked: Vec<Vec<(SearchHit, f32)>> = answers
             .into_iter()
@@ -915,8 +1098,10 @@ impl MemoryService {
             "overflow": turn.overflows >= 1,
             "stop_reason": turn.stop_reason,
         });
-        let episode_vector = self.embed_one(&text).await?;
-        let prompt_vector = self.embed_prompt(prompt).await?;
+        let episode_vector = self.embed_one_or_defer(&text).await;
+        // Without the embedder, the request becomes a working-memory item
+        // of its own (similar to nothing), embedded when it is next loaded.
+        let prompt_vector = self.embed_prompt(prompt).await.unwrap_or_default();
         let id = self.ids.next_id("mem_");
         let episode = self.record(scope, id, SOURCE_TURN, text, metadata, episode_vector);
 
@@ -924,30 +1109,146 @@ impl MemoryService {
         working.record_turn(prompt, prompt_vector, answer, self.now(), &self.config.working);
         working.push_episode(episode.id.clone(), self.config.history_turns.saturating_sub(1));
         self.store.put_with_working(episode.clone(), &working).await?;
+        if episode.embedding.is_empty() {
+            self.wake.0.notify_one();
+        }
         Ok(Some(episode))
     }
 
     /// Re-embeds records whose embedding is missing or comes from another
-    /// embedder (legacy rows, a changed embedder); answers how many. Call
-    /// it when the service starts.
+    /// embedder (legacy rows, a changed embedder, records kept while the
+    /// embedder did not answer); answers how many. Safe to run while the
+    /// service is in use, and to stop at any point: what is left is found
+    /// again by the next run. An app runs it in the background through
+    /// [`keep_embedded`](Self::keep_embedded).
     pub async fn reembed_stale(&self) -> Result<usize, MemoryError> {
-        let name = self.embedder.name().to_owned();
-        let mut done: HashSet<String> = HashSet::new();
+        self.reembed.send_modify(|s| {
+            s.phase = ReembedPhase::Running;
+            s.error = None;
+        });
+        let pass = reembed_pass(|| Some(self)).await;
+        let pass = pass.map(|done| done.unwrap_or(0));
+        self.reembed.send_modify(|s| match &pass {
+            Ok(_) => s.phase = ReembedPhase::Done,
+            Err(e) => {
+                s.phase = ReembedPhase::Waiting;
+                s.failures += 1;
+                s.error = Some(error_chain(e));
+            }
+        });
+        pass
+    }
+
+    /// Where re-embedding stands.
+    pub fn reembedding(&self) -> ReembedStatus {
+        self.reembed.borrow().clone()
+    }
+
+    /// Every change of [`reembedding`](Self::reembedding), for waiting on
+    /// one (`wait_for(|s| s.phase == ReembedPhase::Done)`).
+    pub fn reembedding_updates(&self) -> watch::Receiver<ReembedStatus> {
+        self.reembed.subscribe()
+    }
+
+    /// Keeps every record embedded with the current embedder, until the
+    /// service is dropped: runs [`reembed_stale`](Self::reembed_stale)'s
+    /// pass, then waits for a record kept un-embedded. When the embedder
+    /// does not answer, it logs it once, says
+    /// [`Waiting`](ReembedPhase::Waiting), and tries again after 5 s,
+    /// doubling to 5 minutes, or as soon as a turn finds the embedder
+    /// answering. Recall meanwhile answers from the records already
+    /// embedded with the current embedder; nothing falls back to another
+    /// embedder.
+    ///
+    /// It holds the service only while it reads or writes the store, never
+    /// while it waits for the embedder, so dropping the app releases the
+    /// store. Spawn it: `tokio::spawn(MemoryService::keep_embedded(Arc::downgrade(&service)))`.
+    pub async fn keep_embedded(service: Weak<MemoryService>) {
+        let Some((wake, name)) = service
+            .upgrade()
+            .map(|s| (s.wake.0.clone(), s.embedder.name().to_owned()))
+        else {
+            return;
+        };
+        let mut wait = REEMBED_FIRST_WAIT;
+        let mut last_error: Option<String> = None;
+        let mut first = true;
         loop {
-            let batch = self.store.stale(&name, 256).await?;
-            if batch.is_empty() {
-                return Ok(done.len());
+            if let Some(s) = service.upgrade() {
+                s.reembed.send_modify(|st| st.phase = ReembedPhase::Running);
             }
-            if batch.iter().any(|r| done.contains(&r.id)) {
-                tracing::warn!("memory: records stay stale after re-embedding them; stopped");
-                return Ok(done.len());
+            let mut pass = reembed_pass(|| service.upgrade()).await;
+            // A start with nothing to embed again says so at once, then asks
+            // the embedder once, so one that does not answer is said at start.
+            if first && matches!(pass, Ok(Some(0))) {
+                let Some(embedder) = service.upgrade().map(|s| {
+                    s.reembed.send_modify(|st| st.phase = ReembedPhase::Done);
+                    s.embedder.clone()
+                }) else {
+                    return;
+                };
+                if let Err(e) = checked_embed(embedder.as_ref(), vec!["jarvis".to_owned()]).await {
+                    pass = Err(e);
+                }
             }
-            let vectors = self.embed(batch.iter().map(|r| r.text.clone()).collect()).await?;
-            for (mut record, vector) in batch.into_iter().zip(vectors) {
-                record.embedding = vector;
-                record.embedder = name.clone();
-                done.insert(record.id.clone());
-                self.store.put(record).await?;
+            first = false;
+            let Some(s) = service.upgrade() else {
+                return;
+            };
+            match pass {
+                Ok(None) => return,
+                Ok(Some(done)) => {
+                    if done > 0 || last_error.is_some() {
+                        tracing::info!(
+                            embedder = %name,
+                            records = done,
+                            "memory: every memory is embedded with the current embedder"
+                        );
+                        s.note_embedder(true);
+                    }
+                    s.reembed.send_modify(|st| {
+                        st.phase = ReembedPhase::Done;
+                        st.error = None;
+                    });
+                    wait = REEMBED_FIRST_WAIT;
+                    last_error = None;
+                    drop(s);
+                    wake.notified().await;
+                }
+                Err(e) => {
+                    let error = error_chain(&e);
+                    let embedder_failed = matches!(e, MemoryError::Embed(_));
+                    if last_error.as_deref() != Some(error.as_str()) {
+                        if embedder_failed {
+                            tracing::warn!(
+                                embedder = %name,
+                                retry_in = ?wait,
+                                "memory: the embedder did not answer ({error}); it stays the embedder, recall answers from the memories already embedded with it, and re-embedding tries again later"
+                            );
+                        } else {
+                            tracing::warn!(
+                                embedder = %name,
+                                retry_in = ?wait,
+                                "memory: re-embedding failed ({error}); it tries again later"
+                            );
+                        }
+                    }
+                    if embedder_failed {
+                        s.note_embedder(false);
+                    }
+                    s.reembed.send_modify(|st| {
+                        st.phase = ReembedPhase::Waiting;
+                        st.failures += 1;
+                        st.error = Some(error.clone());
+                    });
+                    last_error = Some(error);
+                    drop(s);
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = wake.notified() => {}
+                    }
+                    wait = (wait * 2).min(REEMBED_MAX_WAIT);
+                }
             }
         }
     }
@@ -1031,5 +1332,80 @@ fn render(kind: SectionKind, record: &MemoryRecord) -> String {
             }
         }
         _ => one_line(&record.text),
+    }
+}
+
+/// `embedder`'s vectors for `texts`, checked to be one per text.
+async fn checked_embed(embedder: &dyn Embedder, texts: Vec<String>) -> Result<Vec<Vec<f32>>, MemoryError> {
+    let count = texts.len();
+    let vectors = embedder.embed(texts).await.map_err(MemoryError::Embed)?;
+    if vectors.len() != count {
+        return Err(MemoryError::Embed(crate::model::ProviderError::stream(
+            "embedder",
+            "the embedder answered a different number of vectors than texts",
+        )));
+    }
+    Ok(vectors)
+}
+
+/// One re-embedding pass over the service `service()` gives (`None`: it is
+/// gone, and so is the pass): batches of stale records, each embedded
+/// without holding the service, then put back (under the profile lock,
+/// held exclusively) when they still hold the text that was embedded and
+/// are still stale, so a record forgotten or rewritten meanwhile is never
+/// brought back. Answers how many were embedded again.
+async fn reembed_pass<S>(service: impl Fn() -> Option<S>) -> Result<Option<usize>, MemoryError>
+where
+    S: std::ops::Deref<Target = MemoryService>,
+{
+    let mut done: HashSet<String> = HashSet::new();
+    loop {
+        let (batch, embedder) = {
+            let Some(s) = service() else {
+                return Ok(None);
+            };
+            let name = s.embedder.name().to_owned();
+            (s.store.stale(&name, REEMBED_BATCH).await?, s.embedder.clone())
+        };
+        if batch.is_empty() {
+            return Ok(Some(done.len()));
+        }
+        if batch.iter().any(|r| done.contains(&r.id)) {
+            tracing::warn!("memory: records stay stale after re-embedding them; stopped");
+            return Ok(Some(done.len()));
+        }
+        let vectors =
+            checked_embed(embedder.as_ref(), batch.iter().map(|r| r.text.clone()).collect()).await?;
+        let Some(s) = service() else {
+            return Ok(None);
+        };
+        let name = embedder.name().to_owned();
+        let embedded: HashMap<String, (String, Vec<f32>)> = batch
+            .into_iter()
+            .zip(vectors)
+            .map(|(r, v)| (r.id, (r.text, v)))
+            .collect();
+        let ids: Vec<String> = embedded.keys().cloned().collect();
+        let _profile = s.profile_lock.write().await;
+        let current = s.store.get(&ids).await?;
+        let mut puts = Vec::with_capacity(current.len());
+        for mut record in current {
+            let Some((text, vector)) = embedded.get(&record.id) else {
+                continue;
+            };
+            if record.text != *text || record.embedder == name {
+                continue;
+            }
+            record.embedding = vector.clone();
+            record.embedder = name.clone();
+            done.insert(record.id.clone());
+            puts.push(s.store.put(record));
+        }
+        let count = puts.len() as u64;
+        // ponytail: a rehearsal counted between the read above and these
+        // puts is lost (recall does not take the lock); rare, and harmless.
+        // Together, so a store that group-commits writes them in one go.
+        futures::future::try_join_all(puts).await?;
+        s.reembed.send_modify(|st| st.embedded += count);
     }
 }

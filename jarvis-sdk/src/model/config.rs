@@ -12,6 +12,9 @@
 //! | `JARVIS_FAUX__SCRIPT` | the script `faux` plays (the built-in demo without one) |
 //! | `JARVIS_FAUX__REQUEST_LOG` | a file `faux` appends every request it receives to, one JSON line each (for tests of whole binaries) |
 //!
+//! The embedder of recall is chosen apart, from `JARVIS_EMBED__*`
+//! ([`EmbedConfig`](super::EmbedConfig)).
+//!
 //! Without `JARVIS_LLM__PROVIDER`, a lone key selects its provider
 //! (`OPENAI_API_KEY` → OpenAI, `ANTHROPIC_API_KEY` → Anthropic; a
 //! `JARVIS_LLM__API_KEY` starting with `sk-ant-` → Anthropic), a lone base URL
@@ -256,7 +259,16 @@ impl LlmConfig {
             return false;
         };
         let servers = super::discover::discover_models(&targets, super::discover::DISCOVERY_BUDGET).await;
-        let Some((server, model)) = super::discover::first_chat_model(&servers) else {
+        self.use_discovered(&servers)
+    }
+
+    /// What [`discover_local`](Self::discover_local) does with the servers
+    /// that answered, for a caller that asked them itself (one discovery
+    /// for chat and embeddings): switches to the first chat model they
+    /// list. Answers whether it switched.
+    #[cfg(feature = "http")]
+    pub fn use_discovered(&mut self, servers: &[super::discover::FoundServer]) -> bool {
+        let Some((server, model)) = super::discover::first_chat_model(servers) else {
             return false;
         };
         self.provider = server.target.kind;

@@ -8,7 +8,10 @@
 //! first target in order that lists a chat model wins, and its most
 //! recently modified chat model is chosen ([`pick_chat_model`]); embedding
 //! models (`embed`, `bge`, `e5`, `minilm`, `bert` in the name or family)
-//! are never chosen for chat.
+//! are never chosen for chat. With `JARVIS_EMBED__PROVIDER=auto`, the
+//! same answers give recall its embedder: the first target that lists an
+//! embedding model, and its most recently modified one
+//! ([`pick_embedding_model`]).
 //!
 //! `JARVIS_LLM__DISCOVER` replaces the default targets
 //! ([`default_targets`]): `off`, or a comma-separated list of
@@ -156,18 +159,31 @@ impl FoundServer {
     pub fn chat_model(&self) -> Option<&FoundModel> {
         pick_chat_model(&self.models)
     }
+
+    /// The model recall would embed with on this server, if any.
+    pub fn embedding_model(&self) -> Option<&FoundModel> {
+        pick_embedding_model(&self.models)
+    }
 }
 
 /// The most recently modified model that is not an embedding model (the
 /// first listed among equals, or when no dates are known).
 pub fn pick_chat_model(models: &[FoundModel]) -> Option<&FoundModel> {
-    models
-        .iter()
-        .filter(|m| !m.is_embedding())
-        .fold(None, |best: Option<&FoundModel>, m| match best {
-            Some(b) if m.modified <= b.modified => Some(b),
-            _ => Some(m),
-        })
+    newest(models.iter().filter(|m| !m.is_embedding()))
+}
+
+/// The most recently modified embedding model (the first listed among
+/// equals, or when no dates are known): the other half of
+/// [`pick_chat_model`].
+pub fn pick_embedding_model(models: &[FoundModel]) -> Option<&FoundModel> {
+    newest(models.iter().filter(|m| m.is_embedding()))
+}
+
+fn newest<'a>(models: impl Iterator<Item = &'a FoundModel>) -> Option<&'a FoundModel> {
+    models.fold(None, |best: Option<&FoundModel>, m| match best {
+        Some(b) if m.modified <= b.modified => Some(b),
+        _ => Some(m),
+    })
 }
 
 /// Asks every target at once; answers the servers that answered within
@@ -198,6 +214,13 @@ pub fn first_chat_model(servers: &[FoundServer]) -> Option<(&FoundServer, &Found
     servers
         .iter()
         .find_map(|server| server.chat_model().map(|model| (server, model)))
+}
+
+/// The first server that lists an embedding model, and that model.
+pub fn first_embedding_model(servers: &[FoundServer]) -> Option<(&FoundServer, &FoundModel)> {
+    servers
+        .iter()
+        .find_map(|server| server.embedding_model().map(|model| (server, model)))
 }
 
 async fn probe(client: &reqwest::Client, target: &DiscoveryTarget) -> Option<FoundServer> {
@@ -334,6 +357,39 @@ mod tests {
         let undated = [model("first", None, None), model("second", None, None)];
         assert_eq!(pick_chat_model(&undated).unwrap().name, "first");
         assert!(pick_chat_model(&[model("bge-m3", None, Some(1))]).is_none());
+    }
+
+    #[test]
+    fn the_newest_embedding_model_is_chosen_for_recall() {
+        let models = [
+            model("new-chat", None, Some(9_000)),
+            model("bge-m3", None, Some(1_000)),
+            model("nomic-embed-text:latest", None, Some(5_000)),
+            model("granite", Some("bert"), Some(5_000)),
+        ];
+        assert_eq!(
+            pick_embedding_model(&models).unwrap().name,
+            "nomic-embed-text:latest",
+            "the newest, the first listed among equals"
+        );
+        let undated = [
+            model("chat", None, None),
+            model("all-minilm", None, None),
+            model("e5-small", None, None),
+        ];
+        assert_eq!(pick_embedding_model(&undated).unwrap().name, "all-minilm");
+        assert!(pick_embedding_model(&[model("llama3.2", Some("llama"), Some(1))]).is_none());
+        let server = |models: Vec<FoundModel>| FoundServer {
+            target: DiscoveryTarget::ollama("http://127.0.0.1:1"),
+            models,
+        };
+        let servers = [
+            server(vec![model("llama3.2", None, None)]),
+            server(vec![model("qwen", None, None), model("bge-m3", None, None)]),
+        ];
+        let (found, chosen) = first_embedding_model(&servers).unwrap();
+        assert_eq!((found.models.len(), chosen.name.as_str()), (2, "bge-m3"));
+        assert_eq!(first_chat_model(&servers).unwrap().1.name, "llama3.2");
     }
 
     #[test]

@@ -35,13 +35,17 @@ pub use config::{
 #[cfg(feature = "http")]
 pub use discover::{
     DISCOVER_ENV, DISCOVERED_MAX_TOKENS, DISCOVERY_BUDGET, DiscoveryTarget, FoundModel, FoundServer,
-    default_targets, discover_models, first_chat_model, parse_targets, pick_chat_model,
+    default_targets, discover_models, first_chat_model, first_embedding_model, parse_targets,
+    pick_chat_model, pick_embedding_model,
 };
-pub use embed::{Embedder, EmbedderExt, HASH_EMBEDDER_DIMENSIONS, HashEmbedder, cosine};
+pub use embed::{
+    EMBED_PROVIDER_ENV, EmbedConfig, EmbedProvider, Embedder, EmbedderExt, HASH_EMBEDDER_DIMENSIONS,
+    HashEmbedder, OLLAMA_EMBED_BASE_URL, OLLAMA_EMBEDDING_MODEL, OPENAI_EMBEDDING_MODEL, cosine,
+};
 #[cfg(feature = "ollama")]
-pub use embed::{OLLAMA_EMBEDDING_MODEL, OllamaEmbedder, OllamaEmbedderConfig};
+pub use embed::{OllamaEmbedder, OllamaEmbedderConfig};
 #[cfg(feature = "openai")]
-pub use embed::{OPENAI_EMBEDDING_MODEL, OpenAiEmbedder, OpenAiEmbedderConfig};
+pub use embed::{OpenAiEmbedder, OpenAiEmbedderConfig};
 pub use error::ProviderError;
 pub use event::{FinishReason, ProviderEvent};
 pub use faux::{

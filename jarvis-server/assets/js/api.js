@@ -1,5 +1,5 @@
 // How the Jarvis HUD talks to its server: the REST API (agents, sessions,
-// the AGENDA) and one WebSocket per attached session, reopened after a
+// the AGENDA, the system) and one WebSocket per attached session, reopened after a
 // dropped connection. The page's token, when the server needs one, travels
 // in the cookie that `/?token=…` set.
 
@@ -43,6 +43,7 @@ export const api = {
       body: JSON.stringify({ agent }),
     }),
   agenda: () => call("/api/agenda"),
+  system: () => call("/api/system"),
 };
 
 /** Close codes after which reconnecting cannot help. */

@@ -35,6 +35,7 @@ const hud = {
   attachSeq: 0,
   switchSeq: 0,
   particles: params.get("particles") === "low" ? "low" : "normal",
+  system: null, // `GET /api/system`, asked again whenever SET opens
 };
 
 const reactor = new Reactor($("orb"), {
@@ -341,7 +342,16 @@ function submit() {
 
 function openSet() {
   if (!hud.agent) return;
-  renderSystem({ system: $("system"), tools: $("tools") }, hud.agent, hud.session);
+  const nodes = { system: $("system"), tools: $("tools") };
+  renderSystem(nodes, hud.agent, hud.session, hud.system);
+  // The embedder's re-embedding moves on: ask again, and redraw if SET is still open.
+  api
+    .system()
+    .then((system) => {
+      hud.system = system;
+      if ($("set").open && hud.agent) renderSystem(nodes, hud.agent, hud.session, system);
+    })
+    .catch(() => {});
   for (const button of document.querySelectorAll("[data-particles]")) {
     button.setAttribute("aria-pressed", String(button.dataset.particles === hud.particles));
   }

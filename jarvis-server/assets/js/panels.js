@@ -2,8 +2,8 @@
 // agent's colour, peer sessions listed and opened read-only, R-HUD-10,
 // R-ASK-5), the AGENDA card (every agent's schedules and promises, each
 // label in its agent's colour, R-AGENDA-1) and the SET screen, whose SYSTEM
-// card lists only the current agent's tools (R-HUD-9). All text is set with
-// textContent.
+// card lists only the current agent's tools (R-HUD-9) and names the embedder
+// of recall. All text is set with textContent.
 
 import { el } from "./dom.js";
 
@@ -90,17 +90,36 @@ export function renderAgenda(list, items, agents) {
 }
 
 /**
+ * The SET card's words for the embedder of recall: `openai ·
+ * text-embedding-3-small`, and what re-embedding is doing when it is not done.
+ * @param {object | null} embedder `GET /api/system`'s `embedder`
+ */
+export function embedderText(embedder) {
+  if (!embedder) return "";
+  let text = `${embedder.provider} · ${embedder.model || embedder.name}`;
+  if (embedder.requested === "auto") text += " (found by auto)";
+  if (embedder.reembedding === "running") {
+    text += ` — embedding memories again (${embedder.reembedded} done)`;
+  } else if (embedder.reembedding === "waiting") {
+    text += " — not answering; recall uses the memories already embedded";
+  }
+  return text;
+}
+
+/**
  * Fills the SET screen's SYSTEM card for the current agent.
  * @param {{system: HTMLElement, tools: HTMLElement}} nodes
  * @param {object} agent an `/api/agents` entry
  * @param {object} session the attached session
+ * @param {object | null} info `GET /api/system`, once it has answered
  */
-export function renderSystem({ system, tools }, agent, session) {
+export function renderSystem({ system, tools }, agent, session, info) {
   const rows = [
     ["Agent", agent.name],
     ["Id", agent.id],
     ["About", agent.description],
     ["Session", session ? session.id : ""],
+    ["Embed", embedderText(info ? info.embedder : null)],
   ];
   const nodes = [];
   for (const [name, value] of rows) {

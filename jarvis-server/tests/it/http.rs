@@ -136,6 +136,23 @@ async fn agents_sessions_fork_agenda_and_health() {
     let (status, _, health) = call(&state, get("/healthz")).await;
     assert_eq!((status, &health["status"]), (StatusCode::OK, &json!("ok")));
     assert_eq!(health["pid"], std::process::id());
+    assert_eq!(health["background"]["embedding"], "ok", "{health}");
+
+    // The embedder of recall, as embedder.json records it: the offline
+    // hash embedder by default.
+    let (status, _, system) = call(&state, get("/api/system")).await;
+    assert_eq!(status, StatusCode::OK);
+    let embedder = &system["embedder"];
+    assert_eq!(
+        (&embedder["provider"], &embedder["name"], &embedder["requested"]),
+        (&json!("hash"), &json!("hash-v1-512"), &json!("hash")),
+        "{system}"
+    );
+    assert!(
+        ["idle", "running", "done"].contains(&embedder["reembedding"].as_str().unwrap()),
+        "{system}"
+    );
+    assert!(embedder.get("model").is_none(), "{system}");
 }
 
 #[tokio::test]

@@ -906,6 +906,15 @@ async fn panels_list_sessions_and_the_agenda_in_agent_colours_and_set_shows_the_
         })
         .await;
     assert_eq!(browser.js(listed, vec![]).await, tools_of("main"));
+    // ... and names the embedder of recall (`GET /api/system`).
+    browser
+        .wait_js(
+            "SET names the embedder",
+            "const dt = [...document.querySelectorAll('#system dt')].find(d => d.textContent === 'Embed');
+             return dt ? dt.nextElementSibling.textContent : null",
+            |v| v == "hash · hash-v1-512",
+        )
+        .await;
     browser.screenshot("set").await;
     click(&browser, "#close-set").await;
     click(

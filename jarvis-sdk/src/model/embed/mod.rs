@@ -1,11 +1,13 @@
 //! Embeddings (R-MODEL-3): the [`Embedder`] trait, the offline
-//! [`HashEmbedder`], the OpenAI-compatible and Ollama embedders, and
+//! [`HashEmbedder`], the OpenAI-compatible and Ollama embedders, the
+//! choice among them from the environment ([`EmbedConfig`]), and
 //! [`cosine`].
 //!
 //! Every embedder returns L2-normalised vectors (or zero vectors for texts
 //! with nothing to embed), so similarity is a dot product. Vectors are only
 //! comparable between embedders of the same [`Embedder::name`].
 
+mod config;
 mod hash;
 #[cfg(feature = "ollama")]
 mod ollama;
@@ -19,11 +21,15 @@ use std::fmt::Debug;
 
 use super::error::ProviderError;
 
+pub use config::{
+    EMBED_PROVIDER_ENV, EmbedConfig, EmbedProvider, OLLAMA_EMBED_BASE_URL, OLLAMA_EMBEDDING_MODEL,
+    OPENAI_EMBEDDING_MODEL,
+};
 pub use hash::{HASH_EMBEDDER_DIMENSIONS, HashEmbedder};
 #[cfg(feature = "ollama")]
-pub use ollama::{OLLAMA_EMBEDDING_MODEL, OllamaEmbedder, OllamaEmbedderConfig};
+pub use ollama::{OllamaEmbedder, OllamaEmbedderConfig};
 #[cfg(feature = "openai")]
-pub use openai::{OPENAI_EMBEDDING_MODEL, OpenAiEmbedder, OpenAiEmbedderConfig};
+pub use openai::{OpenAiEmbedder, OpenAiEmbedderConfig};
 
 /// Turns texts into vectors for similarity search (memory recall).
 ///

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 
 use super::Embedder;
+use super::config::OLLAMA_EMBEDDING_MODEL;
 use super::remote::{embed_batched, kind, malformed, post_for_json, space_name, vector};
 use crate::model::error::ProviderError;
 use crate::model::http::{HttpClient, HttpSettings, join_url};
@@ -16,10 +17,6 @@ const NAME: &str = "ollama";
 
 /// The default base URL: a local Ollama.
 const BASE_URL: &str = "http://localhost:11434";
-
-/// The default embedding model: multilingual (Korean and English), served
-/// by Ollama as `bge-m3` (`ollama pull bge-m3`).
-pub const OLLAMA_EMBEDDING_MODEL: &str = "bge-m3";
 
 /// Settings of an [`OllamaEmbedder`].
 #[derive(Debug, Clone)]

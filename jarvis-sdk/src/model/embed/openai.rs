@@ -10,15 +10,13 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 
 use super::Embedder;
+use super::config::OPENAI_EMBEDDING_MODEL;
 use super::remote::{embed_batched, kind, malformed, post_for_json, space_name, vector};
 use crate::model::error::ProviderError;
 use crate::model::http::{ApiKey, HttpClient, HttpSettings, join_url};
 use crate::model::openai::OPENAI_BASE_URL;
 
 const NAME: &str = "openai";
-
-/// The default embedding model.
-pub const OPENAI_EMBEDDING_MODEL: &str = "text-embedding-3-small";
 
 /// Settings of an [`OpenAiEmbedder`].
 #[derive(Debug, Clone)]

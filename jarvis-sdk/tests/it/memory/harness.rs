@@ -264,10 +264,8 @@ impl Embedder for DownEmbedder {
 #[tokio::test]
 async fn a_memory_failure_never_fails_the_turn() {
     let s = setup("fallback: { text: fine }", 20).await;
-    let broken = Arc::new(MemoryService::new(
-        Arc::new(InMemoryMemoryStore::new()),
-        Arc::new(DownEmbedder),
-    ));
+    let store = Arc::new(InMemoryMemoryStore::new());
+    let broken = Arc::new(MemoryService::new(store.clone(), Arc::new(DownEmbedder)));
     let harness = s.harness.clone().with_memory(broken, "u", MemoryRead::own_only());
     let (logs, _guard) = capture();
     let outcome = harness
@@ -276,15 +274,23 @@ async fn a_memory_failure_never_fails_the_turn() {
         .unwrap();
     assert_eq!(outcome.final_message.content, "fine");
     assert!(
-        logs.warned(&["memory recall failed", "the turn runs without memory"]),
+        logs.warned(&[
+            "the prompt could not be embedded",
+            "connection refused",
+            "recalls only the user model and working memory"
+        ]),
         "{:?}",
         logs.lines()
     );
     assert!(
-        logs.warned(&["turn episode could not be written"]),
+        logs.warned(&["kept and embedded when it answers again"]),
         "{:?}",
         logs.lines()
     );
     let request = s.faux.requests().pop().unwrap();
     assert_eq!(request.messages, [Message::user("hello")]);
+    // The episode is kept un-embedded, for re-embedding to embed later.
+    let stale = store.stale("down", 10).await.unwrap();
+    assert_eq!(stale.len(), 1, "{stale:?}");
+    assert!(stale[0].text.starts_with("hello") && stale[0].embedder.is_empty());
 }

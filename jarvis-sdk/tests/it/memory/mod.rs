@@ -1,6 +1,6 @@
 //! The memory layer: recall quality, the assembled prompt, permissions,
-//! the SQLite and Postgres stores, forgetting racing distillation, the
-//! harness and the memory tools.
+//! the SQLite and Postgres stores, forgetting racing distillation,
+//! re-embedding while in use, the harness and the memory tools.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -14,6 +14,7 @@ mod permissions;
 mod postgres;
 mod prompt;
 mod quality;
+mod reembed;
 mod sqlite;
 mod stores;
 mod tools;
