@@ -23,11 +23,13 @@
 //! | `POST /api/sessions/{id}/fork` | 201 and the fork (same agent) |
 //! | `GET /api/agenda` | `{"items": […]}`: every agent's schedules and open promises, each `{kind, id, agent_id, agent_name, color, text, when?, detail?, session_id?}` |
 //! | `GET /ws?session_id=…&agent=…` | the WebSocket (see the `ws` module docs in the source) |
+//! | `POST`, `GET`, `DELETE /mcp` | the team as an MCP server (streamable HTTP): one tool per agent, `ask_<agent_id> {request}` |
 //!
 //! Errors are `{"error": {"code", "message"}}` and never carry internals.
-//! `/ws`, `/api/*` and every state-changing request from a page of another
-//! origin get 403 `forbidden_origin`; with a token configured, `/api/*` and
-//! `/ws` need it as `Authorization: Bearer …` or the `jarvis_token` cookie.
+//! `/ws`, `/api/*`, `/mcp` and every state-changing request from a page of
+//! another origin get 403 `forbidden_origin`; with a token configured,
+//! `/api/*`, `/mcp` and `/ws` need it as `Authorization: Bearer …` or the
+//! `jarvis_token` cookie.
 //! [`ServerConfig::tls`] makes the server speak HTTPS; [`check_bind`] says
 //! who may listen where.
 //!
@@ -51,6 +53,7 @@ mod error;
 mod fanout;
 mod http;
 mod hud;
+mod mcp;
 pub mod protocol;
 mod serve;
 mod state;
@@ -83,6 +86,7 @@ pub fn router(state: ServerState) -> Router {
         .route("/api/sessions/{id}/fork", post(http::fork_session))
         .route("/api/agenda", get(http::agenda))
         .route("/ws", get(ws::upgrade))
+        .route_service("/mcp", state.inner.mcp_http.0.clone())
         .fallback(http::not_found)
         .method_not_allowed_fallback(http::method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
