@@ -1,10 +1,13 @@
 //! The `jarvis` command: parses arguments, sets up logging, and hands over
 //! to a module. `jarvis` alone starts the server and opens the HUD; the
-//! subcommands talk in the terminal or list what the home holds.
+//! subcommands talk in the terminal, list what the home holds, or serve the
+//! team to an MCP client (`jarvis mcp serve`, whose stdout carries MCP
+//! messages only: logs always go to stderr).
 
 mod chat;
 mod home;
 mod lists;
+mod mcp;
 mod serve;
 
 use clap::{Args, Parser, Subcommand};
@@ -50,12 +53,24 @@ enum Command {
     /// List the model servers running on this machine and their models
     /// (what `jarvis` uses when no provider is configured).
     Models,
+    /// The team and MCP: `jarvis mcp serve` serves the team to an MCP
+    /// client on stdin and stdout.
+    Mcp {
+        #[command(subcommand)]
+        command: mcp::McpCommand,
+    },
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let default_level = if cli.command.is_none() { "info" } else { "warn" };
+    // The MCP SDK logs every session's handshake at info: the server's log
+    // keeps its warnings only.
+    let default_level = if cli.command.is_none() {
+        "info,rmcp=warn"
+    } else {
+        "warn"
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_env("JARVIS_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     tracing_subscriber::fmt()
@@ -70,6 +85,7 @@ async fn main() -> ExitCode {
         Some(Command::Agents) => lists::agents().await,
         Some(Command::Sessions) => lists::sessions().await,
         Some(Command::Models) => lists::models().await,
+        Some(Command::Mcp { command }) => mcp::run(command).await,
     };
     match result {
         Ok(code) => code,

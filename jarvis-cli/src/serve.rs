@@ -167,7 +167,7 @@ fn open(args: &ServeArgs, url: &str, token_required: bool) {
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

@@ -62,6 +62,7 @@
 //! | `sqlite` | yes | `SqliteMemoryStore`: memory in `$JARVIS_HOME/memory.sqlite3` (SQLite compiled in), the assembled app's default |
 //! | `postgres` | no | `PostgresSessionStore`, `PostgresMemoryStore` and `PostgresOpenLoopStore` (tokio-postgres with a deadpool pool) |
 //! | `test-utils` | no | [`testing`]: a recording [`UIAdapter`], closure tools, a fixed approver, a throwaway Postgres cluster |
+//! | `mcp` | no | tools from MCP servers (`McpHub`), the team as an MCP server (`McpTeamServer`, `serve_mcp_stdio`) and the stdio bridge to a running server's `/mcp` (`bridge_mcp_stdio`), over the official Rust SDK `rmcp` |
 //!
 //! The default build has no HTTP server, no terminal UI and no database
 //! client: its one database is the SQLite library compiled into it.
@@ -111,8 +112,6 @@ pub use agent::{
 };
 #[cfg(feature = "postgres")]
 pub use agent::{PostgresOpenLoopStore, PostgresSessionStore};
-#[cfg(feature = "mcp")]
-pub use app::MCP_START_WAIT;
 pub use app::{
     ALWAYS_ATTACHED, AgendaSettings, AgentProfile, AgentRegistry, AppAssembly, AppConfig, AppError,
     BUILTIN_TEAM, BrandConfig, DEFAULT_MAX_LOADED_SESSIONS, EMBEDDER_FILE, EmbedderChoice,
@@ -120,6 +119,10 @@ pub use app::{
     ReflectionSettings, SessionObserver, Skipped, StoreBackend, THOUGHT_TEMPLATE_FILE, TeamContext,
     ThinkingSettings, build_app, load_team, parse_definition, parse_utc_offset, seed_team_dir,
     valid_agent_id, wordmark,
+};
+#[cfg(feature = "mcp")]
+pub use app::{
+    ASK_TOOL_PREFIX, MCP_SHUTDOWN_GRACE, MCP_START_WAIT, McpConnection, McpTeamServer, serve_mcp_stdio,
 };
 pub use common::{
     CivilTime, Clock, Extensions, HOME_LOCK_FILE, HomeLock, HomeLockError, IdSource, LockHolder, ManualClock,
@@ -181,8 +184,8 @@ pub use core::{
 pub use core::{LH_BASE_URL, LH_BASE_URL_ENV, LH_NOTICE_PATH, LH_SERVICE_KEY_ENV, LhConfig, LhNoticeSource};
 #[cfg(feature = "mcp")]
 pub use core::{
-    MCP_FIRST_BACKOFF, MCP_MAX_BACKOFF, MCP_START_TIMEOUT, McpHub, McpServer, McpServerState,
-    McpServerStatus, McpTool, McpToolInfo,
+    MCP_FIRST_BACKOFF, MCP_MAX_BACKOFF, MCP_START_TIMEOUT, McpHub, McpServeError, McpServer, McpServerState,
+    McpServerStatus, McpTool, McpToolInfo, bridge_mcp_stdio,
 };
 pub use core::{RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, memory_tools, register_memory_tools};
 #[cfg(feature = "http")]

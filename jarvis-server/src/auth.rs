@@ -1,7 +1,7 @@
 //! Who may talk to the server.
 //!
 //! - **Origin.** Browsers say which page sent a request. A request that
-//!   opens `/ws`, reaches `/api/*` or changes state (any method but `GET`,
+//!   opens `/ws`, reaches `/api/*` or `/mcp`, or changes state (any method but `GET`,
 //!   `HEAD` and `OPTIONS`) is refused with 403 `forbidden_origin` unless it
 //!   comes from the server's own origin: its `Origin` must be exactly the
 //!   scheme, host and port the browser reached the server at (the server's
@@ -10,7 +10,7 @@
 //!   (`same-origin` and `none` pass). `Origin: null` is refused. Requests
 //!   with neither header are not from a browser's page (the CLI, scripts)
 //!   and pass; the token still applies.
-//! - **Token.** When one is configured, `/api/*` answers 401 and `/ws`
+//! - **Token.** When one is configured, `/api/*` and `/mcp` answer 401 and `/ws`
 //!   closes 4401 without it. It is read from `Authorization: Bearer …` or
 //!   the `jarvis_token` cookie, never from the URL, and compared by SHA-256
 //!   digest, so the comparison takes the same time whatever was presented.
@@ -268,15 +268,18 @@ fn same_origin<'a>(reached: &Reached, headers: &'a HeaderMap) -> Result<(), Fore
 /// Whether the request must come from the server's own origin: the
 /// WebSocket, the API, and anything that may change state.
 fn needs_same_origin(method: &Method, path: &str) -> bool {
-    path == "/ws"
-        || path == "/api"
-        || path.starts_with("/api/")
-        || !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+    path == "/ws" || needs_token(path) || !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+/// Whether a request needs the token (when one is configured): the API and
+/// the MCP endpoint. (The WebSocket checks its own, to close with 4401.)
+fn needs_token(path: &str) -> bool {
+    path == "/api" || path.starts_with("/api/") || path == "/mcp"
 }
 
 /// The middleware in front of every route: the `Host` check, the origin
-/// check, and the token for `/api/*` (the WebSocket checks its own, to
-/// close with 4401).
+/// check, and the token for `/api/*` and `/mcp` (the WebSocket checks its
+/// own, to close with 4401).
 pub(crate) async fn guard(State(state): State<ServerState>, request: Request, next: Next) -> Response {
     let config = state.config();
     let headers = request.headers();
@@ -301,8 +304,7 @@ pub(crate) async fn guard(State(state): State<ServerState>, request: Request, ne
         )
         .into_response();
     }
-    if (path == "/api" || path.starts_with("/api/")) && !token_ok(&state, presented_token(headers).as_deref())
-    {
+    if needs_token(path) && !token_ok(&state, presented_token(headers).as_deref()) {
         return AppError::unauthorized().into_response();
     }
     next.run(request).await
@@ -459,6 +461,8 @@ mod tests {
         ]));
         assert!(needs_same_origin(&Method::GET, "/ws"));
         assert!(needs_same_origin(&Method::GET, "/api/sessions"));
+        assert!(needs_same_origin(&Method::GET, "/mcp"));
+        assert!(needs_token("/mcp") && needs_token("/api/agents") && !needs_token("/ws"));
         assert!(needs_same_origin(&Method::POST, "/"));
         assert!(needs_same_origin(&Method::PATCH, "/x"));
         assert!(needs_same_origin(&Method::DELETE, "/x"));

@@ -172,6 +172,23 @@ impl Client {
         serde_json::from_slice(&bytes).map_err(|e| ClientError::Transport(format!("unexpected answer: {e}")))
     }
 
+    /// Speaks MCP on this process's stdin and stdout and forwards to the
+    /// server's `/mcp` (with the token, trusting what this client trusts)
+    /// until the stdio client closes stdin, the server goes away, or
+    /// `shutdown` resolves (see [`jarvis_sdk::bridge_mcp_stdio`]).
+    pub async fn bridge_mcp_stdio(&self, shutdown: impl Future<Output = ()>) -> Result<(), ClientError> {
+        // No overall timeout: a call lasts as long as the agent's turn.
+        let mut http = reqwest::Client::builder().connect_timeout(CONNECT_TIMEOUT);
+        if let Some(tls) = &self.tls {
+            http = http.use_preconfigured_tls(tls.as_ref().clone());
+        }
+        let http = http.build().map_err(|e| ClientError::Transport(e.to_string()))?;
+        let url = self.url("/mcp")?;
+        jarvis_sdk::bridge_mcp_stdio(http, url.as_str(), self.token.clone(), shutdown)
+            .await
+            .map_err(|e| ClientError::Transport(e.to_string()))
+    }
+
     /// `GET /healthz`.
     pub async fn health(&self) -> Result<Health, ClientError> {
         self.get("/healthz").await

@@ -25,11 +25,13 @@
 //! | `GET /api/mcp` | the MCP servers: `[{name, owner, transport, state, pid, error, restarts, tools: [{name, remote, description, read_only}]}]` |
 //! | `GET /api/system` | `{"embedder": {provider, model?, name, requested, reembedding, reembedded} \| null}`: the embedder of recall |
 //! | `GET /ws?session_id=…&agent=…` | the WebSocket (see the `ws` module docs in the source) |
+//! | `POST`, `GET`, `DELETE /mcp` | the team as an MCP server (streamable HTTP): one tool per agent, `ask_<agent_id> {request}` |
 //!
 //! Errors are `{"error": {"code", "message"}}` and never carry internals.
-//! `/ws`, `/api/*` and every state-changing request from a page of another
-//! origin get 403 `forbidden_origin`; with a token configured, `/api/*` and
-//! `/ws` need it as `Authorization: Bearer …` or the `jarvis_token` cookie.
+//! `/ws`, `/api/*`, `/mcp` and every state-changing request from a page of
+//! another origin get 403 `forbidden_origin`; with a token configured,
+//! `/api/*`, `/mcp` and `/ws` need it as `Authorization: Bearer …` or the
+//! `jarvis_token` cookie.
 //! [`ServerConfig::tls`] makes the server speak HTTPS; [`check_bind`] says
 //! who may listen where.
 //!
@@ -53,6 +55,7 @@ mod error;
 mod fanout;
 mod http;
 mod hud;
+mod mcp;
 pub mod protocol;
 mod serve;
 mod state;
@@ -87,6 +90,7 @@ pub fn router(state: ServerState) -> Router {
         .route("/api/mcp", get(http::mcp_servers))
         .route("/api/system", get(http::system))
         .route("/ws", get(ws::upgrade))
+        .route_service("/mcp", state.inner.mcp_http.0.clone())
         .fallback(http::not_found)
         .method_not_allowed_fallback(http::method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))

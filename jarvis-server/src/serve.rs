@@ -212,6 +212,13 @@ impl Server {
         let background = CancellationToken::new();
         let tasks = self.state.app().spawn_background(background.clone());
         let router = crate::router(self.state.clone());
+        // `/mcp`'s open streams end as soon as shutdown begins, so the
+        // graceful shutdown does not wait for them.
+        let mcp_stop = self.state.inner.mcp_stop.clone();
+        let shutdown = async move {
+            shutdown.await;
+            mcp_stop.cancel();
+        };
         let served = match self.tls.take() {
             Some(tls) => {
                 axum::serve(TlsListener::new(listener, tls.acceptor), router)

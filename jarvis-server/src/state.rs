@@ -2,7 +2,7 @@
 //! per connection: the open connections, the agent activity, the running
 //! turns and the shutdown signal.
 
-use jarvis_sdk::AppAssembly;
+use jarvis_sdk::{AppAssembly, McpTeamServer};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio_util::sync::CancellationToken;
@@ -10,6 +10,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::ServerConfig;
 use crate::fanout::{Activity, Connections};
+use crate::mcp::McpService;
 
 /// Everything the routes share. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -32,6 +33,13 @@ pub(crate) struct Inner {
     pub(crate) turns: TaskTracker,
     /// Open WebSocket connections' tasks.
     pub(crate) sockets: TaskTracker,
+    /// The team as an MCP server.
+    pub(crate) mcp: McpTeamServer,
+    /// `/mcp`: the team over streamable HTTP, with its MCP sessions.
+    pub(crate) mcp_http: McpService,
+    /// Cancelled when shutdown begins: `/mcp`'s sessions and streams end
+    /// (an open stream would hold the graceful shutdown up).
+    pub(crate) mcp_stop: CancellationToken,
 }
 
 impl ServerState {
@@ -42,8 +50,14 @@ impl ServerState {
         let order = app.registry().ids().map(str::to_owned).collect();
         let activity = Activity::new(connections.clone(), order);
         app.observe(activity.clone());
+        let mcp = McpTeamServer::new(app.clone());
+        let mcp_stop = CancellationToken::new();
+        let mcp_http = crate::mcp::service(&mcp, &mcp_stop, &config.limits);
         Self {
             inner: Arc::new(Inner {
+                mcp,
+                mcp_http,
+                mcp_stop,
                 app,
                 config,
 
@@ -82,8 +96,8 @@ impl ServerState {
         self.inner.closing.load(Ordering::SeqCst)
     }
 
-    /// Shuts the connections down: no new turns; running turns are
-    /// aborted (each still ends with `agent_end` and is recorded); once they
+    /// Shuts the connections down: no new turns (and no MCP calls, whose
+    /// sessions end); running turns are aborted (each still ends with `agent_end` and is recorded); once they
     /// ended, or the grace period passed, every WebSocket gets what was
     /// queued for it and a close frame (1001), and this waits for them
     /// (again at most the grace period). [`serve`](crate::serve) calls it
@@ -91,6 +105,7 @@ impl ServerState {
     pub async fn shutdown(&self) {
         let inner = &self.inner;
         inner.closing.store(true, Ordering::SeqCst);
+        inner.mcp_stop.cancel();
         let grace = inner.config.limits.shutdown_grace;
         let mut aborted = 0;
         for session in inner.app.open_sessions() {
@@ -102,7 +117,10 @@ impl ServerState {
             tracing::info!(turns = aborted, "shutdown: aborting running turns");
         }
         inner.turns.close();
-        if tokio::time::timeout(grace, inner.turns.wait()).await.is_err() {
+        let turns = async {
+            tokio::join!(inner.turns.wait(), inner.mcp.shutdown(grace));
+        };
+        if tokio::time::timeout(grace, turns).await.is_err() {
             tracing::warn!("shutdown: turns still running after the grace period");
         }
         inner.shutdown.cancel();

@@ -20,6 +20,11 @@
 //!   connection sees `approval_resolved`; a late answer gets
 //!   `error {code: "approval_not_pending"}`.
 //! - `abort` aborts the running turn (nothing happens when none runs).
+//!
+//! Sessions other than `user` ones are read-only for people: `prompt`,
+//! `abort` and `approval` get `error {code: "forbidden"}` there, except
+//! that an MCP session (`mcp-<agent>-<n>`) takes `approval`: its turns ask
+//! its own screens (and the MCP client, where it can be asked).
 //! - `proactive_feedback` goes to the reflection daemon, which hands it to
 //!   the feedback learner of the agent that sent the message (once per
 //!   message; feedback on other messages changes nothing).
@@ -43,7 +48,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use futures::stream::SplitSink;
 use futures::{SinkExt, StreamExt};
-use jarvis_sdk::{AgentSession, Caller, PromptOptions, SecurityError, SessionId, TurnError};
+use jarvis_sdk::{AgentSession, Caller, PromptOptions, SecurityError, SessionId, SessionKind, TurnError};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use tokio::sync::mpsc;
@@ -315,18 +320,32 @@ impl Connection<'_> {
         };
         // Sessions other than a person's own are read-only for people: the
         // turns there belong to an agent, a job or a caller, and their
-        // approval requests are answered on the screens they are shown on.
+        // approval requests are answered on the screens they are shown on
+        // (the delegating session's, the agent's own). An MCP session's turns
+        // ask on its own screens, so a person may answer approvals there.
         // (A prompt is refused by the security pipeline, which says so to
         // every screen.)
-        let read_only = self.session.kind().is_read_only();
+        let kind = self.session.kind();
+        let read_only = kind.is_read_only();
+        let approvals_here = kind == SessionKind::Mcp;
         match message {
-            ClientMessage::Abort | ClientMessage::Approval { .. } if read_only => {
+            ClientMessage::Abort if read_only => {
                 self.outbox.error(
                     codes::FORBIDDEN,
                     format!(
-                        "{} is a {} session: it can be read, not aborted or approved in",
+                        "{} is a {} session: it can be read, not aborted",
                         self.session.id(),
-                        self.session.kind().as_str()
+                        kind.as_str()
+                    ),
+                );
+            }
+            ClientMessage::Approval { .. } if read_only && !approvals_here => {
+                self.outbox.error(
+                    codes::FORBIDDEN,
+                    format!(
+                        "{} is a {} session: it can be read, not approved in",
+                        self.session.id(),
+                        kind.as_str()
                     ),
                 );
             }

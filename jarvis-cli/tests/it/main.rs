@@ -4,6 +4,8 @@
 mod discovery;
 mod durability;
 mod embedder;
+mod mcp;
+mod mcp_list;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -40,6 +42,13 @@ impl Drop for TempHome {
 /// loopback, where nobody listens), whatever runs on this machine.
 fn jarvis(home: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_jarvis"));
+    jarvis_env(&mut cmd, home);
+    cmd
+}
+
+/// The environment of [`jarvis`], for a command that starts `jarvis` itself
+/// (an MCP client).
+fn jarvis_env(cmd: &mut Command, home: &Path) {
     for (var, _) in std::env::vars() {
         if var.starts_with("JARVIS_") || var.ends_with("_API_KEY") {
             cmd.env_remove(var);
@@ -48,7 +57,6 @@ fn jarvis(home: &Path) -> Command {
     cmd.env("JARVIS_HOME", home)
         .env("NO_COLOR", "1")
         .env("JARVIS_LLM__DISCOVER", "ollama=http://127.0.0.1:1");
-    cmd
 }
 
 /// `jarvis` playing `script`.

@@ -41,7 +41,10 @@ fn mcp_list_shows_each_server_its_state_and_tools() {
     let output = wait_output(child);
     let out = text(&output.stdout);
     assert!(output.status.success(), "{out}\n{}", text(&output.stderr));
-    assert!(out.contains("broken (shared) restarting  /nonexistent/mcp-server"), "{out}");
+    assert!(
+        out.contains("broken (shared) restarting  /nonexistent/mcp-server"),
+        "{out}"
+    );
     assert!(out.contains("! cannot run /nonexistent/mcp-server"), "{out}");
     assert!(out.contains("time (shared) running pid "), "{out}");
     assert!(out.contains("  time__get_current_time"), "{out}");

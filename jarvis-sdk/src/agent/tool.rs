@@ -547,11 +547,13 @@ impl ToolRegistry {
         let mut tools = self.tools.clone();
         for source in &self.sources {
             for tool in source.tools() {
-                let name = tool.name().to_owned();
-                if tools.contains_key(&name) {
-                    tracing::warn!(tool = %name, "a tool source offers a name already taken; left out");
-                } else {
-                    tools.insert(name, tool);
+                match tools.entry(tool.name().to_owned()) {
+                    std::collections::btree_map::Entry::Occupied(taken) => {
+                        tracing::warn!(tool = %taken.key(), "a tool source offers a name already taken; left out");
+                    }
+                    std::collections::btree_map::Entry::Vacant(free) => {
+                        free.insert(tool);
+                    }
                 }
             }
         }

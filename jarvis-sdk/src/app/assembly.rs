@@ -316,6 +316,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         sessions: Mutex::default(),
         uses: std::sync::atomic::AtomicU64::new(0),
         delegating: Mutex::default(),
+        mcp_numbers: tokio::sync::Mutex::default(),
         observers: Observers::default(),
         _lock: lock,
     });
@@ -618,6 +619,9 @@ struct AppInner {
     /// Counts uses of sessions, for the least recently used order.
     uses: std::sync::atomic::AtomicU64,
     delegating: Mutex<BTreeSet<(String, String)>>,
+    /// The next number of each agent's MCP sessions (`mcp-<agent>-<n>`);
+    /// held while one is created, so two clients never get the same id.
+    mcp_numbers: tokio::sync::Mutex<HashMap<String, u64>>,
     observers: Observers,
     _lock: Arc<HomeLock>,
 }
@@ -889,6 +893,51 @@ impl AppAssembly {
             .await?
             .ok_or_else(|| crate::agent::SessionError::not_found(id))?;
         Ok((meta, self.inner.store.entries(id).await?))
+    }
+
+    /// A new MCP client session of `agent`, `mcp-<agent>-<n>` (kind `mcp`,
+    /// read-only for people), titled `title`. `n` counts each agent's MCP
+    /// sessions from 1 and never names a session that exists, so a restart
+    /// does not reuse an id: the first number tried is one past how many
+    /// MCP sessions of the agent the store holds, and taken ones are
+    /// passed over.
+    pub async fn create_mcp_session(
+        &self,
+        agent: &str,
+        title: Option<&str>,
+    ) -> Result<SessionMeta, AppError> {
+        self.require_agent(agent)?;
+        let mut numbers = self.inner.mcp_numbers.lock().await;
+        let mut n = match numbers.get(agent) {
+            Some(n) => *n,
+            None => {
+                let held = self
+                    .inner
+                    .store
+                    .list()
+                    .await?
+                    .iter()
+                    .filter(|s| s.kind == SessionKind::Mcp && s.agent_id == agent)
+                    .count();
+                held as u64 + 1
+            }
+        };
+        loop {
+            let id = SessionId::new(format!("mcp-{agent}-{n}"))?;
+            if self.inner.store.get(&id).await?.is_none() {
+                let mut new = NewSession::mcp(id, agent);
+                if let Some(title) = title.map(str::trim).filter(|t| !t.is_empty()) {
+                    new = new.with_title(crate::common::truncate_chars(
+                        title,
+                        crate::agent::MAX_TITLE_CHARS,
+                    ));
+                }
+                let meta = self.inner.store.create(new).await?;
+                numbers.insert(agent.to_owned(), n + 1);
+                return Ok(meta);
+            }
+            n += 1;
+        }
     }
 
     /// A fork of `id` with a new id; it keeps the parent's agent.

@@ -1,7 +1,8 @@
 //! The assembly layer (SPEC.md §10): [`AgentProfile`] (one agent's worth of
 //! settings), team definitions, the [`AgentRegistry`], [`build_app`] and
 //! [`AppAssembly`], the one assembly result every screen receives. Screens
-//! never assemble agents themselves.
+//! never assemble agents themselves. With the feature `mcp`,
+//! [`McpTeamServer`] serves the team to MCP clients.
 //!
 //! It is the top layer of the SDK and may use every layer below it.
 
@@ -10,6 +11,8 @@ mod config;
 mod definition;
 mod embedder;
 mod error;
+#[cfg(feature = "mcp")]
+mod mcp_server;
 mod profile;
 mod registry;
 
@@ -28,5 +31,7 @@ pub use definition::{
 };
 pub use embedder::{EMBEDDER_FILE, EmbedderChoice};
 pub use error::AppError;
+#[cfg(feature = "mcp")]
+pub use mcp_server::{ASK_TOOL_PREFIX, MCP_SHUTDOWN_GRACE, McpConnection, McpTeamServer, serve_mcp_stdio};
 pub use profile::{AgentProfile, MAIN_AGENT, Palette, ThinkingSettings, wordmark};
 pub use registry::AgentRegistry;

@@ -65,8 +65,8 @@ pub use mcp::{
 };
 #[cfg(feature = "mcp")]
 pub use mcp::{
-    MCP_FIRST_BACKOFF, MCP_MAX_BACKOFF, MCP_START_TIMEOUT, McpHub, McpServer, McpServerState,
-    McpServerStatus, McpTool, McpToolInfo,
+    MCP_FIRST_BACKOFF, MCP_MAX_BACKOFF, MCP_START_TIMEOUT, McpHub, McpServeError, McpServer, McpServerState,
+    McpServerStatus, McpTool, McpToolInfo, bridge_mcp_stdio,
 };
 pub use memory_tools::{
     RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, memory_tools, register_memory_tools,

@@ -1,12 +1,13 @@
 //! Session kinds and the sessions an app holds: `sched-…` sessions become
-//! `job` sessions once, every kind but `user` is read-only for people, and
+//! `job` sessions once, every kind but `user` is read-only for people, MCP
+//! sessions are numbered per agent without reusing an id, and
 //! an app holds at most its limit of sessions in memory, never unloading one
 //! in use.
 
 use jarvis_sdk::testing::ChannelAdapter;
 use jarvis_sdk::{
-    AppConfig, Caller, Durability, FauxProvider, HousingConfig, JsonlSessionStore, NewSession, SessionId,
-    SessionKind, SessionStore, StoreBackend, TurnError, build_app,
+    AppConfig, BUILTIN_TEAM, Caller, Durability, FauxProvider, HousingConfig, JsonlSessionStore, NewSession,
+    SessionId, SessionKind, SessionStore, StoreBackend, TurnError, build_app,
 };
 use std::sync::Arc;
 
@@ -87,7 +88,9 @@ rules:
 fallback: { text: "네." }
 "#;
     let faux = Arc::new(FauxProvider::from_yaml(script).unwrap());
-    let mut config = AppConfig::embedded(home).with_provider(faux);
+    let mut config = AppConfig::embedded(home)
+        .with_provider(faux)
+        .with_definition("karen", BUILTIN_TEAM[0].1);
     config.store = StoreBackend::Jsonl;
     config.durability = Durability::Never;
     config.housing = HousingConfig::in_memory();
@@ -115,6 +118,48 @@ async fn people_cannot_prompt_in_a_job_session() {
         name: "scheduler:daily".into(),
     };
     session.prompt("오늘 일정 정리", system).await.unwrap();
+}
+
+#[tokio::test]
+async fn mcp_sessions_are_numbered_per_agent_never_reuse_an_id_and_take_only_mcp_callers() {
+    let home = tempfile::tempdir().unwrap();
+    let ids = |metas: &[jarvis_sdk::SessionMeta]| -> Vec<String> {
+        metas.iter().map(|m| m.id.to_string()).collect()
+    };
+    {
+        let app = app(home.path(), 10).await;
+        let mut made = Vec::new();
+        for agent in ["karen", "main", "karen"] {
+            made.push(app.create_mcp_session(agent, Some("MCP · desk")).await.unwrap());
+        }
+        assert_eq!(ids(&made), ["mcp-karen-1", "mcp-main-1", "mcp-karen-2"]);
+        assert!(made.iter().all(|m| m.kind == SessionKind::Mcp));
+        assert_eq!(made[0].title.as_deref(), Some("MCP · desk"));
+        assert!(app.create_mcp_session("nobody", None).await.is_err());
+
+        // People may read it, not write in it; an MCP client may.
+        let session = app.session(&made[0].id).await.unwrap();
+        let refused = session.prompt("나도", Caller::Local).await.unwrap_err();
+        assert!(refused.to_string().contains("mcp session"), "{refused}");
+        let client = Caller::Mcp {
+            client: "desk".into(),
+        };
+        let answer = session.prompt("안녕", client).await.unwrap();
+        assert_eq!(answer.final_message.content, "네.");
+        // An id taken by another session is passed over.
+        app.store()
+            .create(NewSession::user(SessionId::new("mcp-karen-3").unwrap(), "karen"))
+            .await
+            .unwrap();
+        let next = app.create_mcp_session("karen", None).await.unwrap();
+        assert_eq!(next.id.as_str(), "mcp-karen-4");
+    }
+    // After a restart the numbers go on from what the store holds.
+    let app = app(home.path(), 10).await;
+    let next = app.create_mcp_session("karen", None).await.unwrap();
+    assert_eq!(next.id.as_str(), "mcp-karen-5");
+    let next = app.create_mcp_session("main", None).await.unwrap();
+    assert_eq!(next.id.as_str(), "mcp-main-2");
 }
 
 #[tokio::test]

@@ -6,14 +6,15 @@
 // Switching agents (the arrows beside the reactor, dragging the sphere
 // 48 px or more, or the arrow keys on it) goes to the previous or next
 // agent in team order, wrapping around, and opens that agent's topmost
-// session that is not a peer session, or a new one (R-HUD-5..8). The page
+// session that people may write in (not a peer, MCP or job session), or a
+// new one (R-HUD-5..8). The page
 // keeps a few data attributes on <html> (agent, session, active, busy) so
 // people's tools and tests can see its state.
 
 import { api, Connection } from "./api.js";
 import { Approvals } from "./approvals.js";
 import { Conversation } from "./conversation.js";
-import { agentOf, isPeer, renderAgenda, renderSessions, renderSystem } from "./panels.js";
+import { agentOf, isReadOnly, renderAgenda, renderSessions, renderSystem } from "./panels.js";
 import { PARTICLES, Reactor } from "./reactor.js";
 
 const $ = (id) => document.getElementById(id);
@@ -160,8 +161,14 @@ function setReadOnly(readOnly, session) {
   $("send").disabled = readOnly;
   if (readOnly) {
     const callee = agentOf(hud.byId, session.agent_id).name;
-    const caller = session.caller ? agentOf(hud.byId, session.caller).name : "another agent";
-    box.placeholder = `Read-only: ${callee} answering ${caller}`;
+    if (session.kind === "mcp") {
+      box.placeholder = `Read-only: ${callee} answering an MCP client`;
+    } else if (session.kind === "job") {
+      box.placeholder = `Read-only: ${callee}'s scheduled job`;
+    } else {
+      const caller = session.caller ? agentOf(hud.byId, session.caller).name : "another agent";
+      box.placeholder = `Read-only: ${callee} answering ${caller}`;
+    }
   } else {
     box.placeholder = PLACEHOLDER;
   }
@@ -188,7 +195,7 @@ async function attach(id, agentHint) {
   root.dataset.session = session.id;
   brand(session.agent_id);
   setBusy(false);
-  setReadOnly(isPeer(session), session);
+  setReadOnly(isReadOnly(session), session);
   if (detail) conversation.history(detail.entries);
   const query = new URLSearchParams({ session: session.id, agent: session.agent_id });
   if (hud.particles === "low") query.set("particles", "low");
@@ -277,9 +284,10 @@ async function switchAgent(step) {
   const seq = ++hud.switchSeq;
   try {
     const sessions = await api.sessions();
-        // Not a delegation, and not a scheduled job's session (`sched-…`): its
-    // answers reach the agent's open sessions anyway.
-    let top = sessions.find((s) => s.agent_id === target.id && !isPeer(s) && !String(s.id).startsWith("sched-"));
+    // A person's own session (not a delegation, an MCP client's or a
+    // scheduled job's, `sched-…`: a job's answers reach the agent's open
+    // sessions anyway).
+    let top = sessions.find((s) => s.agent_id === target.id && !isReadOnly(s) && !String(s.id).startsWith("sched-"));
     if (!top) top = await api.createSession(target.id);
     if (seq !== hud.switchSeq) return;
     await attach(top.id, target.id);

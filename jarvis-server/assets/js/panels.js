@@ -1,6 +1,6 @@
 // The panels of the Jarvis HUD: the session list (each marker in its
-// agent's colour, peer sessions listed and opened read-only, R-HUD-10,
-// R-ASK-5), the AGENDA card (every agent's schedules and promises, each
+// agent's colour; peer, MCP and job sessions listed with a tag and opened
+// read-only, R-HUD-10, R-ASK-5), the AGENDA card (every agent's schedules and promises, each
 // label in its agent's colour, R-AGENDA-1) and the SET screen, whose SYSTEM
 // card lists only the current agent's tools (R-HUD-9) and names the embedder
 // of recall. All text is set with textContent.
@@ -27,6 +27,22 @@ export function isPeer(session) {
 }
 
 /**
+ * Whether people may only read a session: every kind but a person's own
+ * (`user`). An MCP client's session still takes answers to its approvals.
+ */
+export function isReadOnly(session) {
+  return isPeer(session) || (session.kind !== undefined && session.kind !== "user");
+}
+
+/** The tag and the hover text of a read-only session in the list. */
+const TAGS = {
+  peer: ["PEER", "A delegation between agents: read-only"],
+  mcp: ["MCP", "An MCP client's session: read-only; its approvals can be answered here"],
+  job: ["JOB", "A scheduled job's session: read-only"],
+  sub: ["SUB", "A sub-agent's work: read-only"],
+};
+
+/**
  * Fills the session list.
  * @param {HTMLElement} list
  * @param {object[]} sessions newest first
@@ -44,9 +60,10 @@ export function renderSessions(list, sessions, { agents, current, open }) {
     if (s.id === current) button.setAttribute("aria-current", "true");
     button.appendChild(el("span", "marker")).setAttribute("aria-hidden", "true");
     const title = button.appendChild(el("span", "session-title", s.title || s.id));
-    if (isPeer(s)) {
-      title.appendChild(el("span", "peer-tag", "PEER"));
-      button.title = "A delegation between agents: read-only";
+    const tag = isPeer(s) ? TAGS.peer : isReadOnly(s) ? TAGS[s.kind] : null;
+    if (tag) {
+      title.appendChild(el("span", "peer-tag", tag[0]));
+      button.title = tag[1];
     }
     const meta = button.appendChild(el("span", "session-meta"));
     if (isPeer(s) && s.caller) {

@@ -21,6 +21,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::browser::{Browser, BrowserOptions};
+use crate::mcp::Mcp;
 use crate::support::{Server, TempHome, app_on, eventually};
 use crate::ws::{APPROVAL, DELEGATION};
 
@@ -596,6 +597,68 @@ async fn an_approval_shows_on_two_screens_and_one_answer_closes_both() {
         .await;
     let file = hud.home.0.join("sandboxes/s-shared/a.txt");
     assert_eq!(std::fs::read_to_string(file).unwrap(), "x");
+    browser.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_clients_session_is_listed_read_only_and_its_approval_is_answered_on_the_hud() {
+    let Some(browser) = Browser::start(
+        "an_mcp_clients_session_is_listed_read_only",
+        BrowserOptions::default(),
+    )
+    .await
+    else {
+        return;
+    };
+    let hud = Hud::faux(APPROVAL).await;
+    let mut client = Mcp::new(&hud.server, None);
+    client.initialize().await;
+    let call = tokio::spawn(async move {
+        client
+            .request(
+                "tools/call",
+                json!({"name": "ask_main", "arguments": {"request": "write the file"}}),
+            )
+            .await
+    });
+    let app = hud.app().clone();
+    eventually(async || {
+        app.list_sessions()
+            .await
+            .unwrap()
+            .iter()
+            .any(|s| s.id.as_str() == "mcp-main-1")
+    })
+    .await;
+    browser.open_hud(&hud.url("session=mcp-main-1")).await;
+    let listed = browser
+        .wait_js(
+            "the MCP session is listed with its tag",
+            "const b = document.querySelector('#session-list button[data-session=\"mcp-main-1\"]');
+             return b ? b.textContent : null",
+            |v| !v.is_null(),
+        )
+        .await;
+    assert!(text(&listed).contains("MCP"), "{listed}");
+    let state = browser
+        .wait_js(
+            "the session opens read-only and asks",
+            "const d = document.getElementById('approval');
+             return [document.getElementById('prompt').disabled, d.open, d.textContent.includes('write_file')]",
+            |v| v[1] == true,
+        )
+        .await;
+    assert_eq!(state, json!([true, true, true]));
+    browser.screenshot("mcp-approval").await;
+    click(&browser, "#approval button[data-decision=\"allow\"]").await;
+    browser
+        .wait_js("the dialog closes", DIALOG, |v| v[0] == false)
+        .await;
+    let answer = tokio::time::timeout(crate::support::WAIT, call)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer["result"]["content"][0]["text"], "written", "{answer}");
     browser.finish().await;
 }
 

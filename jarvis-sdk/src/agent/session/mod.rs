@@ -240,6 +240,15 @@ impl NewSession {
         }
     }
 
+    /// An MCP client's session `id` with `agent_id`, where the client's
+    /// calls of `ask_<agent>` run (read-only for people).
+    pub fn mcp(id: SessionId, agent_id: impl Into<String>) -> Self {
+        Self {
+            kind: SessionKind::Mcp,
+            ..Self::user(id, agent_id)
+        }
+    }
+
     /// Sets the initial title.
     pub fn with_title(mut self, title: impl Into<String>) -> Self {
         self.title = Some(title.into());

@@ -289,12 +289,13 @@ fn server(
     })
 }
 
+/// The servers of `mcp.yaml` that fit the format, and the name of each one
+/// that does not with why.
+type ParsedServers = (Vec<McpServerConfig>, Vec<(String, String)>);
+
 /// Reads `mcp.yaml`'s text: every server that fits the format, and for
 /// each one that does not, its name and why.
-pub fn parse_mcp_file(
-    yaml: &str,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<(Vec<McpServerConfig>, Vec<(String, String)>), String> {
+pub fn parse_mcp_file(yaml: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<ParsedServers, String> {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
     struct File {

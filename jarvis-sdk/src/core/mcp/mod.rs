@@ -4,7 +4,9 @@
 //! supervisor and tools ([`McpServer`], [`McpTool`]) and the app's set of
 //! them ([`McpHub`]). Reading the configuration and naming tools is always
 //! compiled (definitions are checked the same way in every build); talking
-//! to servers needs the feature `mcp`.
+//! to servers needs the feature `mcp`. The other direction, the team as an
+//! MCP server, lives in the app layer; what it needs of no app, the stdio
+//! bridge to a running server's `/mcp` ([`bridge_mcp_stdio`]), lives here.
 //!
 //! MCP tools are ordinary [`Tool`](crate::Tool)s to the loop: they reach an
 //! agent through a [`ToolSource`](crate::ToolSource) (servers list their
@@ -14,6 +16,8 @@
 //! rule files, and last the server's `approval` setting, which is what the
 //! tool's [`requires_approval`](crate::Tool::requires_approval) says.
 
+#[cfg(feature = "mcp")]
+mod bridge;
 mod config;
 #[cfg(feature = "mcp")]
 mod http;
@@ -23,6 +27,8 @@ mod names;
 #[cfg(feature = "mcp")]
 mod server;
 
+#[cfg(feature = "mcp")]
+pub use bridge::{McpServeError, bridge_mcp_stdio};
 pub use config::{
     DEFAULT_MCP_CALL_TIMEOUT, MCP_CONFIG_FILE, McpApproval, McpServerConfig, McpTransport, load_mcp_file,
     parse_agent_servers, parse_mcp_file, valid_server_name,

@@ -8,7 +8,8 @@ use super::{Caller, SecurityError, SecurityInput, SecurityStage};
 
 /// The standard auth stage.
 ///
-/// - the local person and Jarvis's own components pass;
+/// - the local person, MCP clients (their transport authenticated them) and
+///   Jarvis's own components pass;
 /// - a web client passes when no token is configured (the server binds to
 ///   127.0.0.1 by default), or when it presents the configured token
 ///   (compared in constant time);
@@ -61,7 +62,7 @@ impl SecurityStage for TokenAuth {
 
     async fn check(&self, input: &mut SecurityInput) -> Result<(), SecurityError> {
         match &input.caller {
-            Caller::Local | Caller::System { .. } => Ok(()),
+            Caller::Local | Caller::Mcp { .. } | Caller::System { .. } => Ok(()),
             Caller::Web { token: presented } => match (&self.token, presented) {
                 (None, _) => Ok(()),
                 (Some(_), None) => Err(SecurityError::Unauthenticated(

@@ -53,6 +53,14 @@ pub enum Caller {
         /// The calling agent's id.
         agent_id: String,
     },
+    /// An MCP client calling an agent's `ask_<agent>` tool. Its transport
+    /// authenticated it: stdio is the local person's own process, and the
+    /// web server's `/mcp` checks the token before any request reaches the
+    /// team.
+    Mcp {
+        /// The client's name, as it introduced itself (`clientInfo.name`).
+        client: String,
+    },
     /// Jarvis itself: the scheduler, reflection, proactive messages.
     System {
         /// Which component.
@@ -69,6 +77,7 @@ impl fmt::Debug for Caller {
                 .field("token", &token.as_ref().map(|_| "<redacted>"))
                 .finish(),
             Caller::Peer { agent_id } => f.debug_struct("Peer").field("agent_id", agent_id).finish(),
+            Caller::Mcp { client } => f.debug_struct("Mcp").field("client", client).finish(),
             Caller::System { name } => f.debug_struct("System").field("name", name).finish(),
         }
     }
