@@ -61,8 +61,14 @@ impl EmbedProvider {
     }
 }
 
-/// The embedder settings read from the environment (see the [module
-/// docs](self)).
+/// The embedder settings read from the environment:
+/// `JARVIS_EMBED__PROVIDER` (`hash` by default, `openai`, `ollama`,
+/// `auto`), `JARVIS_EMBED__MODEL` (defaults [`OPENAI_EMBEDDING_MODEL`],
+/// [`OLLAMA_EMBEDDING_MODEL`]), `JARVIS_EMBED__BASE_URL` (defaults
+/// `https://api.openai.com/v1`, [`OLLAMA_EMBED_BASE_URL`]) and
+/// `JARVIS_EMBED__API_KEY` (`openai` only; falls back to `OPENAI_API_KEY`).
+/// With `auto`, [`use_discovered`](Self::use_discovered) takes what
+/// discovery found.
 #[derive(Clone, PartialEq, Default)]
 pub struct EmbedConfig {
     /// The provider; [`EmbedProvider::Auto`] until discovery resolves it.
