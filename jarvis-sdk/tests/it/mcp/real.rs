@@ -188,7 +188,7 @@ async fn a_killed_server_is_restarted_and_the_next_call_works() {
     hub.shutdown();
     server.wait_for(|s| s.state == McpServerState::Stopped).await;
     let alive = std::fs::read_to_string(format!("/proc/{second}/stat"))
-        .is_ok_and(|stat| !stat.split_whitespace().nth(2).is_some_and(|state| state == "Z"));
+        .is_ok_and(|stat| stat.split_whitespace().nth(2).is_none_or(|state| state != "Z"));
     assert!(!alive, "the server process {second} outlived its shutdown");
 }
 
