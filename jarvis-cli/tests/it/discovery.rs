@@ -3,11 +3,9 @@
 //! stream written from platform.openai.com/docs/api-reference/models/list
 //! and .../chat-streaming) that records what it is asked.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
-use super::{TempHome, jarvis, text};
+use super::{TempHome, http_server, jarvis, text};
 
 const LISTING: &str = r#"{"object":"list","data":[
   {"id":"nomic-embed-text","object":"model","created":1800000000,"owned_by":"me"},
@@ -21,50 +19,21 @@ data: [DONE]\n\n";
 /// The fake server: its base URL (`/v1` included) and the request bodies
 /// of chat calls it received.
 fn local_server() -> (String, Arc<Mutex<Vec<String>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
     let chats = Arc::new(Mutex::new(Vec::new()));
     let seen = chats.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut request_line = String::new();
-            if reader.read_line(&mut request_line).is_err() {
-                continue;
-            }
-            let mut length = 0;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                if let Some((name, value)) = line.split_once(':')
-                    && name.eq_ignore_ascii_case("content-length")
-                {
-                    length = value.trim().parse().unwrap_or(0);
-                }
-            }
-            let mut body = vec![0; length];
-            let _ = reader.read_exact(&mut body);
-            let (kind, reply) = if request_line.starts_with("GET /v1/models ") {
-                ("application/json", LISTING)
-            } else if request_line.starts_with("POST /v1/chat/completions ") {
-                seen.lock()
-                    .unwrap()
-                    .push(String::from_utf8_lossy(&body).into_owned());
-                ("text/event-stream", ANSWER)
-            } else {
-                ("text/plain", "not here")
-            };
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{reply}",
-                reply.len()
-            );
+    let url = http_server(move |request_line, body| {
+        if request_line.starts_with("GET /v1/models ") {
+            ("application/json", LISTING.to_owned())
+        } else if request_line.starts_with("POST /v1/chat/completions ") {
+            seen.lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(body).into_owned());
+            ("text/event-stream", ANSWER.to_owned())
+        } else {
+            ("text/plain", "not here".to_owned())
         }
     });
-    (url, chats)
+    (format!("{url}/v1"), chats)
 }
 
 #[test]

@@ -5,11 +5,9 @@
 //! shows), whose vectors count words so texts sharing words are close.
 
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
-use super::{TempHome, scripted, text};
+use super::{TempHome, http_server, scripted, text};
 
 const FACT: &str = "Seoyeon plays the cello every Tuesday evening";
 const QUESTION: &str = "Which instrument does Seoyeon play on Tuesday?";
@@ -35,53 +33,25 @@ fn vector(text: &str) -> Vec<f32> {
 /// The fake server: its base URL (`/v1` included) and the bodies of the
 /// embedding requests it received.
 fn embedding_server() -> (String, Arc<Mutex<Vec<Value>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
     let seen = Arc::new(Mutex::new(Vec::new()));
     let bodies = seen.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut request_line = String::new();
-            if reader.read_line(&mut request_line).is_err() {
-                continue;
-            }
-            let mut length = 0;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                if let Some((name, value)) = line.split_once(':')
-                    && name.eq_ignore_ascii_case("content-length")
-                {
-                    length = value.trim().parse().unwrap_or(0);
-                }
-            }
-            let mut body = vec![0; length];
-            let _ = reader.read_exact(&mut body);
-            let reply = if request_line.starts_with("POST /v1/embeddings ") {
-                let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                let inputs = body["input"].as_array().cloned().unwrap_or_default();
-                bodies.lock().unwrap().push(body.clone());
-                let data: Vec<Value> = inputs
-                    .iter()
-                    .enumerate()
-                    .map(|(i, t)| json!({"object": "embedding", "index": i, "embedding": vector(t.as_str().unwrap_or(""))}))
-                    .collect();
-                json!({"object": "list", "data": data, "model": body["model"]}).to_string()
-            } else {
-                json!({"error": {"message": "not here"}}).to_string()
-            };
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{reply}",
-                reply.len()
-            );
-        }
+    let url = http_server(move |request_line, body| {
+        let reply = if request_line.starts_with("POST /v1/embeddings ") {
+            let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+            let inputs = body["input"].as_array().cloned().unwrap_or_default();
+            bodies.lock().unwrap().push(body.clone());
+            let data: Vec<Value> = inputs
+                .iter()
+                .enumerate()
+                .map(|(i, t)| json!({"object": "embedding", "index": i, "embedding": vector(t.as_str().unwrap_or(""))}))
+                .collect();
+            json!({"object": "list", "data": data, "model": body["model"]}).to_string()
+        } else {
+            json!({"error": {"message": "not here"}}).to_string()
+        };
+        ("application/json", reply)
     });
-    (url, seen)
+    (format!("{url}/v1"), seen)
 }
 
 #[test]

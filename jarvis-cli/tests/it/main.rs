@@ -7,7 +7,8 @@ mod embedder;
 mod mcp;
 mod mcp_list;
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Output, Stdio};
 use std::sync::mpsc;
@@ -66,6 +67,45 @@ fn scripted(home: &TempHome, script: &str) -> Command {
     cmd.env("JARVIS_LLM__PROVIDER", "faux")
         .env("JARVIS_FAUX__SCRIPT", path);
     cmd
+}
+
+/// A plain HTTP/1.1 server on a free loopback port, in a thread: for each
+/// request, `answer(request line, body)` gives the content type and body
+/// of a 200 reply. Returns the server's `http://127.0.0.1:<port>`.
+fn http_server(answer: impl Fn(&str, &[u8]) -> (&'static str, String) + Send + 'static) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut request_line = String::new();
+            if reader.read_line(&mut request_line).is_err() {
+                continue;
+            }
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some((name, value)) = line.split_once(':')
+                    && name.eq_ignore_ascii_case("content-length")
+                {
+                    length = value.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            let (kind, reply) = answer(&request_line, &body);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{reply}",
+                reply.len()
+            );
+        }
+    });
+    url
 }
 
 fn text(bytes: &[u8]) -> String {
