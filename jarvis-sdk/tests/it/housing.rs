@@ -64,7 +64,7 @@ impl Drop for Home {
 }
 
 /// Calls `tool` as the loop does: an argument error becomes an error result.
-async fn call(tool: &dyn Tool, args: Value) -> ToolResult {
+pub(crate) async fn call(tool: &dyn Tool, args: Value) -> ToolResult {
     let ctx = ToolContext::new("s1", "karen");
     match tool.call(args, &ctx).await {
         Ok(result) => result,
@@ -73,12 +73,12 @@ async fn call(tool: &dyn Tool, args: Value) -> ToolResult {
 }
 
 #[track_caller]
-fn assert_ok(result: &ToolResult) {
+pub(crate) fn assert_ok(result: &ToolResult) {
     assert!(!result.is_error, "unexpected error result: {}", result.content);
 }
 
 #[track_caller]
-fn assert_error(result: &ToolResult, needle: &str) {
+pub(crate) fn assert_error(result: &ToolResult, needle: &str) {
     assert!(
         result.is_error,
         "expected an error result, got: {}",

@@ -20,10 +20,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::housing::{assert_error, assert_ok, call};
+
 use jarvis_sdk::{
     AGENT_ONLY_TOOLS, AppConfig, AppError, BUILTIN_TEAM, Caller, FauxProvider, HousingConfig, Message,
-    SearchProvider, Tool, ToolContext, ToolResult, WebFetchSettings, WebSearchSettings, build_app,
-    web_fetch_tool, web_search_tool,
+    SearchProvider, Tool, ToolContext, WebFetchSettings, WebSearchSettings, build_app, web_fetch_tool,
+    web_search_tool,
 };
 
 // ------------------------------------------------------------- helpers
@@ -34,33 +36,6 @@ async fn serve(router: Router) -> SocketAddr {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await });
     addr
-}
-
-async fn call(tool: &dyn Tool, args: Value) -> ToolResult {
-    let ctx = ToolContext::new("s1", "karen");
-    match tool.call(args, &ctx).await {
-        Ok(result) => result,
-        Err(e) => ToolResult::from(e),
-    }
-}
-
-#[track_caller]
-fn assert_ok(result: &ToolResult) {
-    assert!(!result.is_error, "unexpected error result: {}", result.content);
-}
-
-#[track_caller]
-fn assert_error(result: &ToolResult, needle: &str) {
-    assert!(
-        result.is_error,
-        "expected an error result, got: {}",
-        result.content
-    );
-    assert!(
-        result.content.contains(needle),
-        "{needle:?} not in {:?}",
-        result.content
-    );
 }
 
 const PAGE: &str = r#"<!doctype html>
