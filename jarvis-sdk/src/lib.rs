@@ -148,13 +148,13 @@ pub use core::{
     StandardCommands, TickReport, parse_command, reminder_id, reminder_text,
 };
 pub use core::{
-    AgentDirectory, AgentSession, AgentSessionParts, AgentToolPolicy, ApprovalBroker, ApprovalError,
-    ApprovalRule, AskAgentArgs, AskAgentTool, Attachment, Boundaries, Caller, DEFAULT_APPROVAL_TIMEOUT,
-    DEFAULT_ASK_TIMEOUT, Delegation, DelegationChain, DelegationError, DirectoryLink, DualConfig, DualReply,
-    LayeredApprovalRules, MAX_CHAIN, PEER_REQUEST_RULE, PromptOptions, RECENT_TURNS, RosterEntry,
-    RuleDecision, RuleSource, SecurityError, SecurityInput, SecurityPipeline, SecurityStage,
-    SessionAttachment, SessionPolicy, Slot, Supervisor, TaskHealth, TaskStatus, TokenAuth, TurnError,
-    Validation, ValidationConfig, bigram_jaccard, html_escape, is_bounce,
+    AgentApprover, AgentDirectory, AgentSession, AgentSessionParts, AgentToolPolicy, ApprovalBroker,
+    ApprovalError, ApprovalRule, AskAgentArgs, AskAgentTool, Attachment, Boundaries, Caller,
+    DEFAULT_APPROVAL_TIMEOUT, DEFAULT_ASK_TIMEOUT, Delegation, DelegationChain, DelegationError,
+    DirectoryLink, DualConfig, DualReply, LayeredApprovalRules, MAX_CHAIN, PEER_REQUEST_RULE, PromptOptions,
+    RECENT_TURNS, RosterEntry, RuleDecision, RuleSource, SecurityError, SecurityInput, SecurityPipeline,
+    SecurityStage, SessionAttachment, SessionPolicy, Slot, Supervisor, TaskHealth, TaskStatus, TokenAuth,
+    TurnError, Validation, ValidationConfig, bigram_jaccard, html_escape, is_bounce,
 };
 pub use core::{
     BrokenFile, BuiltinJob, CatchUp, CronExpr, DEFAULT_GRACE, DEFAULT_JOB_AGENT, DEFAULT_POLL_INTERVAL,

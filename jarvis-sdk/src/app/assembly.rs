@@ -1585,10 +1585,19 @@ impl AgentDirectory for AppInner {
             .map_err(|e| failed(e.to_string()))?;
         let peer = self.open(&peer_id).await.map_err(|e| failed(e.to_string()))?;
         // Approvals of the callee's tools go to the screens of the session
-        // that delegated (R-ASK-8).
-        let approver: Option<Arc<dyn Approver>> = match SessionId::new(d.caller_session.as_str()) {
-            Ok(caller_id) => match self.open(&caller_id).await {
-                Ok(caller) => Some(Arc::new(caller.broker().clone())),
+        // where the person started the chain (R-ASK-8), on every leg, with
+        // the callee's own `boundaries.ask`.
+        let origin = Some(d.chain.origin_session.as_str())
+            .filter(|s| !s.is_empty())
+            .unwrap_or(&d.caller_session);
+        let callee_ask = self
+            .registry
+            .get(&d.callee)
+            .map(|p| p.boundaries.ask.clone())
+            .unwrap_or_default();
+        let approver: Option<Arc<dyn Approver>> = match SessionId::new(origin) {
+            Ok(origin_id) => match self.open(&origin_id).await {
+                Ok(origin) => Some(Arc::new(origin.broker().for_agent(callee_ask))),
                 Err(_) => None,
             },
             Err(_) => None,

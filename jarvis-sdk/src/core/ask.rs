@@ -62,6 +62,9 @@ pub struct DelegationChain {
     pub agents: Vec<String>,
     /// The request the current agent received, and from whom.
     pub received: Option<(String, String)>,
+    /// The session where a person started the chain: approvals of every
+    /// leg go to its screens, also on the way back (A → B → A).
+    pub origin_session: String,
 }
 
 /// A delegation the directory is asked to run.
@@ -69,7 +72,7 @@ pub struct DelegationChain {
 pub struct Delegation {
     /// The calling agent.
     pub caller: String,
-    /// The session the caller is in (approvals go to its screens).
+    /// The session the caller is in.
     pub caller_session: String,
     /// The caller's turn (the delegated turn's parent in the journal;
     /// empty when the caller's turn has no id).
@@ -231,6 +234,7 @@ impl TypedTool for AskAgentTool {
             .unwrap_or(DelegationChain {
                 agents: vec![caller.clone()],
                 received: None,
+                origin_session: ctx.session_id.clone(),
             });
         if current.agents.len() >= MAX_CHAIN {
             return Ok(ToolResult::error(format!(
@@ -263,6 +267,7 @@ impl TypedTool for AskAgentTool {
             chain: DelegationChain {
                 agents,
                 received: Some((caller, args.request)),
+                origin_session: current.origin_session.clone(),
             },
         };
         match tokio::time::timeout(self.timeout, directory.delegate(delegation)).await {

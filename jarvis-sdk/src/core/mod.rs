@@ -31,8 +31,8 @@ mod tools;
 
 pub use agenda::{AgendaItem, AgendaKind, AgendaSource};
 pub use approval::{
-    ApprovalBroker, ApprovalError, ApprovalRule, Attachment, DEFAULT_APPROVAL_TIMEOUT, LayeredApprovalRules,
-    RuleDecision, RuleSource,
+    AgentApprover, ApprovalBroker, ApprovalError, ApprovalRule, Attachment, DEFAULT_APPROVAL_TIMEOUT,
+    LayeredApprovalRules, RuleDecision, RuleSource,
 };
 pub use ask::{
     AgentDirectory, AskAgentArgs, AskAgentTool, DEFAULT_ASK_TIMEOUT, Delegation, DelegationChain,

@@ -1210,3 +1210,112 @@ fn mcp_names_are_kept_and_a_definitions_servers_are_its_own() {
     .unwrap_err();
     assert!(unset.contains("UNSET_FOR_TEAM_TEST is not set"), "{unset}");
 }
+
+#[tokio::test]
+async fn on_the_return_leg_a_to_b_to_a_the_approval_reaches_the_persons_session() {
+    let script = r#"
+rules:
+  - when: { agent: main, last_role: user, last_user: "^시작" }
+    reply: { tool_calls: [ { name: ask_agent, arguments: { agent: karen, request: "대출 이자를 계산해 줘" } } ] }
+  - when: { agent: karen, last_role: user }
+    reply: { tool_calls: [ { name: ask_agent, arguments: { agent: main, request: "메모 파일 하나 써 줄래?" } } ] }
+  - when: { agent: main, last_role: user, last_user: "메모 파일" }
+    reply: { tool_calls: [ { name: write_file, arguments: { path: "memo.txt", content: "돌아온 길" } } ] }
+  - when: { agent: main, last_role: tool, last_user: "메모 파일" }
+    reply: { text: "메모를 썼다" }
+  - when: { agent: karen, last_role: tool }
+    reply: { text: "karen 의 답" }
+  - when: { agent: main, last_role: tool }
+    reply: { text: "main 의 답" }
+"#;
+    let home = TempHome::new();
+    let (app, faux) = app(&home, script).await;
+    let jarvis = app.create_session(None).await.unwrap();
+    let session = app.session(&jarvis.id).await.unwrap();
+    let screen = Arc::new(Approving {
+        app: app.clone(),
+        session: jarvis.id.clone(),
+        decision: ApprovalDecision::Allow,
+        seen: Mutex::default(),
+    });
+    let _a = session.attach(screen.clone());
+    let out = session.prompt("시작", Caller::Local).await.unwrap();
+    assert_eq!(out.final_message.content, "main 의 답");
+    let seen = screen.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(
+        (
+            seen[0].tool_name.as_str(),
+            seen[0].agent_id.as_str(),
+            seen[0].session_id.as_str()
+        ),
+        ("write_file", "main", jarvis.id.as_str()),
+        "asked on the person's session, not on peer-main-karen"
+    );
+    let results = tool_results(&faux.requests(), "main");
+    assert!(
+        results
+            .iter()
+            .any(|r| r.contains("memo.txt") && !r.contains("approval")),
+        "the allowed call ran: {results:?}"
+    );
+    let written = std::fs::read_to_string(home.0.join("sandboxes/peer-karen-main/memo.txt")).unwrap();
+    assert_eq!(written, "돌아온 길");
+}
+
+#[tokio::test]
+async fn the_callees_boundaries_ask_and_never_hold_in_a_delegated_turn() {
+    let script = r#"
+rules:
+  - when: { agent: main, last_role: user }
+    reply: { tool_calls: [ { name: ask_agent, arguments: { agent: bob, request: "파일 목록과 내용을 봐 줘" } } ] }
+  - when: { agent: bob, last_role: user }
+    reply: { tool_calls: [
+        { name: list_dir, arguments: { path: "." } },
+        { name: read_file, arguments: { path: "x.txt" } } ] }
+  - when: { agent: bob, last_role: tool }
+    reply: { text: "bob 의 답" }
+  - when: { agent: main, last_role: tool }
+    reply: { text: "main 의 답" }
+"#;
+    let home = TempHome::new();
+    home.team(
+        "bob.yaml",
+        "name: B.O.B.\ndescription: 파일 담당\ntools: [list_dir, read_file]\nboundaries:\n  ask: [list_dir]\n  never: [read_file]\n",
+    );
+    let (app, faux) = app(&home, script).await;
+    let jarvis = app.create_session(None).await.unwrap();
+    let session = app.session(&jarvis.id).await.unwrap();
+    let screen = Arc::new(Approving {
+        app: app.clone(),
+        session: jarvis.id.clone(),
+        decision: ApprovalDecision::Deny,
+        seen: Mutex::default(),
+    });
+    let _a = session.attach(screen.clone());
+    let out = session.prompt("시작", Caller::Local).await.unwrap();
+    assert_eq!(out.final_message.content, "main 의 답");
+    let seen = screen.seen.lock().unwrap().clone();
+    assert_eq!(
+        seen.iter()
+            .map(|r| (r.tool_name.as_str(), r.agent_id.as_str()))
+            .collect::<Vec<_>>(),
+        [("list_dir", "bob")],
+        "bob's boundaries.ask makes list_dir ask, though it never asks by default"
+    );
+    let bob = by_agent(&faux.requests(), "bob");
+    let last = bob.last().unwrap().recorded_messages();
+    let results: Vec<(String, bool, String)> = last
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool(t) => Some((t.tool_name.clone(), t.is_error, t.content.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(results.iter().all(|(_, is_error, _)| *is_error), "{results:?}");
+    assert!(
+        results[1].2.contains("never"),
+        "read_file refused by boundaries.never: {results:?}"
+    );
+}

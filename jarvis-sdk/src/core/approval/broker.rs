@@ -223,11 +223,36 @@ impl Drop for CancelOnDrop<'_> {
     }
 }
 
+/// The approval stage of a turn run for another agent on this broker's
+/// screens (a delegated turn, a sub-agent): it asks this broker's screens
+/// but with the `boundaries.ask` of the agent whose tools run, never the
+/// broker's own. Made by [`ApprovalBroker::for_agent`].
+#[derive(Debug, Clone)]
+pub struct AgentApprover {
+    broker: ApprovalBroker,
+    ask_always: BTreeSet<String>,
+}
+
 #[async_trait]
-impl Approver for ApprovalBroker {
+impl Approver for AgentApprover {
     async fn approve(&self, call: &ToolCallInfo<'_>) -> ApprovalDecision {
+        let always_ask = self.ask_always.contains(call.tool_name);
+        self.broker.decide_call(call, always_ask).await
+    }
+}
+
+impl ApprovalBroker {
+    /// An approver asking this broker's screens for the calls of an agent
+    /// whose `boundaries.ask` is `ask` (see [`AgentApprover`]).
+    pub fn for_agent(&self, ask: impl IntoIterator<Item = String>) -> AgentApprover {
+        AgentApprover {
+            broker: self.clone(),
+            ask_always: ask.into_iter().collect(),
+        }
+    }
+
+    async fn decide_call(&self, call: &ToolCallInfo<'_>, always_ask: bool) -> ApprovalDecision {
         let inner = &*self.inner;
-        let always_ask = inner.ask_always.contains(call.tool_name);
         if !always_ask {
             match inner.rules.decide_call(call) {
                 Some((RuleDecision::Allow, source)) => {
@@ -318,5 +343,13 @@ impl Approver for ApprovalBroker {
             }
         }
         decision
+    }
+}
+
+#[async_trait]
+impl Approver for ApprovalBroker {
+    async fn approve(&self, call: &ToolCallInfo<'_>) -> ApprovalDecision {
+        let always_ask = self.inner.ask_always.contains(call.tool_name);
+        self.decide_call(call, always_ask).await
     }
 }

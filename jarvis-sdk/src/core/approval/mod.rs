@@ -5,5 +5,5 @@ mod broker;
 mod glob;
 mod rules;
 
-pub use broker::{ApprovalBroker, Attachment, DEFAULT_APPROVAL_TIMEOUT};
+pub use broker::{AgentApprover, ApprovalBroker, Attachment, DEFAULT_APPROVAL_TIMEOUT};
 pub use rules::{ApprovalError, ApprovalRule, LayeredApprovalRules, RuleDecision, RuleSource};
