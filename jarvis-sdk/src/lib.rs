@@ -88,9 +88,9 @@ pub use agent::{
     HubAttachment, JsonlOptions, JsonlSessionStore, LEGACY_AGENT_ID, LoadReport, LoopContext, LoopOutcome,
     MAX_AGENT_ID_LEN, MAX_SESSION_ID_LEN, MAX_TITLE_CHARS, MemorySessionStore, MessageDelta, ModelSettings,
     NewSession, NoThinking, NoopAdapter, ScreenHub, SessionEntry, SessionError, SessionId, SessionKind,
-    SessionMeta, SessionStore, StopReason, ThinkingHook, ThinkingInput, ThinkingOutcome, Tool, ToolCallInfo,
-    ToolContext, ToolError, ToolGate, ToolPolicy, ToolRegistry, ToolResult, ToolSource, Typed, TypedTool,
-    UIAdapter, prompts, run_agent_loop, schema_for, validate_agent_id,
+    SessionMeta, SessionStore, StopReason, SubOrigin, ThinkingHook, ThinkingInput, ThinkingOutcome, Tool,
+    ToolCallInfo, ToolContext, ToolError, ToolGate, ToolPolicy, ToolRegistry, ToolResult, ToolSource, Typed,
+    TypedTool, UIAdapter, prompts, run_agent_loop, schema_for, validate_agent_id,
 };
 pub use agent::{
     DEFAULT_THINK_THRESHOLD, DEFAULT_THOUGHT_TEMPLATE, FRAME_INSTRUCTION, ProactiveKind, Route,
@@ -123,6 +123,11 @@ pub use app::{
 #[cfg(feature = "mcp")]
 pub use app::{
     ASK_TOOL_PREFIX, MCP_SHUTDOWN_GRACE, MCP_START_WAIT, McpConnection, McpTeamServer, serve_mcp_stdio,
+};
+pub use app::{
+    DEFAULT_SUBAGENT_MAX_TURNS, MAIN_DEFINITION_KEYS, MAX_SUBAGENT_DEPTH, RUN_SUBAGENT_TOOL, RunSubagentArgs,
+    RunSubagentTool, SubagentBuilder, SubagentDefinition, SubagentRuntime, SubagentSpec,
+    apply_main_definition, last_sub_number,
 };
 pub use common::{
     CivilTime, Clock, Extensions, HOME_LOCK_FILE, HomeLock, HomeLockError, IdSource, LockHolder, ManualClock,

@@ -115,6 +115,20 @@ pub enum AgentEvent {
         /// The session whose promises changed.
         session_id: String,
     },
+    /// An event of a sub-agent running inside this turn, wrapped so that
+    /// no screen takes it for the turn's own (a sub-agent's `agent_end` is
+    /// not the end of the turn). Sub-agents of sub-agents are wrapped once,
+    /// with the whole path.
+    SubagentEvent {
+        /// The `run_subagent` call of the top-level turn's agent (or of
+        /// the sub-agent one level up) that runs this sub-agent.
+        parent_tool_call_id: String,
+        /// The agents from the turn's agent down to this sub-agent:
+        /// `["main", "researcher"]`.
+        agent_path: Vec<String>,
+        /// The sub-agent's event, unchanged.
+        event: Box<AgentEvent>,
+    },
 }
 
 /// What a `proactive_message` is.
@@ -146,6 +160,7 @@ impl AgentEvent {
             AgentEvent::ThoughtEnd { .. } => "thought_end",
             AgentEvent::ProactiveMessage { .. } => "proactive_message",
             AgentEvent::AgendaChanged { .. } => "agenda_changed",
+            AgentEvent::SubagentEvent { .. } => "subagent_event",
         }
     }
 }

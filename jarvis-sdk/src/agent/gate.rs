@@ -208,6 +208,18 @@ impl ToolPolicy for AllowAll {
     }
 }
 
+/// Two policies that must both allow a call; the first refusal decides.
+struct BothPolicies(Arc<dyn ToolPolicy>, Arc<dyn ToolPolicy>);
+
+impl ToolPolicy for BothPolicies {
+    fn check(&self, call: &ToolCallInfo<'_>) -> GateDecision {
+        match self.0.check(call) {
+            GateDecision::Allow => self.1.check(call),
+            decided => decided,
+        }
+    }
+}
+
 /// The approver of [`ToolGate::allow_all_unsafe`]: allows every call unasked.
 #[derive(Debug, Clone, Copy)]
 struct ApproveEverything;
@@ -285,6 +297,14 @@ impl ToolGate {
     /// Puts `policy` in the first slot.
     pub fn with_policy(mut self, policy: Arc<dyn ToolPolicy>) -> Self {
         self.policy = policy;
+        self
+    }
+
+    /// Keeps the current policy and adds `policy`, which must allow a call
+    /// too: a narrower gate for work done on the caller's behalf (a
+    /// sub-agent's own tool list inside its parent's allow-list).
+    pub fn narrowed(mut self, policy: Arc<dyn ToolPolicy>) -> Self {
+        self.policy = Arc::new(BothPolicies(self.policy, policy));
         self
     }
 

@@ -47,7 +47,8 @@ pub(crate) use session::session_id_problem;
 pub use session::{
     Durability, ENTRY_SCHEMA_VERSION, EntryBody, JsonlOptions, JsonlSessionStore, LEGACY_AGENT_ID,
     LoadReport, MAX_AGENT_ID_LEN, MAX_SESSION_ID_LEN, MAX_TITLE_CHARS, MemorySessionStore, NewSession,
-    SessionEntry, SessionError, SessionId, SessionKind, SessionMeta, SessionStore, validate_agent_id,
+    SessionEntry, SessionError, SessionId, SessionKind, SessionMeta, SessionStore, SubOrigin,
+    validate_agent_id,
 };
 pub use thinking::{
     APPLIES_TO, DEFAULT_REFLECTION_TEMPLATE, DISTILL_INSTRUCTION, DISTILL_PROMPT, DistillConfig, Distiller,

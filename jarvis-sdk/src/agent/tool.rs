@@ -45,6 +45,10 @@ pub struct ToolContext {
     /// Values the code that started the turn passed along (see
     /// [`LoopContext::extensions`](crate::LoopContext)).
     pub extensions: Extensions,
+    /// The running turn's context (its model, tools, gate and screens), for
+    /// tools that run a loop of their own inside the turn, such as
+    /// `run_subagent`; `None` outside a running loop.
+    pub loop_context: Option<Arc<crate::agent::LoopContext>>,
 }
 
 impl ToolContext {
@@ -57,6 +61,7 @@ impl ToolContext {
             turn_id: String::new(),
             cancel: CancellationToken::new(),
             extensions: Extensions::new(),
+            loop_context: None,
         }
     }
 

@@ -9,11 +9,12 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use tokio_util::sync::CancellationToken;
 
 use super::config::{AppConfig, MemoryBackend, StoreBackend};
-use super::definition::{TeamContext, load_team, parse_definition, seed_team_dir};
+use super::definition::{TeamContext, apply_main_definition, load_team, parse_definition, seed_team_dir};
 use super::embedder::EmbedderChoice;
 use super::error::AppError;
 use super::profile::{AgentProfile, MAIN_AGENT, Palette};
 use super::registry::AgentRegistry;
+use super::subagent::{RunSubagentTool, SubagentRuntime, last_sub_number};
 use crate::agent::ProactiveKind;
 use crate::agent::{
     AgentEvent, AgentIdentity, Approver, DEFAULT_REFLECTION_TEMPLATE, DEFAULT_THOUGHT_TEMPLATE,
@@ -135,6 +136,10 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     let (journal, pending_turns) = TurnJournal::open(config.home.join(TURN_JOURNAL_FILE))
         .map_err(|e| AppError::Config(e.to_string()))?;
     let journal = Arc::new(journal);
+    // Sub-agent runs are numbered on from the last `sub-<n>` of the home.
+    let sub_sessions = Arc::new(std::sync::atomic::AtomicU64::new(last_sub_number(
+        store.list().await?.iter().map(|m| m.id.as_str()),
+    )));
     let outbox = Arc::new(
         Outbox::open(config.home.join(OUTBOX_FILE), DEFAULT_OUTBOX_CAPACITY)
             .map_err(|e| AppError::Config(e.to_string()))?,
@@ -179,17 +184,34 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     }
 
     let agent_only: BTreeSet<String> = AGENT_ONLY_TOOLS.iter().map(|t| (*t).to_owned()).collect();
-    let main = main_profile(&config, &names, &agent_only);
+    let mut main = main_profile(&config, &names, &agent_only);
     let env = |name: &str| std::env::var(name).ok();
     let team = TeamContext {
-        main: &main,
+        main: &main.clone(),
         app_tools: &names,
         agent_only: &agent_only,
         env: &env,
         unconfigured: &unconfigured,
     };
+    // JARVIS's own definition: `main.yaml` in the team directory, or one
+    // given to the config (which wins).
+    let main_yaml = config
+        .definitions
+        .iter()
+        .find(|(id, _)| id == MAIN_AGENT)
+        .map(|(_, y)| y.clone())
+        .or_else(|| {
+            ["main.yaml", "main.yml"]
+                .iter()
+                .find_map(|name| std::fs::read_to_string(config.team_dir.join(name)).ok())
+        });
+    if let Some(yaml) = main_yaml
+        && let Err(reason) = apply_main_definition(&mut main, &yaml, &team)
+    {
+        tracing::warn!(%reason, "JARVIS's main.yaml was not applied; JARVIS runs with its defaults");
+    }
     let (mut others, mut skipped) = load_team(&config.team_dir, &team);
-    for (id, yaml) in &config.definitions {
+    for (id, yaml) in config.definitions.iter().filter(|(id, _)| id != MAIN_AGENT) {
         match parse_definition(id, yaml, &team) {
             Ok(profile) => {
                 others.retain(|p| p.id != profile.id);
@@ -316,6 +338,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         sessions: Mutex::default(),
         uses: std::sync::atomic::AtomicU64::new(0),
         delegating: Mutex::default(),
+        sub_sessions,
         mcp_numbers: tokio::sync::Mutex::default(),
         observers: Observers::default(),
         _lock: lock,
@@ -576,6 +599,7 @@ fn main_profile(config: &AppConfig, tools: &BTreeSet<String>, agent_only: &BTree
         sandbox: config.sandbox.clone(),
         thinking: config.thinking.clone(),
         feedback: Arc::new(CountingFeedback::default()),
+        subagents: Vec::new(),
     }
 }
 
@@ -619,6 +643,8 @@ struct AppInner {
     /// Counts uses of sessions, for the least recently used order.
     uses: std::sync::atomic::AtomicU64,
     delegating: Mutex<BTreeSet<(String, String)>>,
+    /// The last `n` of the `sub-<n>` sessions recording sub-agent runs.
+    sub_sessions: Arc<std::sync::atomic::AtomicU64>,
     /// The next number of each agent's MCP sessions (`mcp-<agent>-<n>`);
     /// held while one is created, so two clients never get the same id.
     mcp_numbers: tokio::sync::Mutex<HashMap<String, u64>>,
@@ -1041,6 +1067,20 @@ impl AppInner {
         }
         #[cfg(feature = "mcp")]
         tools.add_source(self.mcp.source_for(&profile.id, profile.mcp_tools.clone()));
+        if !profile.subagents.is_empty() {
+            let memory = self.memory.as_ref().map(|service| {
+                let scope = MemoryScope {
+                    read: profile.memory_read.clone(),
+                    ..MemoryScope::new(&self.config.memory.user, &profile.id, id.as_str())
+                };
+                (service.clone(), scope)
+            });
+            let runtime = SubagentRuntime::new(self.store.clone(), self.sub_sessions.clone(), memory);
+            register(
+                &mut tools,
+                RunSubagentTool::new(profile.subagents.clone(), runtime).into_tool(),
+            )?;
+        }
         let ctx = LoopContext::new(self.provider.clone())
             .with_tools(tools)
             .with_gate(gate)

@@ -1,8 +1,11 @@
 //! Team definition files (SPEC.md §11.2): one `<id>.yaml` per agent in the
 //! team directory, the file name being the id.
 //!
-//! Rules: the id matches `^[a-z][a-z0-9_-]{0,31}$`; `main.yaml` is ignored
-//! (JARVIS is configured by `JARVIS_BRAND__*` and `JARVIS_LLM__*`); a file
+//! Rules: the id matches `^[a-z][a-z0-9_-]{0,31}$`; `main.yaml` is not an
+//! agent of its own: it is read for JARVIS's `tools`, `boundaries`,
+//! `subagents` and `budget` ([`apply_main_definition`]; its brand and model
+//! come from `JARVIS_BRAND__*` and `JARVIS_LLM__*`, other keys are ignored
+//! with one warning); a file
 //! that does not parse, has an unknown key (also inside `memory.read`) or
 //! bad values is skipped with one log line naming the file and the reason,
 //! and the others still load; unknown tool names are warned about and
@@ -25,6 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::profile::{AgentProfile, MAIN_AGENT, Palette, wordmark};
+use super::subagent::{RUN_SUBAGENT_TOOL, SubagentBuilder, SubagentDefinition};
 use crate::core::Boundaries;
 use crate::core::CountingFeedback;
 use crate::core::SandboxSettings;
@@ -51,6 +55,8 @@ struct DefinitionFile {
     sandbox: Option<SandboxSettings>,
     /// MCP servers of this agent only (read by [`parse_agent_servers`]).
     mcp: Option<serde_yaml::Value>,
+    /// Its sub-agents (built by [`SubagentBuilder`]).
+    subagents: Option<Vec<SubagentDefinition>>,
 }
 
 /// A definition's `model` as a map; a plain string is its `name`.
@@ -170,7 +176,11 @@ pub fn parse_definition(id: &str, yaml: &str, team: &TeamContext<'_>) -> Result<
         ));
     }
     if id == MAIN_AGENT {
-        return Err("main.yaml is ignored: JARVIS is configured by JARVIS_BRAND__* and JARVIS_LLM__*".into());
+        return Err(
+            "main.yaml is not an agent definition: JARVIS's brand and model come from JARVIS_BRAND__* and \
+             JARVIS_LLM__*, and main.yaml is read for tools, boundaries, subagents and budget"
+                .into(),
+        );
     }
     let file: DefinitionFile = if yaml.trim().is_empty() {
         DefinitionFile::default()
@@ -196,7 +206,49 @@ pub fn parse_definition(id: &str, yaml: &str, team: &TeamContext<'_>) -> Result<
             return Err(format!("memory.read names {agent:?}, which is not an agent id"));
         }
     }
-    let listed = file.tools.unwrap_or_default();
+    let (mut tools, mcp_tools) = resolve_tools(id, file.tools.unwrap_or_default(), team);
+    let subagents = SubagentBuilder::new(id, &tools).build(&file.subagents.unwrap_or_default())?;
+    if !subagents.is_empty() {
+        tools.push(RUN_SUBAGENT_TOOL.to_owned());
+    }
+    let sandbox = file.sandbox.unwrap_or_default();
+    sandbox.validate()?;
+    let mcp_servers = match file.mcp {
+        None | Some(serde_yaml::Value::Null) => Vec::new(),
+        Some(value) => parse_agent_servers(id, value, team.env)?,
+    };
+    let name = non_empty(file.name).unwrap_or_else(|| wordmark(id));
+    Ok(AgentProfile {
+        id: id.to_owned(),
+        description: non_empty(file.description).unwrap_or_else(|| name.clone()),
+        name,
+        quote: non_empty(file.quote).unwrap_or_else(|| main.quote.clone()),
+        palette: Palette { primary, accent },
+        system_prompt: non_empty(file.system_prompt).unwrap_or_else(|| main.system_prompt.clone()),
+        model: non_empty(model.name).unwrap_or_else(|| main.model.clone()),
+        max_tokens: model.max_tokens,
+        temperature: model.temperature,
+        tools,
+        mcp_tools,
+        mcp_servers,
+        proactive: file.proactive.unwrap_or(main.proactive),
+        memory_read,
+        boundaries: file.boundaries.unwrap_or_default(),
+        sandbox,
+        thinking: main.thinking.clone(),
+        feedback: Arc::new(CountingFeedback::default()),
+        subagents,
+    })
+}
+
+/// An agent's tools from its definition's `tools` (empty: the app's tools
+/// without agent-only ones), plus the tools every agent gets; and the MCP
+/// names and globs it lists (`None` when it lists no tools).
+fn resolve_tools(
+    id: &str,
+    listed: Vec<String>,
+    team: &TeamContext<'_>,
+) -> (Vec<String>, Option<Vec<String>>) {
     let mut tools: Vec<String> = Vec::new();
     // MCP servers list their tools after the app starts: their names are
     // kept as written, never dropped as unknown.
@@ -232,33 +284,69 @@ pub fn parse_definition(id: &str, yaml: &str, team: &TeamContext<'_>) -> Result<
             tools.push(tool.to_owned());
         }
     }
-    let sandbox = file.sandbox.unwrap_or_default();
-    sandbox.validate()?;
-    let mcp_servers = match file.mcp {
-        None | Some(serde_yaml::Value::Null) => Vec::new(),
-        Some(value) => parse_agent_servers(id, value, team.env)?,
+    (tools, mcp_tools)
+}
+
+/// The keys `main.yaml` is read for; JARVIS's brand and model come from
+/// `JARVIS_BRAND__*` and `JARVIS_LLM__*`.
+pub const MAIN_DEFINITION_KEYS: [&str; 4] = ["tools", "boundaries", "subagents", "budget"];
+
+/// Applies JARVIS's optional `main.yaml` to `main`: its `tools`,
+/// `boundaries`, `subagents` and `budget`. Any other key is ignored with
+/// one warning naming it, never a reason to skip the file; `Err` (bad
+/// YAML, a bad value of a read key) leaves `main` as it was.
+pub fn apply_main_definition(
+    main: &mut AgentProfile,
+    yaml: &str,
+    team: &TeamContext<'_>,
+) -> Result<(), String> {
+    #[derive(Default, Deserialize)]
+    struct MainFile {
+        tools: Option<Vec<String>>,
+        boundaries: Option<Boundaries>,
+        subagents: Option<Vec<SubagentDefinition>>,
+        budget: Option<serde_yaml::Value>,
+    }
+    if yaml.trim().is_empty() {
+        return Ok(());
+    }
+    let value: serde_yaml::Value = serde_yaml::from_str(yaml).map_err(|e| format!("invalid YAML: {e}"))?;
+    let serde_yaml::Value::Mapping(map) = &value else {
+        return Err("main.yaml must be a map of keys".into());
     };
-    let name = non_empty(file.name).unwrap_or_else(|| wordmark(id));
-    Ok(AgentProfile {
-        id: id.to_owned(),
-        description: non_empty(file.description).unwrap_or_else(|| name.clone()),
-        name,
-        quote: non_empty(file.quote).unwrap_or_else(|| main.quote.clone()),
-        palette: Palette { primary, accent },
-        system_prompt: non_empty(file.system_prompt).unwrap_or_else(|| main.system_prompt.clone()),
-        model: non_empty(model.name).unwrap_or_else(|| main.model.clone()),
-        max_tokens: model.max_tokens,
-        temperature: model.temperature,
-        tools,
-        mcp_tools,
-        mcp_servers,
-        proactive: file.proactive.unwrap_or(main.proactive),
-        memory_read,
-        boundaries: file.boundaries.unwrap_or_default(),
-        sandbox,
-        thinking: main.thinking.clone(),
-        feedback: Arc::new(CountingFeedback::default()),
-    })
+    let ignored: Vec<String> = map
+        .keys()
+        .map(|k| k.as_str().map_or_else(|| format!("{k:?}"), str::to_owned))
+        .filter(|k| !MAIN_DEFINITION_KEYS.contains(&k.as_str()))
+        .collect();
+    if !ignored.is_empty() {
+        tracing::warn!(
+            keys = %ignored.join(", "),
+            "main.yaml: ignored keys {} (JARVIS's brand and model come from JARVIS_BRAND__* and JARVIS_LLM__*; main.yaml is read for {})",
+            ignored.join(", "),
+            MAIN_DEFINITION_KEYS.join(", ")
+        );
+    }
+    let file: MainFile = serde_yaml::from_value(value).map_err(|e| format!("main.yaml: {e}"))?;
+    let mut profile = main.clone();
+    if let Some(listed) = file.tools {
+        let (tools, mcp_tools) = resolve_tools(MAIN_AGENT, listed, team);
+        profile.tools = tools;
+        profile.mcp_tools = mcp_tools;
+    }
+    if let Some(boundaries) = file.boundaries {
+        profile.boundaries = boundaries;
+    }
+    profile.subagents = SubagentBuilder::new(MAIN_AGENT, &profile.tools)
+        .build(&file.subagents.unwrap_or_default())
+        .map_err(|e| format!("main.yaml: {e}"))?;
+    profile.tools.retain(|t| t != RUN_SUBAGENT_TOOL);
+    if !profile.subagents.is_empty() {
+        profile.tools.push(RUN_SUBAGENT_TOOL.to_owned());
+    }
+    let _ = file.budget;
+    *main = profile;
+    Ok(())
 }
 
 /// Every definition in `dir`, by file name; the skipped files with reasons.
@@ -283,6 +371,9 @@ pub fn load_team(dir: &Path, team: &TeamContext<'_>) -> (Vec<AgentProfile>, Vec<
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
+        if id == MAIN_AGENT {
+            continue; // JARVIS's main.yaml: see apply_main_definition
+        }
         let result = std::fs::read_to_string(&path)
             .map_err(|e| format!("cannot read it: {e}"))
             .and_then(|yaml| parse_definition(&id, &yaml, team));

@@ -15,6 +15,7 @@ mod error;
 mod mcp_server;
 mod profile;
 mod registry;
+mod subagent;
 
 #[cfg(feature = "mcp")]
 pub use assembly::MCP_START_WAIT;
@@ -26,8 +27,8 @@ pub use config::{
     MemorySettings, ReflectionSettings, StoreBackend, parse_utc_offset,
 };
 pub use definition::{
-    ALWAYS_ATTACHED, BUILTIN_TEAM, Skipped, TeamContext, load_team, parse_definition, seed_team_dir,
-    valid_agent_id,
+    ALWAYS_ATTACHED, BUILTIN_TEAM, MAIN_DEFINITION_KEYS, Skipped, TeamContext, apply_main_definition,
+    load_team, parse_definition, seed_team_dir, valid_agent_id,
 };
 pub use embedder::{EMBEDDER_FILE, EmbedderChoice};
 pub use error::AppError;
@@ -35,3 +36,7 @@ pub use error::AppError;
 pub use mcp_server::{ASK_TOOL_PREFIX, MCP_SHUTDOWN_GRACE, McpConnection, McpTeamServer, serve_mcp_stdio};
 pub use profile::{AgentProfile, MAIN_AGENT, Palette, ThinkingSettings, wordmark};
 pub use registry::AgentRegistry;
+pub use subagent::{
+    DEFAULT_SUBAGENT_MAX_TURNS, MAX_SUBAGENT_DEPTH, RUN_SUBAGENT_TOOL, RunSubagentArgs, RunSubagentTool,
+    SubagentBuilder, SubagentDefinition, SubagentRuntime, SubagentSpec, last_sub_number,
+};

@@ -110,6 +110,8 @@ pub struct AgentProfile {
     pub thinking: ThinkingSettings,
     /// The agent's own feedback learner.
     pub feedback: Arc<dyn FeedbackLearner>,
+    /// Its sub-agents (`subagents:`), run through `run_subagent`.
+    pub subagents: Vec<Arc<super::SubagentSpec>>,
 }
 
 impl AgentProfile {

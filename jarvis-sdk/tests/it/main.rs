@@ -34,6 +34,7 @@ mod sessions_contract;
 mod sessions_crash;
 mod sessions_jsonl;
 mod sessions_postgres;
+mod subagents;
 mod support;
 mod team;
 mod thinking;

@@ -61,6 +61,7 @@ fn main_profile() -> AgentProfile {
         sandbox: Default::default(),
         thinking: Default::default(),
         feedback: Arc::new(jarvis_sdk::CountingFeedback::default()),
+        subagents: Vec::new(),
     }
 }
 

@@ -5,6 +5,7 @@
 use futures::{FutureExt, StreamExt};
 use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::machine::{Action, CallPlan, Finished, Limits, Machine, Reply};
@@ -24,6 +25,8 @@ pub(super) struct Driver<'a> {
     /// The context's tools with what its sources offer as the turn starts.
     tools: ToolRegistry,
     specs: Vec<ToolSpec>,
+    /// The context handed to tools that run loops of their own.
+    shared: Arc<LoopContext>,
 }
 
 impl<'a> Driver<'a> {
@@ -35,6 +38,7 @@ impl<'a> Driver<'a> {
             cancel,
             specs: tools.specs(),
             tools,
+            shared: Arc::new(ctx.clone()),
         }
     }
 
@@ -267,12 +271,13 @@ impl<'a> Driver<'a> {
         if self.aborted() {
             return ToolError::Cancelled.into();
         }
-        let identity = &self.ctx.identity;
-        let tool_ctx = ToolContext::new(identity.session_id.clone(), identity.agent_id.clone())
+        let identity = self.ctx.tool_identity();
+        let mut tool_ctx = ToolContext::new(identity.session_id.clone(), identity.agent_id.clone())
             .with_call_id(call.id.clone())
             .with_turn_id(self.ctx.turn_id.clone())
             .with_cancel(self.cancel.clone())
             .with_extensions(self.ctx.extensions.clone());
+        tool_ctx.loop_context = Some(self.shared.clone());
         let work = async {
             // The one place arguments change before the gate: what the
             // stages, people and the tool see is the prepared call.

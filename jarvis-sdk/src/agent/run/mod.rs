@@ -183,8 +183,12 @@ pub struct LoopContext {
     pub ui: Arc<dyn UIAdapter>,
     /// Model name, system prompt, sampling.
     pub model: ModelSettings,
-    /// Who runs the turn.
+    /// Who runs the turn: its events and model requests carry this.
     pub identity: AgentIdentity,
+    /// On whose behalf tools run, when not [`identity`](Self::identity)'s:
+    /// a sub-agent's tools work in its parent's session and sandbox, under
+    /// the parent's agent id, so the tool context and the gate see these.
+    pub acting_for: Option<AgentIdentity>,
     /// Ids for tool calls the provider sent without one.
     pub ids: Arc<dyn IdSource>,
     /// An instruction added, unrecorded, to every model call of the turn
@@ -232,6 +236,7 @@ impl LoopContext {
             ui: Arc::new(NoopAdapter),
             model: ModelSettings::default(),
             identity: AgentIdentity::default(),
+            acting_for: None,
             ids: Arc::new(UniqueIds::new()),
             turn_instruction: None,
             extensions: Extensions::new(),
@@ -269,6 +274,12 @@ impl LoopContext {
     pub fn with_identity(mut self, identity: AgentIdentity) -> Self {
         self.identity = identity;
         self
+    }
+
+    /// The identity tools and the gate see: [`acting_for`](Self::acting_for)
+    /// when set, else [`identity`](Self::identity).
+    pub fn tool_identity(&self) -> &AgentIdentity {
+        self.acting_for.as_ref().unwrap_or(&self.identity)
     }
 
     /// Sets the id source for provider calls that came without ids.

@@ -205,6 +205,21 @@ pub struct SessionMeta {
     /// The agent delegated to in a peer session (the session's agent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callee: Option<String>,
+    /// Where a sub-agent run (`kind: "sub"`) was started; its fields sit
+    /// at the top level of the JSON object.
+    #[serde(default, flatten, skip_serializing_if = "Option::is_none")]
+    pub sub: Option<SubOrigin>,
+}
+
+/// Where a sub-agent's run was started: the parent's session and tool call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubOrigin {
+    /// The session whose turn ran the sub-agent.
+    pub parent_session_id: SessionId,
+    /// The `run_subagent` call that ran it.
+    pub parent_tool_call_id: String,
+    /// The sub-agent's id, `<parent>.<name>` (`main.researcher`).
+    pub subagent: String,
 }
 
 fn main_agent() -> String {

@@ -931,6 +931,7 @@ fn peek(dir: &Path, id: &SessionId, limit: usize) -> Result<Option<SessionMeta>,
         kind: SessionKind::User,
         caller: None,
         callee: None,
+        sub: None,
     });
     if let Some(ts) = last_ts {
         meta.updated_at = meta.updated_at.max(ts);
@@ -982,6 +983,7 @@ fn load(dir: &Path, id: &SessionId, options: &JsonlOptions) -> Result<Option<Sta
         kind: SessionKind::User,
         caller: None,
         callee: None,
+        sub: None,
     };
     let missing_meta = meta.is_none();
     let mut state = State::empty(meta.unwrap_or(placeholder), options.cache_turns);

@@ -31,7 +31,7 @@ mod wal;
 use async_trait::async_trait;
 use std::fmt;
 
-pub use entry::{ENTRY_SCHEMA_VERSION, EntryBody, SessionEntry, SessionKind, SessionMeta};
+pub use entry::{ENTRY_SCHEMA_VERSION, EntryBody, SessionEntry, SessionKind, SessionMeta, SubOrigin};
 pub use error::SessionError;
 pub(crate) use id::session_id_problem;
 pub use id::{MAX_AGENT_ID_LEN, MAX_SESSION_ID_LEN, SessionId, validate_agent_id};
@@ -203,6 +203,8 @@ pub struct NewSession {
     pub callee: Option<String>,
     /// An initial title.
     pub title: Option<String>,
+    /// Where a sub-agent's run started (sub sessions).
+    pub sub: Option<SubOrigin>,
 }
 
 impl NewSession {
@@ -215,6 +217,7 @@ impl NewSession {
             caller: None,
             callee: None,
             title: None,
+            sub: None,
         }
     }
 
@@ -229,6 +232,7 @@ impl NewSession {
             caller: Some(caller.into()),
             callee: Some(callee),
             title: None,
+            sub: None,
         }
     }
 
@@ -245,6 +249,19 @@ impl NewSession {
     pub fn mcp(id: SessionId, agent_id: impl Into<String>) -> Self {
         Self {
             kind: SessionKind::Mcp,
+            ..Self::user(id, agent_id)
+        }
+    }
+
+    /// The session `id` recording one run of a sub-agent of `agent_id`
+    /// (read-only for people): the parent agent is both caller and callee.
+    pub fn sub(id: SessionId, agent_id: impl Into<String>, origin: SubOrigin) -> Self {
+        let agent_id = agent_id.into();
+        Self {
+            kind: SessionKind::Sub,
+            caller: Some(agent_id.clone()),
+            callee: Some(agent_id.clone()),
+            sub: Some(origin),
             ..Self::user(id, agent_id)
         }
     }
@@ -284,6 +301,7 @@ impl NewSession {
             kind: self.kind,
             caller: self.caller,
             callee: self.callee,
+            sub: self.sub,
         })
     }
 }
@@ -300,6 +318,7 @@ pub(crate) fn fork_meta(parent: &SessionMeta, child: SessionId, now: Timestamp) 
         kind: SessionKind::User,
         caller: None,
         callee: None,
+        sub: None,
     }
 }
 

@@ -58,6 +58,7 @@ UPDATE jarvis_sessions SET kind = 'job'
 WHERE kind = 'user' AND id LIKE 'sched-%' AND EXISTS (SELECT 1 FROM first);
 ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS caller TEXT;
 ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS callee TEXT;
+ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS sub_origin TEXT;
 CREATE TABLE IF NOT EXISTS jarvis_entries (
     session_id TEXT NOT NULL REFERENCES jarvis_sessions (id) ON DELETE CASCADE,
     seq BIGINT NOT NULL,
@@ -70,7 +71,8 @@ ALTER TABLE jarvis_entries ADD COLUMN IF NOT EXISTS body JSONB NOT NULL DEFAULT 
 CREATE INDEX IF NOT EXISTS jarvis_entries_turns ON jarvis_entries (session_id, seq) WHERE starts_turn;
 "#;
 
-const META_COLUMNS: &str = "id, agent_id, title, created_at, updated_at, parent_id, kind, caller, callee";
+const META_COLUMNS: &str =
+    "id, agent_id, title, created_at, updated_at, parent_id, kind, caller, callee, sub_origin";
 
 /// Sessions in Postgres. See the module docs.
 ///
@@ -183,6 +185,16 @@ fn meta_from_row(row: &Row) -> Result<SessionMeta, SessionError> {
         }),
         caller: row.try_get(7).map_err(get_err)?,
         callee: row.try_get(8).map_err(get_err)?,
+        sub: match row.try_get::<_, Option<String>>(9).map_err(get_err)? {
+            None => None,
+            Some(text) => match serde_json::from_str(&text) {
+                Ok(origin) => Some(origin),
+                Err(e) => {
+                    tracing::warn!(session_id = %id, "session store (postgres): ignored the sub-agent origin of session {id}: {e}");
+                    None
+                }
+            },
+        },
         id,
     })
 }
@@ -225,11 +237,15 @@ fn entries_from_rows(id: &SessionId, rows: &[Row]) -> Vec<SessionEntry> {
 impl SessionStore for PostgresSessionStore {
     async fn create(&self, new: NewSession) -> Result<SessionMeta, SessionError> {
         let meta = new.into_meta(now(&*self.clock))?;
+        let sub_origin = meta
+            .sub
+            .as_ref()
+            .map(|origin| serde_json::to_string(origin).unwrap_or_default());
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(
-                "INSERT INTO jarvis_sessions (id, agent_id, title, created_at, updated_at, parent_id, kind, caller, callee) \
-                 VALUES ($1, $2, $3, $4, $4, NULL, $5, $6, $7) ON CONFLICT (id) DO NOTHING",
+                "INSERT INTO jarvis_sessions (id, agent_id, title, created_at, updated_at, parent_id, kind, caller, callee, sub_origin) \
+                 VALUES ($1, $2, $3, $4, $4, NULL, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING",
             )
             .await
             .map_err(db("create a session"))?;
@@ -244,6 +260,7 @@ impl SessionStore for PostgresSessionStore {
                     &meta.kind.as_str(),
                     &meta.caller,
                     &meta.callee,
+                    &sub_origin,
                 ],
             )
             .await
