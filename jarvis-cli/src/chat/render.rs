@@ -36,6 +36,9 @@ pub(crate) struct Renderer {
     /// The tools running now, for the spinner.
     running: Vec<String>,
     frame: usize,
+    /// Sub-agents' streamed text not shown yet, by run (parent call id and
+    /// path): shown indented, a line at a time, when the run moves on.
+    sub_text: std::collections::BTreeMap<String, String>,
 }
 
 impl Renderer {
@@ -59,6 +62,7 @@ impl Renderer {
             line: Line::Fresh,
             running: Vec::new(),
             frame: 0,
+            sub_text: std::collections::BTreeMap::new(),
         }
     }
 
@@ -235,12 +239,77 @@ impl Renderer {
             },
             AgentEvent::AgentEnd { final_message, .. } => {
                 self.running.clear();
+                self.sub_text.clear();
                 self.fresh();
                 if final_message.stop_reason == StopReason::Aborted {
                     self.note("(aborted)");
                 }
             }
+            AgentEvent::SubagentEvent {
+                parent_tool_call_id,
+                agent_path,
+                event,
+            } => self.subagent(parent_tool_call_id, agent_path, event),
             _ => {}
+        }
+    }
+
+    /// A sub-agent's event: indented under its parent's tool call, one
+    /// step per level, in `info` (never with the answer: `jarvis ask`
+    /// prints only the turn's own answer on stdout).
+    fn subagent(&mut self, call_id: &str, path: &[String], event: &AgentEvent) {
+        let indent = "  ".repeat(path.len().max(2));
+        let name = path.last().map(String::as_str).unwrap_or("sub-agent");
+        let run = format!("{call_id}/{}", path.join("."));
+        match event {
+            AgentEvent::AgentStart { .. } => {
+                self.fresh();
+                let _ = writeln!(self.info, "{indent}↳ {name}");
+            }
+            AgentEvent::MessageUpdate {
+                delta: MessageDelta::TextDelta(text),
+            } => self.sub_text.entry(run).or_default().push_str(text),
+            AgentEvent::ToolExecutionStart { tool_name, args, .. } => {
+                self.sub_lines(&run, &indent);
+                let _ = writeln!(
+                    self.info,
+                    "{indent}  · {tool_name} {}",
+                    short(&args.to_string(), 160)
+                );
+            }
+            AgentEvent::ToolExecutionEnd {
+                tool_name,
+                is_error,
+                result,
+                ..
+            } => {
+                self.fresh();
+                let mark = if *is_error { '✗' } else { '✓' };
+                let first = result.lines().next().unwrap_or_default();
+                let _ = writeln!(self.info, "{indent}  {mark} {tool_name}: {}", short(first, 160));
+            }
+            AgentEvent::AgentEnd { final_message, .. } => {
+                self.sub_lines(&run, &indent);
+                if final_message.stop_reason == StopReason::Aborted {
+                    let _ = writeln!(self.info, "{indent}  (aborted)");
+                }
+            }
+            AgentEvent::AgentError { message } => {
+                self.fresh();
+                let _ = writeln!(self.info, "{indent}  ! {message}");
+            }
+            _ => {}
+        }
+        self.redraw_spinner();
+    }
+
+    /// Shows the run's streamed text so far, indented.
+    fn sub_lines(&mut self, run: &str, indent: &str) {
+        self.fresh();
+        if let Some(text) = self.sub_text.remove(run) {
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                let _ = writeln!(self.info, "{indent}  {}", short(line, 300));
+            }
         }
     }
 }

@@ -257,6 +257,45 @@ fn ask_prints_the_answer_of_a_faux_script() {
 }
 
 #[test]
+fn ask_with_a_subagent_prints_the_parents_answer_and_indents_the_subagents_work() {
+    let home = TempHome::new();
+    std::fs::create_dir_all(home.0.join("team")).unwrap();
+    std::fs::write(
+        home.0.join("team/main.yaml"),
+        "subagents:\n  - { name: researcher, description: reads, tools: [list_dir] }\n",
+    )
+    .unwrap();
+    let script = r#"
+rules:
+  - when: { agent: main, last_role: user }
+    reply: { tool_calls: [ { name: run_subagent, arguments: { name: researcher, task: "목록을 봐" } } ] }
+  - when: { agent: main.researcher, last_role: user }
+    reply: { text: "보겠습니다", tool_calls: [ { name: list_dir, arguments: { path: "." } } ] }
+  - when: { agent: main.researcher, last_role: tool }
+    reply: { text: "연구원의 답: 비어 있다" }
+  - when: { agent: main, last_role: tool }
+    reply: { text: "JARVIS 의 답: 폴더가 비어 있습니다" }
+"#;
+    let out = scripted(&home, script)
+        .args(["ask", "폴더 봐 줘"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "JARVIS 의 답: 폴더가 비어 있습니다");
+    let info = text(&out.stderr);
+    for line in [
+        "    ↳ researcher",
+        "      보겠습니다",
+        "      · list_dir",
+        "      ✓ list_dir",
+        "      연구원의 답: 비어 있다",
+        "  ✓ run_subagent: 연구원의 답: 비어 있다",
+    ] {
+        assert!(info.lines().any(|l| l.starts_with(line)), "{line:?} in:\n{info}");
+    }
+}
+
+#[test]
 fn without_a_model_the_demo_plays_and_says_so() {
     let home = TempHome::new();
     let out = jarvis(&home.0).args(["ask", "hello"]).output().unwrap();

@@ -1,7 +1,9 @@
 // The conversation of the Jarvis HUD: a session's recorded history and its
 // live events, drawn into the log. Streamed text grows in place; thinking
 // is shown apart and folds away; inner thoughts are a quiet aside; tool
-// calls show their arguments, result and errors; proactive messages
+// calls show their arguments, result and errors; a sub-agent's work (its
+// streamed text and tool calls) folds under the tool call that runs it;
+// proactive messages
 // (filler, proactive, answer) each look like what they are and can be
 // dismissed. Everything a person or a model wrote is set with textContent:
 // it is never parsed as markup, so HTML or script in it stays text.
@@ -45,6 +47,7 @@ export class Conversation {
     this.turn = null; // the agent's entry of the running turn
     this.segment = null; // {kind: "text" | "thinking", node, text}
     this.tools = new Map(); // tool_call_id → card
+    this.runs = new Map(); // sub-agent run (parent call id + path) → {box, text}
     this.unanswered = []; // proactive message ids not reacted to yet
     this.scrollQueued = false;
   }
@@ -127,12 +130,15 @@ export class Conversation {
     if (pinned) this.stick();
   }
 
-  /** A tool call's card, with its arguments. */
-  toolStart(id, name, args) {
-    const turn = this.agentTurn();
-    this.foldThinking();
-    this.segment = null;
+  /** A tool call's card, with its arguments (in `parent`: the turn, or a sub-agent's box). */
+  toolStart(id, name, args, parent = null) {
+    const turn = parent || this.agentTurn();
+    if (!parent) {
+      this.foldThinking();
+      this.segment = null;
+    }
     const card = el("details", "tool");
+    card.dataset.tool = name || "";
     const summary = card.appendChild(el("summary"));
     summary.appendChild(el("span", "name", name));
     const state = summary.appendChild(el("span", "state", "running…"));
@@ -145,8 +151,8 @@ export class Conversation {
   }
 
   /** A tool call's end: its result, marked when it failed. */
-  toolEnd(id, name, args, isError, result) {
-    const entry = this.tools.get(id) || this.toolStart(id, name, args);
+  toolEnd(id, name, args, isError, result, parent = null) {
+    const entry = this.tools.get(id) || this.toolStart(id, name, args, parent);
     entry.state.textContent = isError ? "failed" : "done";
     if (isError) {
       entry.card.classList.add("failed");
@@ -155,6 +161,62 @@ export class Conversation {
     entry.card.appendChild(el("div", "label", isError ? "ERROR" : "RESULT"));
     entry.card.appendChild(el("pre", "result", result || ""));
     this.tools.delete(id);
+  }
+
+  /**
+   * A sub-agent's event, folded under the card of the `run_subagent` call
+   * that runs it: its streamed text and its tool calls, in a box per run.
+   * Its `agent_start` and `agent_end` never touch the turn itself.
+   */
+  subagent(m) {
+    const inner = m.event || {};
+    const path = Array.isArray(m.agent_path) ? m.agent_path : [];
+    const key = `${m.parent_tool_call_id}/${path.join(".")}`;
+    let run = this.runs.get(key);
+    if (!run) {
+      const host = this.tools.get(m.parent_tool_call_id);
+      if (!host) return; // a screen that attached after the call started
+      const box = el("div", "subagent");
+      box.dataset.path = path.join(".");
+      box.appendChild(el("div", "label", `↳ ${path[path.length - 1] || "sub-agent"}`));
+      const args = host.card.querySelector(":scope > pre.args");
+      host.card.insertBefore(box, args ? args.nextSibling : null);
+      // Open while the sub-agent works, folded again when it is done.
+      host.card.open = true;
+      run = { box, text: null, host };
+      this.runs.set(key, run);
+    }
+    switch (inner.type) {
+      case "message_update":
+        if (typeof inner.text_delta === "string") {
+          if (!run.text) {
+            const node = run.box.appendChild(el("div", "text"));
+            run.text = node.appendChild(document.createTextNode(""));
+          }
+          run.text.appendData(inner.text_delta);
+        }
+        break;
+      case "tool_execution_start":
+        run.text = null;
+        this.toolStart(inner.tool_call_id, inner.tool_name, inner.args, run.box);
+        break;
+      case "tool_execution_end":
+        this.toolEnd(inner.tool_call_id, inner.tool_name, inner.args, inner.is_error, inner.result, run.box);
+        break;
+      case "agent_end": {
+        const stop = (inner.final_message || {}).stop_reason;
+        run.box.classList.add("done");
+        if (stop === "aborted") run.box.appendChild(el("div", "note", "(aborted)"));
+        if (!run.host.card.classList.contains("failed")) run.host.card.open = false;
+        this.runs.delete(key);
+        break;
+      }
+      case "agent_error":
+        run.box.appendChild(el("div", "error-line", inner.message || "The model failed."));
+        break;
+      default:
+        break;
+    }
   }
 
   /** A line saying something went wrong. */
@@ -249,6 +311,9 @@ export class Conversation {
         break;
       case "proactive_message":
         this.proactive(m);
+        break;
+      case "subagent_event":
+        this.subagent(m);
         break;
       default:
         break;

@@ -1,7 +1,8 @@
 //! The HUD in a real headless Chromium (see [`crate::browser`]): streaming,
 //! switching agents, the colour blend, two agents working together, the
 //! approval dialog on two screens, inert model output, the panels, the
-//! keyboard, a phone-sized screen with reduced motion, and the frame time.
+//! keyboard, a phone-sized screen with reduced motion, a sub-agent's work
+//! folded under its tool call, and the frame time.
 //! Each test skips with a loud line when Chromium is missing, unless
 //! `JARVIS_REQUIRE_BROWSER=1`. Screenshots go to `target/hud-artifacts/`.
 
@@ -1197,5 +1198,120 @@ async fn the_frame_time_is_measured_and_reported() {
         );
         assert!(stats.frames >= 10, "the page keeps drawing: {stats:?}");
     }
+    browser.finish().await;
+}
+
+/// A faux model that holds `agent`'s calls made after a tool result until
+/// [`HeldAfterTools::open`]: the test decides when the turn goes on after
+/// its tools ran.
+#[derive(Debug)]
+struct HeldAfterTools {
+    inner: FauxProvider,
+    agent: &'static str,
+    gate: watch::Sender<bool>,
+}
+
+impl Provider for HeldAfterTools {
+    fn stream(&self, request: ChatRequest) -> ProviderStream {
+        let after_tools = matches!(
+            request.recorded_messages().last(),
+            Some(jarvis_sdk::Message::Tool(_))
+        );
+        if request.metadata.agent_id != self.agent || !after_tools {
+            return self.inner.stream(request);
+        }
+        let mut gate = self.gate.subscribe();
+        let answer = self.inner.stream(request);
+        Box::pin(
+            futures::stream::once(async move {
+                let _ = gate.wait_for(|open| *open).await;
+                answer
+            })
+            .flatten(),
+        )
+    }
+
+    fn name(&self) -> &str {
+        "faux"
+    }
+}
+
+/// The `run_subagent` card: the sub-agent's box (its label, text, tool
+/// names and states), whether the HUD is busy, and the log's last text.
+const SUBAGENT_CARD: &str = r#"
+    const card = [...document.querySelectorAll('#log details.tool')].find((c) => c.dataset.tool === 'run_subagent');
+    const box = card && card.querySelector(':scope > .subagent');
+    return {
+      label: box ? box.querySelector('.label').textContent : null,
+      text: box ? [...box.querySelectorAll(':scope > .text')].map((t) => t.textContent).join('|') : null,
+      tools: box ? [...box.querySelectorAll('details.tool')].map((t) => t.dataset.tool + ':' + t.querySelector('.state').textContent) : [],
+      done: box ? box.classList.contains('done') : false,
+      flat: [...document.querySelectorAll('#log > li > details.tool, #log .agent-turn > details.tool')].map((t) => t.dataset.tool),
+      busy: document.documentElement.dataset.busy || document.body.dataset.busy || null,
+      log: document.getElementById('log').textContent,
+    };
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagents_streamed_text_and_tool_call_fold_under_the_parents_tool_call() {
+    let Some(browser) =
+        Browser::start("a_subagents_work_folds_under_its_call", BrowserOptions::default()).await
+    else {
+        return;
+    };
+    let home = TempHome::new();
+    std::fs::create_dir_all(home.0.join("team")).unwrap();
+    std::fs::write(
+        home.0.join("team/main.yaml"),
+        "subagents:\n  - { name: researcher, description: reads, tools: [list_dir] }\n",
+    )
+    .unwrap();
+    let script = r#"
+rules:
+  - when: { agent: main, last_role: user }
+    reply: { tool_calls: [ { name: run_subagent, arguments: { name: researcher, task: "목록을 봐" } } ] }
+  - when: { agent: main.researcher, last_role: user }
+    reply: { text: "폴더를 살펴보는 중", chunks: 3, tool_calls: [ { name: list_dir, arguments: { path: "." } } ] }
+  - when: { agent: main.researcher, last_role: tool }
+    reply: { text: "연구 결과: 비어 있음", chunks: 2 }
+  - when: { agent: main, last_role: tool }
+    reply: { text: "자비스의 답: 폴더가 비어 있습니다" }
+"#;
+    let provider = Arc::new(HeldAfterTools {
+        inner: FauxProvider::from_yaml(script).unwrap(),
+        agent: "main",
+        gate: watch::Sender::new(false),
+    });
+    let hud = Hud::start_in(home, provider.clone()).await;
+    browser.open_hud(&hud.url("session=s-sub&agent=main")).await;
+    prompt(&browser, "폴더 봐 줘").await;
+    let seen = browser
+        .wait_js(
+            "the sub-agent's work folds under run_subagent",
+            SUBAGENT_CARD,
+            |v| v["done"] == true && v["tools"] == json!(["list_dir:done"]),
+        )
+        .await;
+    assert_eq!(text(&seen["label"]), "↳ researcher");
+    assert_eq!(text(&seen["text"]), "폴더를 살펴보는 중|연구 결과: 비어 있음");
+    assert_eq!(
+        seen["flat"],
+        json!(["run_subagent"]),
+        "list_dir is not a card of the turn itself"
+    );
+    assert_eq!(
+        text(&seen["busy"]),
+        "true",
+        "the sub-agent's agent_end does not end the turn: JARVIS still works"
+    );
+    assert!(!text(&seen["log"]).contains("자비스의 답"));
+    browser.screenshot("subagent").await;
+    provider.gate.send_replace(true);
+    let done = browser
+        .wait_js("the parent answers", SUBAGENT_CARD, |v| {
+            text(&v["log"]).contains("자비스의 답") && text(&v["busy"]) == "false"
+        })
+        .await;
+    assert_eq!(done["flat"], json!(["run_subagent"]));
     browser.finish().await;
 }
