@@ -37,4 +37,5 @@ mod sessions_postgres;
 mod support;
 mod team;
 mod thinking;
+mod usage;
 mod web;
