@@ -10,10 +10,10 @@
 //! | layer | owns |
 //! |---|---|
 //! | `common` | [`Clock`], [`IdSource`], [`Timestamp`], character-counted text, atomic file writes, the [`HomeLock`], [`Extensions`] |
-//! | `model` | the [`Provider`] trait, [`ChatRequest`], [`ProviderEvent`], the shared [`ResponseAssembler`], the OpenAI-compatible, Anthropic and Ollama providers, [`FauxProvider`], the [`Embedder`] trait, the offline [`HashEmbedder`] and the embedder chosen from `JARVIS_EMBED__*` ([`EmbedConfig`]) |
+//! | `model` | the [`Provider`] trait, [`ChatRequest`], [`ProviderEvent`], the shared [`ResponseAssembler`], the OpenAI-compatible, Anthropic and Ollama providers, [`FauxProvider`], the [`Embedder`] trait, the offline [`HashEmbedder`] and the embedder chosen from `JARVIS_EMBED__*` ([`EmbedConfig`]), token counts ([`Usage`], [`estimate_tokens`]) and the [`PriceTable`] |
 //! | `memory` | [`MemoryService`] (working memory; semantic, episodic and procedural long-term memory; agent scopes; recall), the one injection point [`MemoryContext`], the [`MemoryStore`] trait with [`InMemoryMemoryStore`], `SqliteMemoryStore` and `PostgresMemoryStore` |
 //! | `agent` | [`run_agent_loop`] with the overflow resume, [`AgentEvent`], [`UIAdapter`], [`Tool`], the tool-call gate ([`ToolGate`]), sessions ([`SessionStore`]: [`JsonlSessionStore`], [`MemorySessionStore`], `PostgresSessionStore`), the turn [`Harness`], the thinking slot ([`ThoughtEngine`]) and open loops ([`OpenLoops`]) |
-//! | `core` | [`AgentSession`] (security → thinking → harness → loop), the [`SecurityPipeline`], the [`ApprovalBroker`] with [`LayeredApprovalRules`], the per-session [`Sandbox`] the [`builtin_tools`] and the [`memory_tools`], KAREN's housing tools ([`housing_tools`]), the [`Scheduler`] |
+//! | `core` | [`AgentSession`] (security → thinking → harness → loop), the [`SecurityPipeline`], the [`ApprovalBroker`] with [`LayeredApprovalRules`], the per-session [`Sandbox`] the [`builtin_tools`] and the [`memory_tools`], KAREN's housing tools ([`housing_tools`]), the [`Scheduler`], the [`UsageLedger`] of every turn's tokens and cost |
 //! | `app` | [`AgentProfile`], team definitions, the [`AgentRegistry`], [`build_app`] and [`AppAssembly`] |
 //!
 //! The plugin points are small object-safe traits held as `Arc<dyn …>`:
@@ -193,6 +193,7 @@ pub use core::{
     McpServerStatus, McpTool, McpToolInfo, bridge_mcp_stdio,
 };
 pub use core::{RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, memory_tools, register_memory_tools};
+pub use core::{Spent, USAGE_FILE, UsageBy, UsageError, UsageLedger, UsageMeter, UsageRow, UsageSummary};
 #[cfg(feature = "http")]
 pub use core::{WebFetchArgs, WebFetchTool, WebSearchArgs, WebSearchTool, web_fetch_tool, web_search_tool};
 #[cfg(feature = "postgres")]
@@ -243,6 +244,7 @@ pub use model::{
     EMBED_PROVIDER_ENV, EmbedConfig, EmbedProvider, OLLAMA_EMBED_BASE_URL, OLLAMA_EMBEDDING_MODEL,
     OPENAI_EMBEDDING_MODEL,
 };
+pub use model::{ModelPrice, PRICES_FILE, PriceError, PriceTable, estimate_tokens};
 #[cfg(feature = "ollama")]
 pub use model::{OLLAMA_BASE_URL, OllamaConfig, OllamaDecoder, OllamaProvider};
 #[cfg(feature = "openai")]

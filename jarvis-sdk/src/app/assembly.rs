@@ -37,13 +37,14 @@ use crate::core::{
 };
 use crate::core::{
     AgentStance, Job, JobOutput, JobRunner, Notice, NoticeWatch, Scheduler, SchedulerConfig, Supervisor,
-    TaskHealth, TaskStatus, UtcOffset, WATCH_AGENT, WatchJob, WatchReporter, watch_report,
+    TaskHealth, TaskStatus, USAGE_FILE, UsageBy, UsageLedger, UsageMeter, UsageSummary, UtcOffset,
+    WATCH_AGENT, WatchJob, WatchReporter, watch_report,
 };
 use crate::memory::{
     InMemoryMemoryStore, MemoryRead, MemoryScope, MemoryService, MemoryStore, ReembedPhase, ScopeResolver,
     StaticScopes,
 };
-use crate::model::{Embedder, Provider};
+use crate::model::{Embedder, PRICES_FILE, PriceTable, Provider};
 
 /// Sees the events of every session of the app, peer sessions included
 /// (the server's `agent_activity`, logs, metrics).
@@ -144,6 +145,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         Outbox::open(config.home.join(OUTBOX_FILE), DEFAULT_OUTBOX_CAPACITY)
             .map_err(|e| AppError::Config(e.to_string()))?,
     );
+    let usage = usage_meter(&config)?;
 
     // Tools: the built-in ones, KAREN's, and ask_agent once the team is known.
     let confinement = kernel_confinement();
@@ -333,6 +335,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         learners,
         loops,
         journal,
+        usage,
         supervisor: Arc::default(),
         interrupted: Mutex::default(),
         sessions: Mutex::default(),
@@ -349,6 +352,25 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     inner.recover(pending_turns).await;
     inner.reconcile_watch_reports().await;
     Ok(AppAssembly { inner })
+}
+
+/// The usage ledger and price table of `config`'s home:
+/// `$JARVIS_HOME/usage.jsonl` (in the process when the app keeps its
+/// sessions there, [`StoreBackend::Memory`]) and `$JARVIS_HOME/prices.yaml`
+/// (missing: every cost unknown; malformed: the app does not start, and the
+/// error names the file).
+fn usage_meter(config: &AppConfig) -> Result<UsageMeter, AppError> {
+    let prices =
+        PriceTable::load(config.home.join(PRICES_FILE)).map_err(|e| AppError::Config(e.to_string()))?;
+    let ledger = match config.store {
+        StoreBackend::Memory => UsageLedger::in_memory(),
+        _ => UsageLedger::open(config.home.join(USAGE_FILE)).map_err(|e| AppError::Config(e.to_string()))?,
+    };
+    Ok(UsageMeter::new(
+        Arc::new(ledger),
+        Arc::new(prices),
+        config.clock.clone(),
+    ))
 }
 
 /// How long the app waits at start for its MCP servers' first start
@@ -633,6 +655,9 @@ struct AppInner {
     demo: bool,
     /// Turns in progress (`$JARVIS_HOME/turns.jsonl`).
     journal: Arc<TurnJournal>,
+    /// Every turn's tokens and cost (`$JARVIS_HOME/usage.jsonl`), priced
+    /// by `$JARVIS_HOME/prices.yaml`.
+    usage: UsageMeter,
     /// Keeps the background work running.
     supervisor: Arc<Supervisor>,
     /// Sessions whose turn a restart cut short, with the note for the first
@@ -764,6 +789,31 @@ impl AppAssembly {
     /// Every tool of the app (each agent sees its own subset).
     pub fn tools(&self) -> &ToolRegistry {
         &self.inner.tools
+    }
+
+    /// The usage ledger: one row per turn that called the model, with its
+    /// tokens and cost (`$JARVIS_HOME/usage.jsonl`).
+    pub fn usage(&self) -> &Arc<UsageLedger> {
+        self.inner.usage.ledger()
+    }
+
+    /// The price table (`$JARVIS_HOME/prices.yaml`).
+    pub fn prices(&self) -> &Arc<PriceTable> {
+        self.inner.usage.prices()
+    }
+
+    /// What records each turn's usage, priced, in the ledger; every session
+    /// of the app uses it, and so may work that runs turns of its own.
+    pub fn usage_meter(&self) -> &UsageMeter {
+        &self.inner.usage
+    }
+
+    /// The ledger's rows grouped `by` agent, session or day, sorted by key;
+    /// days are the person's (the AGENDA's zone,
+    /// [`AgendaSettings::utc_offset_minutes`](super::AgendaSettings::utc_offset_minutes)).
+    pub fn usage_summary(&self, by: UsageBy) -> Vec<UsageSummary> {
+        self.usage()
+            .summary(by, self.inner.config.agenda.utc_offset_minutes)
     }
 
     /// Adds an observer of every session's events, from now on.
@@ -1116,7 +1166,8 @@ impl AppInner {
             harness,
             screens.clone(),
             broker,
-        );
+        )
+        .with_usage(self.usage.clone());
         if self.config.agenda.open_loops {
             let judge: Arc<dyn LoopJudge> = if self.config.agenda.model_judge {
                 Arc::new(ModelJudge::new(self.provider.clone(), profile.model.clone()))

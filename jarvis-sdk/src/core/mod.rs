@@ -10,7 +10,7 @@
 //! built-in tools ([`builtin_tools`]) live here too, and so do the memory
 //! tools every agent gets ([`memory_tools`]). The [`schedule`] module is the
 //! scheduler: job files, the run ledger, the catch-up rule and the housing
-//! watch job.
+//! watch job. The [`UsageLedger`] keeps every turn's tokens and cost.
 
 mod agenda;
 pub(crate) mod approval;
@@ -28,6 +28,7 @@ mod session;
 pub(crate) mod supervise;
 mod tool_policy;
 mod tools;
+mod usage;
 
 pub use agenda::{AgendaItem, AgendaKind, AgendaSource};
 pub use approval::{
@@ -111,3 +112,4 @@ pub use tools::{
 };
 #[cfg(feature = "http")]
 pub use tools::{WebFetchArgs, WebFetchTool, WebSearchArgs, WebSearchTool, web_fetch_tool, web_search_tool};
+pub use usage::{Spent, USAGE_FILE, UsageBy, UsageError, UsageLedger, UsageMeter, UsageRow, UsageSummary};

@@ -21,6 +21,13 @@
 //! `answer`. [`AgentSession::abort`] cancels background jobs too.
 //! [`AgentSession::prompt`] and [`AgentSession::prompt_with`] always wait
 //! for the final answer (a delegation returns the callee's stored answer).
+//!
+//! **Usage.** With a [`UsageMeter`] ([`AgentSessionParts::with_usage`]),
+//! every turn that called the model is recorded in the usage ledger, with
+//! its own calls only, just before its `agent_end` reaches any screen (so a
+//! screen that asks for the session's usage on `agent_end` finds the turn
+//! counted). A slash command answered without the model and a rejected
+//! input record nothing.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,10 +39,11 @@ use tokio_util::sync::CancellationToken;
 use super::approval::{ApprovalBroker, Attachment};
 use super::commands::{CommandContext, SlashCommands};
 use super::security::{Caller, SecurityError, SecurityInput, SecurityPipeline};
+use super::usage::UsageMeter;
 use crate::agent::{
-    AgentError, AgentEvent, Approver, FinalMessage, Harness, HubAttachment, LoopOutcome, MessageDelta,
-    NoThinking, OpenLoops, PendingTurn, ProactiveKind, ScreenHub, SessionId, SessionKind, StopReason,
-    ThinkingHook, ThinkingInput, TurnOptions, TurnReport, UIAdapter,
+    AgentError, AgentEvent, Approver, FinalMessage, Harness, HubAttachment, LoopContext, LoopOutcome,
+    MessageDelta, NoThinking, OpenLoops, PendingTurn, ProactiveKind, ScreenHub, SessionId, SessionKind,
+    StopReason, ThinkingHook, ThinkingInput, TurnOptions, TurnReport, UIAdapter,
 };
 use crate::common::Extensions;
 use crate::common::Timestamp;
@@ -131,6 +139,8 @@ pub struct AgentSessionParts {
     pub commands: Option<Arc<dyn SlashCommands>>,
     /// The AGENDA's open loops: judged after each turn of a person's session.
     pub open_loops: Option<Arc<OpenLoops>>,
+    /// Records each turn's tokens and cost in the usage ledger.
+    pub usage: Option<UsageMeter>,
 }
 
 impl fmt::Debug for AgentSessionParts {
@@ -166,6 +176,7 @@ impl AgentSessionParts {
             broker,
             commands: None,
             open_loops: None,
+            usage: None,
         }
     }
 
@@ -185,6 +196,13 @@ impl AgentSessionParts {
     /// Puts a thinking hook in the slot.
     pub fn with_thinking(mut self, thinking: Arc<dyn ThinkingHook>) -> Self {
         self.thinking = thinking;
+        self
+    }
+
+    /// Records every turn's tokens and cost with `meter` (see the
+    /// [module docs](self)).
+    pub fn with_usage(mut self, meter: UsageMeter) -> Self {
+        self.usage = Some(meter);
         self
     }
 }
@@ -300,16 +318,60 @@ impl TurnSlot {
 /// is still the foreground turn, marks it as ending (before any screen sees
 /// the event), so a prompt sent in answer to `agent_end` waits for the
 /// recording instead of being refused as busy. A background job's
-/// `agent_end` leaves the foreground turn alone.
+/// `agent_end` leaves the foreground turn alone. With a meter, the turn's
+/// usage is recorded first, when it called the model.
 struct EndWatch {
     slot: Arc<TurnSlot>,
     turn: u64,
     screens: Arc<dyn UIAdapter>,
+    usage: Option<TurnMeter>,
+}
+
+/// What a turn's [`EndWatch`] records its usage with.
+struct TurnMeter {
+    meter: UsageMeter,
+    session_id: String,
+    agent_id: String,
+    turn_id: String,
+    model: String,
+}
+
+impl TurnMeter {
+    /// The meter of the turn `ctx` runs: its session, agent and id, and the
+    /// model its requests name (the provider's own name when they name
+    /// none and the provider picks).
+    fn of(meter: UsageMeter, ctx: &LoopContext) -> Self {
+        let model = if ctx.model.model.is_empty() {
+            ctx.provider.name().to_owned()
+        } else {
+            ctx.model.model.clone()
+        };
+        Self {
+            meter,
+            session_id: ctx.identity.session_id.clone(),
+            agent_id: ctx.identity.agent_id.clone(),
+            turn_id: ctx.turn_id.clone(),
+            model,
+        }
+    }
 }
 
 impl UIAdapter for EndWatch {
     fn on_event(&self, event: &AgentEvent) -> std::ops::ControlFlow<()> {
-        if let AgentEvent::AgentEnd { .. } = event {
+        if let AgentEvent::AgentEnd {
+            final_message, turns, ..
+        } = event
+        {
+            // A turn with no step never called the model (aborted first).
+            if let Some(m) = self.usage.as_ref().filter(|_| *turns > 0) {
+                m.meter.record_turn(
+                    &m.session_id,
+                    &m.agent_id,
+                    &m.turn_id,
+                    &m.model,
+                    &final_message.usage,
+                );
+            }
             let mut state = self.slot.lock();
             if state.running.as_ref().is_some_and(|(turn, _)| *turn == self.turn) {
                 state.ending = true;
@@ -588,6 +650,7 @@ impl AgentSession {
         tokio::spawn(async move {
             let _foreground = foreground;
             let parts = &session.inner.parts;
+            let meter = parts.usage.clone();
             let outcome = parts
                 .harness
                 .resume_turn(
@@ -598,6 +661,7 @@ impl AgentSession {
                             slot,
                             turn,
                             screens: ctx.ui.clone(),
+                            usage: meter.map(|m| TurnMeter::of(m, ctx)),
                         });
                     },
                     &cancel,
@@ -907,6 +971,7 @@ impl AgentSession {
         tokio::spawn(async move {
             let parts = &session.inner.parts;
             let prompt = input.text;
+            let meter = parts.usage.clone();
             let outcome = parts
                 .harness
                 .run_turn_in(
@@ -918,6 +983,7 @@ impl AgentSession {
                             slot,
                             turn,
                             screens: ctx.ui.clone(),
+                            usage: meter.map(|m| TurnMeter::of(m, ctx)),
                         });
                         ctx.turn_instruction = turn_instruction;
                         ctx.extensions = extensions;

@@ -247,6 +247,7 @@ impl AnthropicDecoder {
             "message_start" => {
                 let usage = &event["message"]["usage"];
                 self.usage.input_tokens = input_tokens(usage);
+                self.usage.cached_input_tokens = usage["cache_read_input_tokens"].as_u64().unwrap_or(0);
                 self.usage.output_tokens = usage["output_tokens"].as_u64().unwrap_or(0);
             }
             "content_block_start" => {
@@ -329,6 +330,7 @@ impl AnthropicDecoder {
                 }
                 if usage.get("input_tokens").is_some_and(|v| v.is_u64()) {
                     self.usage.input_tokens = input_tokens(usage);
+                    self.usage.cached_input_tokens = usage["cache_read_input_tokens"].as_u64().unwrap_or(0);
                 }
             }
             "message_stop" => {
@@ -353,7 +355,10 @@ impl AnthropicDecoder {
     }
 }
 
-/// Input tokens including cache reads and writes, which are billed input.
+/// Input tokens including cache reads and writes, which are billed input
+/// (`cache_read_input_tokens`, the part read from the cache, is also
+/// [`Usage::cached_input_tokens`];
+/// <https://docs.anthropic.com/en/api/messages-streaming>).
 fn input_tokens(usage: &Value) -> u64 {
     [
         "input_tokens",

@@ -190,10 +190,7 @@ mod tests {
     fn stop() -> ProviderEvent {
         ProviderEvent::Stop {
             reason: FinishReason::ToolUse,
-            usage: Usage {
-                input_tokens: 3,
-                output_tokens: 2,
-            },
+            usage: Usage::new(3, 2),
         }
     }
 

@@ -138,20 +138,63 @@ pub struct ToolResultMessage {
 }
 
 /// Token counts of one or more model calls.
+///
+/// `input_tokens` is the whole input the calls read; `cached_input_tokens`
+/// is the part of it the provider read from its prompt cache (so it is
+/// never more than `input_tokens`). Counts come from the provider's own
+/// usage report; where a provider sends none, the loop may fill in an
+/// estimate ([`estimate_tokens`](super::estimate_tokens)) and says so with
+/// `estimated`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Usage {
-    /// Tokens read by the model.
+    /// Tokens read by the model, cached ones included.
     #[serde(default)]
     pub input_tokens: u64,
     /// Tokens written by the model.
     #[serde(default)]
     pub output_tokens: u64,
+    /// The part of `input_tokens` read from the provider's prompt cache.
+    #[serde(default)]
+    pub cached_input_tokens: u64,
+    /// Whether any part of these counts was estimated rather than reported
+    /// by the provider (absent when `false`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub estimated: bool,
+}
+
+impl Usage {
+    /// Reported counts of `input_tokens` read and `output_tokens` written,
+    /// nothing cached.
+    pub fn new(input_tokens: u64, output_tokens: u64) -> Self {
+        Self {
+            input_tokens,
+            output_tokens,
+            ..Self::default()
+        }
+    }
+
+    /// These counts with `cached_input_tokens` of the input read from the
+    /// prompt cache.
+    pub fn with_cached_input(mut self, cached_input_tokens: u64) -> Self {
+        self.cached_input_tokens = cached_input_tokens;
+        self
+    }
+
+    /// These counts, marked as estimated.
+    pub fn estimated(mut self) -> Self {
+        self.estimated = true;
+        self
+    }
 }
 
 impl AddAssign for Usage {
+    /// Adds the counters (saturating at `u64::MAX`); the sum is estimated
+    /// when either part was.
     fn add_assign(&mut self, rhs: Self) {
         self.input_tokens = self.input_tokens.saturating_add(rhs.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(rhs.output_tokens);
+        self.cached_input_tokens = self.cached_input_tokens.saturating_add(rhs.cached_input_tokens);
+        self.estimated = self.estimated || rhs.estimated;
     }
 }
 
@@ -186,5 +229,41 @@ mod tests {
         assert!(call.arguments_error().unwrap().contains("not valid JSON"));
         call.arguments = json!([1]);
         assert!(call.arguments_error().unwrap().contains("JSON object"));
+    }
+
+    #[test]
+    fn usage_adds_up_saturating_and_stays_estimated() {
+        let mut total = Usage::new(10, 2).with_cached_input(4);
+        total += Usage::new(5, 1).estimated();
+        assert_eq!(
+            total,
+            Usage {
+                input_tokens: 15,
+                output_tokens: 3,
+                cached_input_tokens: 4,
+                estimated: true,
+            }
+        );
+        total += Usage::new(u64::MAX, 0).with_cached_input(u64::MAX);
+        assert_eq!(
+            (total.input_tokens, total.cached_input_tokens),
+            (u64::MAX, u64::MAX)
+        );
+        assert!(total.estimated, "once estimated, the sum stays estimated");
+    }
+
+    #[test]
+    fn usage_serialises_cached_tokens_and_only_a_true_estimate() {
+        assert_eq!(
+            serde_json::to_value(Usage::new(7, 2)).unwrap(),
+            json!({"input_tokens": 7, "output_tokens": 2, "cached_input_tokens": 0})
+        );
+        assert_eq!(
+            serde_json::to_value(Usage::new(7, 2).estimated()).unwrap()["estimated"],
+            true
+        );
+        // Records written before the fields existed still read.
+        let old: Usage = serde_json::from_value(json!({"input_tokens": 3, "output_tokens": 1})).unwrap();
+        assert_eq!(old, Usage::new(3, 1));
     }
 }

@@ -1,6 +1,7 @@
 //! The model layer: the [`Provider`] trait and its request and event
-//! vocabulary, the shared tool-call assembler, [`FauxProvider`], and the
-//! [`Embedder`] trait with its embedders.
+//! vocabulary, the shared tool-call assembler, [`FauxProvider`], the
+//! [`Embedder`] trait with its embedders, and what calls cost: token
+//! [`estimate_tokens`] and the [`PriceTable`].
 //!
 //! `model` knows no layer above it: no memory, sessions, tools or UI.
 
@@ -12,6 +13,7 @@ mod config;
 mod discover;
 mod embed;
 mod error;
+mod estimate;
 mod event;
 mod faux;
 #[cfg(feature = "http")]
@@ -21,6 +23,7 @@ mod message;
 mod ollama;
 #[cfg(feature = "openai")]
 mod openai;
+mod prices;
 mod provider;
 mod request;
 
@@ -47,6 +50,7 @@ pub use embed::{OllamaEmbedder, OllamaEmbedderConfig};
 #[cfg(feature = "openai")]
 pub use embed::{OpenAiEmbedder, OpenAiEmbedderConfig};
 pub use error::ProviderError;
+pub use estimate::estimate_tokens;
 pub use event::{FinishReason, ProviderEvent};
 pub use faux::{
     DEMO_SCRIPT, FAUX_REQUEST_LOG_ENV, FAUX_SCRIPT_ENV, FauxError, FauxProvider, FauxReply, FauxRule,
@@ -65,5 +69,6 @@ pub use message::{
 pub use ollama::{OLLAMA_BASE_URL, OllamaConfig, OllamaDecoder, OllamaProvider};
 #[cfg(feature = "openai")]
 pub use openai::{OPENAI_BASE_URL, OpenAiConfig, OpenAiDecoder, OpenAiProvider};
+pub use prices::{ModelPrice, PRICES_FILE, PriceError, PriceTable};
 pub use provider::{Provider, ProviderExt, ProviderStream};
 pub use request::{ChatRequest, Purpose, RequestMetadata, ToolChoice, ToolSpec};

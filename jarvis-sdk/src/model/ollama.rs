@@ -231,10 +231,11 @@ impl OllamaDecoder {
             };
             out.push(ProviderEvent::Stop {
                 reason,
-                usage: Usage {
-                    input_tokens: line["prompt_eval_count"].as_u64().unwrap_or(0),
-                    output_tokens: line["eval_count"].as_u64().unwrap_or(0),
-                },
+                // Ollama reports no prompt cache.
+                usage: Usage::new(
+                    line["prompt_eval_count"].as_u64().unwrap_or(0),
+                    line["eval_count"].as_u64().unwrap_or(0),
+                ),
             });
         }
         Ok(())

@@ -220,10 +220,17 @@ impl OpenAiDecoder {
             ));
         }
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
-            self.usage = Usage {
-                input_tokens: usage["prompt_tokens"].as_u64().unwrap_or(0),
-                output_tokens: usage["completion_tokens"].as_u64().unwrap_or(0),
-            };
+            // `prompt_tokens` counts the cached part too
+            // (https://platform.openai.com/docs/api-reference/chat/object).
+            self.usage = Usage::new(
+                usage["prompt_tokens"].as_u64().unwrap_or(0),
+                usage["completion_tokens"].as_u64().unwrap_or(0),
+            )
+            .with_cached_input(
+                usage["prompt_tokens_details"]["cached_tokens"]
+                    .as_u64()
+                    .unwrap_or(0),
+            );
         }
         let Some(choice) = chunk["choices"].as_array().and_then(|c| c.first()) else {
             return Ok(()); // the usage chunk, or a keep-alive

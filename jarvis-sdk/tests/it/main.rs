@@ -38,4 +38,5 @@ mod subagents;
 mod support;
 mod team;
 mod thinking;
+mod usage;
 mod web;

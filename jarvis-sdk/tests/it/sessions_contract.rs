@@ -115,10 +115,7 @@ pub(crate) fn turn(n: usize) -> Vec<EntryBody> {
                 name: "lookup".into(),
                 arguments: json!({"n": n, "text": "한글 ✓"}),
             }],
-            usage: Some(Usage {
-                input_tokens: 10,
-                output_tokens: 2,
-            }),
+            usage: Some(Usage::new(10, 2)),
         })),
         msg(Message::Tool(ToolResultMessage {
             tool_call_id: format!("call_{n}"),

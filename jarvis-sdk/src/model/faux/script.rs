@@ -306,10 +306,7 @@ impl FauxReply {
 
     /// Reports usage.
     pub fn usage(mut self, input_tokens: u64, output_tokens: u64) -> Self {
-        self.usage = Some(Usage {
-            input_tokens,
-            output_tokens,
-        });
+        self.usage = Some(Usage::new(input_tokens, output_tokens));
         self
     }
 

@@ -4,7 +4,7 @@ use jarvis_sdk::testing::{FnTool, RecordingAdapter};
 use jarvis_sdk::{
     AgentLoopConfig, AnthropicConfig, AnthropicDecoder, AnthropicProvider, ApiKey, CancellationToken,
     ChatRequest, HttpSettings, LoopContext, Message, ModelSettings, Purpose, StopReason, ToolRegistry,
-    ToolResult, run_agent_loop,
+    ToolResult, Usage, run_agent_loop,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -225,6 +225,26 @@ async fn the_overflow_summary_succeeds_with_tool_records_in_the_history() {
     insta::assert_snapshot!(
         "anthropic__summary_request",
         serde_json::to_string_pretty(summary).unwrap()
+    );
+}
+
+#[tokio::test]
+async fn cache_reads_count_as_cached_input_and_every_cache_token_as_input() {
+    let replay = Replay::start(vec![fixtures::load("anthropic", "cached_prompt").into()]).await;
+    let ctx = LoopContext::new(Arc::new(provider(&replay.url, Arc::default())));
+    let outcome = run_agent_loop(
+        &ctx,
+        &AgentLoopConfig::default(),
+        vec![Message::user("또 왔어")],
+        &CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome.final_message.content, "다시 오셨네요, 주인님.");
+    assert_eq!(
+        outcome.final_message.usage,
+        Usage::new(12 + 200 + 1800, 9).with_cached_input(1800),
+        "input sums input, cache writes and cache reads; the reads are the cached part"
     );
 }
 

@@ -5,7 +5,7 @@ use jarvis_sdk::testing::{FnTool, RecordingAdapter};
 use jarvis_sdk::{
     AgentEvent, AgentLoopConfig, ApiKey, CancellationToken, ChatRequest, HttpSettings, LoopContext, Message,
     ModelSettings, OpenAiConfig, OpenAiDecoder, OpenAiProvider, Provider, ProviderError, RetryPolicy,
-    StopReason, ToolRegistry, ToolResult, run_agent_loop,
+    StopReason, ToolRegistry, ToolResult, Usage, run_agent_loop,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -112,6 +112,26 @@ async fn a_tool_loop_sends_well_formed_requests() {
     insta::assert_snapshot!(
         "openai__loop_requests",
         serde_json::to_string_pretty(&bodies).unwrap()
+    );
+}
+
+#[tokio::test]
+async fn cached_prompt_tokens_reach_the_turns_usage_as_part_of_its_input() {
+    let replay = Replay::start(vec![fixtures::load("openai", "cached_prompt").into()]).await;
+    let ctx = LoopContext::new(Arc::new(provider(&replay.url, Arc::default())));
+    let outcome = run_agent_loop(
+        &ctx,
+        &AgentLoopConfig::default(),
+        vec![Message::user("또 왔어")],
+        &CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome.final_message.content, "다시 오셨네요, 주인님.");
+    assert_eq!(
+        outcome.final_message.usage,
+        Usage::new(2006, 9).with_cached_input(1920),
+        "prompt_tokens is the whole input; cached_tokens the part of it from the cache"
     );
 }
 
