@@ -82,15 +82,16 @@ pub use agent::{
     LearnError, ProcedureDraft, REFLECTION_INSTRUCTION, Reflection, ReflectionConfig, Reflector, parse_facts,
 };
 pub use agent::{
-    AgentError, AgentEvent, AgentIdentity, AgentLoopConfig, AllowAll, ApprovalDecision, ApprovalRequest,
-    Approver, BeforeToolCall, Durability, ENTRY_SCHEMA_VERSION, EntryBody, FINAL_TOOL_NAME, FanoutAdapter,
-    FinalArgs, FinalMessage, FinalTool, GateDecision, GateStage, GateVerdict, Harness, HarnessConfig,
-    HubAttachment, JsonlOptions, JsonlSessionStore, LEGACY_AGENT_ID, LoadReport, LoopContext, LoopOutcome,
-    MAX_AGENT_ID_LEN, MAX_SESSION_ID_LEN, MAX_TITLE_CHARS, MemorySessionStore, MessageDelta, ModelSettings,
-    NewSession, NoThinking, NoopAdapter, ScreenHub, SessionEntry, SessionError, SessionId, SessionKind,
-    SessionMeta, SessionStore, StopReason, SubOrigin, ThinkingHook, ThinkingInput, ThinkingOutcome, Tool,
-    ToolCallInfo, ToolContext, ToolError, ToolGate, ToolPolicy, ToolRegistry, ToolResult, ToolSource, Typed,
-    TypedTool, UIAdapter, prompts, run_agent_loop, schema_for, validate_agent_id,
+    AgentError, AgentEvent, AgentIdentity, AgentLoopConfig, AllowAll, Allowance, ApprovalDecision,
+    ApprovalRequest, Approver, BeforeToolCall, Budget, BudgetReached, Durability, ENTRY_SCHEMA_VERSION,
+    EntryBody, FINAL_TOOL_NAME, FanoutAdapter, FinalArgs, FinalMessage, FinalTool, GateDecision, GateStage,
+    GateVerdict, Harness, HarnessConfig, HubAttachment, JsonlOptions, JsonlSessionStore, LEGACY_AGENT_ID,
+    LoadReport, LoopContext, LoopOutcome, MAX_AGENT_ID_LEN, MAX_SESSION_ID_LEN, MAX_TITLE_CHARS,
+    MemorySessionStore, MessageDelta, ModelSettings, NewSession, NoThinking, NoopAdapter, ScreenHub,
+    SessionEntry, SessionError, SessionId, SessionKind, SessionMeta, SessionStore, StopReason, SubOrigin,
+    ThinkingHook, ThinkingInput, ThinkingOutcome, Tool, ToolCallInfo, ToolContext, ToolError, ToolGate,
+    ToolPolicy, ToolRegistry, ToolResult, ToolSource, Typed, TypedTool, UIAdapter, UsageTally, UsageTotal,
+    prompts, run_agent_loop, schema_for, validate_agent_id,
 };
 pub use agent::{
     DEFAULT_THINK_THRESHOLD, DEFAULT_THOUGHT_TEMPLATE, FRAME_INSTRUCTION, ProactiveKind, Route,

@@ -86,6 +86,8 @@ pub mod codes {
     /// A turn of this session was cut short by a restart (sent once, to the
     /// first screen that opens the session afterwards).
     pub const INTERRUPTED: &str = "interrupted";
+    /// A session or day budget is spent: the prompt did not run.
+    pub const BUDGET_EXHAUSTED: &str = "budget_exhausted";
 
     /// Every code of `error` frames, for clients and tests that check they
     /// know the one they got.
@@ -104,6 +106,7 @@ pub mod codes {
         METHOD_NOT_ALLOWED,
         FORBIDDEN_ORIGIN,
         INTERRUPTED,
+        BUDGET_EXHAUSTED,
     ];
 }
 

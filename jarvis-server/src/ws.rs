@@ -401,6 +401,7 @@ impl Connection<'_> {
                     "a turn is running in this session; wait for it to end or abort it",
                 ),
                 Err(TurnError::Rejected(error)) => outbox.error(rejection_code(&error), error.to_string()),
+                Err(TurnError::BudgetExhausted(message)) => outbox.error(codes::BUDGET_EXHAUSTED, message),
                 Err(error) => {
                     tracing::error!(session = %session.id(), %error, "a turn could not run");
                     outbox.error(

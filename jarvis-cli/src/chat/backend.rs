@@ -184,6 +184,9 @@ impl Local {
                             },
                             e.to_string(),
                         ),
+                        Err(TurnError::BudgetExhausted(message)) => {
+                            ServerNotice::error(codes::BUDGET_EXHAUSTED, message)
+                        }
                         Err(e) => ServerNotice::error(codes::INTERNAL, e.to_string()),
                     };
                     let _ = tx.send(ServerMessage::Notice(error));

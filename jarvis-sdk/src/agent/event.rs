@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::run::UsageTotal;
 use crate::model::{Role, Usage};
 
 /// One event of a running turn.
@@ -66,6 +67,10 @@ pub enum AgentEvent {
         turns: u32,
         /// Overflows in this turn: 0, 1 or 2.
         overflows: u8,
+        /// What the turn spent with everything it started: its own calls
+        /// (`final_message.usage`) plus its sub-agents' and delegations'.
+        #[serde(default)]
+        usage_total: UsageTotal,
     },
     /// The model call failed; `agent_end` follows.
     AgentError {
@@ -215,6 +220,8 @@ pub enum StopReason {
     /// The process stopped (a crash, a kill) while the turn ran; it was
     /// closed at the next start with what it had recorded and no answer.
     Interrupted,
+    /// A budget was reached; one tool-less wrap-up call gave the answer.
+    Budget,
 }
 
 #[cfg(test)]
@@ -252,6 +259,7 @@ mod tests {
             },
             turns: 3,
             overflows: 1,
+            usage_total: UsageTotal::default(),
         };
         let v = serde_json::to_value(&e).unwrap();
         assert_eq!(v["type"], "agent_end");

@@ -38,8 +38,8 @@ pub use openloop::{
 };
 pub use run::prompts;
 pub use run::{
-    AgentIdentity, AgentLoopConfig, LoopContext, LoopOutcome, LoopState, ModelSettings, TurnRecorder,
-    run_agent_loop,
+    AgentIdentity, AgentLoopConfig, Allowance, Budget, BudgetReached, LoopContext, LoopOutcome, LoopState,
+    ModelSettings, TurnRecorder, UsageTally, UsageTotal, run_agent_loop,
 };
 #[cfg(feature = "postgres")]
 pub use session::PostgresSessionStore;

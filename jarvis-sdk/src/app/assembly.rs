@@ -194,6 +194,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         agent_only: &agent_only,
         env: &env,
         unconfigured: &unconfigured,
+        budget: config.budget,
     };
     // JARVIS's own definition: `main.yaml` in the team directory, or one
     // given to the config (which wins).
@@ -622,6 +623,7 @@ fn main_profile(config: &AppConfig, tools: &BTreeSet<String>, agent_only: &BTree
         thinking: config.thinking.clone(),
         feedback: Arc::new(CountingFeedback::default()),
         subagents: Vec::new(),
+        budget: config.budget,
     }
 }
 
@@ -1125,7 +1127,8 @@ impl AppInner {
                 };
                 (service.clone(), scope)
             });
-            let runtime = SubagentRuntime::new(self.store.clone(), self.sub_sessions.clone(), memory);
+            let runtime = SubagentRuntime::new(self.store.clone(), self.sub_sessions.clone(), memory)
+                .with_usage(self.usage.clone());
             register(
                 &mut tools,
                 RunSubagentTool::new(profile.subagents.clone(), runtime).into_tool(),
@@ -1167,7 +1170,8 @@ impl AppInner {
             screens.clone(),
             broker,
         )
-        .with_usage(self.usage.clone());
+        .with_usage(self.usage.clone())
+        .with_budget(profile.budget, self.config.agenda.utc_offset_minutes);
         if self.config.agenda.open_loops {
             let judge: Arc<dyn LoopJudge> = if self.config.agenda.model_judge {
                 Arc::new(ModelJudge::new(self.provider.clone(), profile.model.clone()))
@@ -1700,6 +1704,7 @@ impl AgentDirectory for AppInner {
         options.extensions = Extensions::new().with(d.chain);
         options.approver = approver;
         options.parent_turn = Some(d.caller_turn).filter(|t| !t.is_empty());
+        options.parent_usage = d.usage;
         match peer.prompt_with(d.request, options).await {
             Ok(outcome) if outcome.final_message.stop_reason == crate::agent::StopReason::Error => {
                 Err(failed(

@@ -217,6 +217,11 @@ pub struct AppConfig {
     pub proactive: bool,
     /// Thinking settings, shared by every agent.
     pub thinking: super::profile::ThinkingSettings,
+    /// The budget of every agent whose definition sets none of a limit
+    /// (`JARVIS_BUDGET__TURN_TOKENS`, `__SESSION_TOKENS`, `__DAY_TOKENS`,
+    /// `__TURN_USD`, `__SESSION_USD`, `__DAY_USD`; all unset, unlimited, by
+    /// default).
+    pub budget: crate::agent::Budget,
     /// The dual channel of people's sessions.
     pub dual: crate::core::DualConfig,
     /// Where sessions (and, with Postgres, memory) are kept.
@@ -324,6 +329,7 @@ impl AppConfig {
             system_prompt: JARVIS_SYSTEM_PROMPT.to_owned(),
             proactive: true,
             thinking: super::profile::ThinkingSettings::default(),
+            budget: crate::agent::Budget::default(),
             dual: crate::core::DualConfig::default(),
             store: StoreBackend::Jsonl,
             memory: MemorySettings::default(),
@@ -530,6 +536,39 @@ impl AppConfig {
         }
         if let Some(on) = var("JARVIS_THINKING__LEARN_PROCEDURES") {
             config.thinking.learn_procedures = truthy(&on);
+        }
+        for key in crate::agent::Budget::KEYS {
+            let name = format!("JARVIS_BUDGET__{}", key.to_ascii_uppercase());
+            let Some(value) = var(&name) else { continue };
+            let bad = || {
+                AppError::Config(format!(
+                    "{name}={value} is not a limit (a whole number of tokens, or dollars)"
+                ))
+            };
+            let b = &mut config.budget;
+            match key {
+                "turn_tokens" | "session_tokens" | "day_tokens" => {
+                    let n = value.trim().parse::<u64>().map_err(|_| bad())?;
+                    *match key {
+                        "turn_tokens" => &mut b.turn_tokens,
+                        "session_tokens" => &mut b.session_tokens,
+                        _ => &mut b.day_tokens,
+                    } = Some(n);
+                }
+                _ => {
+                    let usd = value
+                        .trim()
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|v| v.is_finite() && *v >= 0.0)
+                        .ok_or_else(bad)?;
+                    *match key {
+                        "turn_usd" => &mut b.turn_usd,
+                        "session_usd" => &mut b.session_usd,
+                        _ => &mut b.day_usd,
+                    } = Some(usd);
+                }
+            }
         }
         // The offline demo finds notices on a fresh machine: with the demo
         // model playing and no housing source configured, the bundled sample

@@ -29,6 +29,7 @@ use std::sync::Arc;
 
 use super::profile::{AgentProfile, MAIN_AGENT, Palette, wordmark};
 use super::subagent::{RUN_SUBAGENT_TOOL, SubagentBuilder, SubagentDefinition};
+use crate::agent::Budget;
 use crate::core::Boundaries;
 use crate::core::CountingFeedback;
 use crate::core::SandboxSettings;
@@ -57,6 +58,8 @@ struct DefinitionFile {
     mcp: Option<serde_yaml::Value>,
     /// Its sub-agents (built by [`SubagentBuilder`]).
     subagents: Option<Vec<SubagentDefinition>>,
+    /// Its limits; each unset one comes from `JARVIS_BUDGET__*`.
+    budget: Option<Budget>,
 }
 
 /// A definition's `model` as a map; a plain string is its `name`.
@@ -130,6 +133,9 @@ pub struct TeamContext<'a> {
     pub unconfigured: &'a BTreeSet<String>,
     /// The environment `${VAR}` in a definition's `mcp` reads.
     pub env: &'a dyn Fn(&str) -> Option<String>,
+    /// The limits of a definition's `budget` that it leaves unset
+    /// (`JARVIS_BUDGET__*`).
+    pub budget: Budget,
 }
 
 impl std::fmt::Debug for TeamContext<'_> {
@@ -217,6 +223,8 @@ pub fn parse_definition(id: &str, yaml: &str, team: &TeamContext<'_>) -> Result<
         None | Some(serde_yaml::Value::Null) => Vec::new(),
         Some(value) => parse_agent_servers(id, value, team.env)?,
     };
+    let budget = file.budget.unwrap_or_default();
+    budget.validate()?;
     let name = non_empty(file.name).unwrap_or_else(|| wordmark(id));
     Ok(AgentProfile {
         id: id.to_owned(),
@@ -238,6 +246,7 @@ pub fn parse_definition(id: &str, yaml: &str, team: &TeamContext<'_>) -> Result<
         thinking: main.thinking.clone(),
         feedback: Arc::new(CountingFeedback::default()),
         subagents,
+        budget: budget.or(team.budget),
     })
 }
 
@@ -305,7 +314,7 @@ pub fn apply_main_definition(
         tools: Option<Vec<String>>,
         boundaries: Option<Boundaries>,
         subagents: Option<Vec<SubagentDefinition>>,
-        budget: Option<serde_yaml::Value>,
+        budget: Option<Budget>,
     }
     if yaml.trim().is_empty() {
         return Ok(());
@@ -344,7 +353,10 @@ pub fn apply_main_definition(
     if !profile.subagents.is_empty() {
         profile.tools.push(RUN_SUBAGENT_TOOL.to_owned());
     }
-    let _ = file.budget;
+    if let Some(budget) = file.budget {
+        budget.validate().map_err(|e| format!("main.yaml: {e}"))?;
+        profile.budget = budget.or(team.budget);
+    }
     *main = profile;
     Ok(())
 }

@@ -292,6 +292,7 @@ impl McpConnection {
                 _ => CallToolResult::success(vec![ContentBlock::text(outcome.final_message.content)]),
             },
             Ok(Err(TurnError::Rejected(error))) => failure(error.to_string()),
+            Ok(Err(TurnError::BudgetExhausted(message))) => failure(format!("budget_exhausted: {message}")),
             Ok(Err(error)) => {
                 tracing::error!(session = %slot.id, %error, "an MCP call's turn could not run");
                 failure(format!("the turn could not run: {error}"))

@@ -112,6 +112,9 @@ pub struct AgentProfile {
     pub feedback: Arc<dyn FeedbackLearner>,
     /// Its sub-agents (`subagents:`), run through `run_subagent`.
     pub subagents: Vec<Arc<super::SubagentSpec>>,
+    /// Its limits per turn, session and day (`budget:`, each unset one
+    /// from `JARVIS_BUDGET__*`).
+    pub budget: crate::agent::Budget,
 }
 
 impl AgentProfile {

@@ -56,7 +56,7 @@ use crate::agent::{
     SessionStore, StopReason, SubOrigin, ToolContext, ToolError, ToolRegistry, ToolResult, Typed, TypedTool,
     UIAdapter, run_agent_loop,
 };
-use crate::core::{AgentToolPolicy, REMEMBER_TASK_PATTERN_TOOL};
+use crate::core::{AgentToolPolicy, REMEMBER_TASK_PATTERN_TOOL, UsageMeter};
 use crate::memory::{MemoryScope, MemoryService};
 use crate::model::Message;
 
@@ -227,6 +227,7 @@ pub struct SubagentRuntime {
     store: Arc<dyn SessionStore>,
     counter: Arc<AtomicU64>,
     memory: Option<(Arc<MemoryService>, MemoryScope)>,
+    usage: Option<UsageMeter>,
 }
 
 impl std::fmt::Debug for SubagentRuntime {
@@ -251,7 +252,15 @@ impl SubagentRuntime {
             store,
             counter,
             memory,
+            usage: None,
         }
+    }
+
+    /// Records each run's own model calls in the usage ledger, as a row of
+    /// its `sub-<n>` session and the agent `<parent>.<name>`.
+    pub fn with_usage(mut self, meter: UsageMeter) -> Self {
+        self.usage = Some(meter);
+        self
     }
 }
 
@@ -436,6 +445,8 @@ impl RunSubagentTool {
             memory,
             turn_id: String::new(),
             recorder: None,
+            // Spends from the parent turn's allowance, and adds to its total.
+            usage: parent.usage.as_ref().map(|tally| tally.child(Vec::new())),
         };
         let config = AgentLoopConfig {
             max_turns: spec.max_turns,
@@ -445,8 +456,17 @@ impl RunSubagentTool {
         let outcome = run_agent_loop(&child, &config, vec![prompt.clone()], &ctx.cancel)
             .await
             .map_err(|e| ToolError::Failed(e.to_string()))?;
+        let turn_id = parent.ids.next_id("turn_");
+        if let Some(meter) = self.runtime.usage.as_ref().filter(|_| outcome.turns > 0) {
+            meter.record_turn(
+                session_id.as_str(),
+                &spec.id,
+                &turn_id,
+                &child.model.model,
+                &outcome.final_message.usage,
+            );
+        }
         if recorded.is_ok() {
-            let turn_id = parent.ids.next_id("turn_");
             let mut entries = vec![EntryBody::turn_start(turn_id), EntryBody::message(prompt)];
             entries.extend(outcome.new_messages.iter().cloned().map(EntryBody::message));
             entries.push(EntryBody::TurnEnd {
@@ -537,6 +557,7 @@ impl Drop for Wrapped {
                 },
                 turns: 0,
                 overflows: 0,
+                usage_total: crate::agent::UsageTotal::default(),
             });
         }
     }

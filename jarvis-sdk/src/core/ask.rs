@@ -28,7 +28,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 use unicode_normalization::UnicodeNormalization;
 
-use crate::agent::{ToolContext, ToolError, ToolResult, TypedTool};
+use crate::agent::{ToolContext, ToolError, ToolResult, TypedTool, UsageTally};
 pub use crate::common::bigram_jaccard;
 
 /// The rule line appended, unrecorded, to every model call of a delegated
@@ -83,6 +83,9 @@ pub struct Delegation {
     pub request: String,
     /// The chain the callee's turn runs in (ends with the callee).
     pub chain: DelegationChain,
+    /// The caller's turn tally: the callee spends from what it has left
+    /// and adds to its total.
+    pub usage: Option<Arc<UsageTally>>,
 }
 
 /// Why a delegation produced no answer.
@@ -269,6 +272,7 @@ impl TypedTool for AskAgentTool {
                 received: Some((caller, args.request)),
                 origin_session: current.origin_session.clone(),
             },
+            usage: ctx.loop_context.as_ref().and_then(|turn| turn.usage.clone()),
         };
         match tokio::time::timeout(self.timeout, directory.delegate(delegation)).await {
             Ok(Ok(answer)) => Ok(ToolResult::ok(answer)),

@@ -41,9 +41,10 @@ use super::commands::{CommandContext, SlashCommands};
 use super::security::{Caller, SecurityError, SecurityInput, SecurityPipeline};
 use super::usage::UsageMeter;
 use crate::agent::{
-    AgentError, AgentEvent, Approver, FinalMessage, Harness, HubAttachment, LoopContext, LoopOutcome,
-    MessageDelta, NoThinking, OpenLoops, PendingTurn, ProactiveKind, ScreenHub, SessionId, SessionKind,
-    StopReason, ThinkingHook, ThinkingInput, TurnOptions, TurnReport, UIAdapter,
+    AgentError, AgentEvent, Allowance, Approver, Budget, FinalMessage, Harness, HubAttachment, LoopContext,
+    LoopOutcome, MessageDelta, NoThinking, OpenLoops, PendingTurn, ProactiveKind, ScreenHub, SessionId,
+    SessionKind, StopReason, ThinkingHook, ThinkingInput, TurnOptions, TurnReport, UIAdapter, UsageTally,
+    UsageTotal,
 };
 use crate::common::Extensions;
 use crate::common::Timestamp;
@@ -65,6 +66,10 @@ pub enum TurnError {
     /// The turn could not run (store, configuration).
     #[error(transparent)]
     Agent(#[from] AgentError),
+    /// A session or day budget is spent: no turn runs until it frees up
+    /// (a new session, the next day, a higher limit).
+    #[error("{0}")]
+    BudgetExhausted(String),
 }
 
 impl TurnError {
@@ -89,6 +94,9 @@ pub struct PromptOptions {
     pub approver: Option<Arc<dyn Approver>>,
     /// The turn that delegated this one (`ask_agent`), for the journal.
     pub parent_turn: Option<String>,
+    /// The tally of the turn that delegated this one: this turn spends
+    /// from what it has left and adds to its total.
+    pub parent_usage: Option<Arc<UsageTally>>,
 }
 
 impl fmt::Debug for PromptOptions {
@@ -111,6 +119,7 @@ impl PromptOptions {
             extensions: Extensions::new(),
             approver: None,
             parent_turn: None,
+            parent_usage: None,
         }
     }
 }
@@ -141,6 +150,10 @@ pub struct AgentSessionParts {
     pub open_loops: Option<Arc<OpenLoops>>,
     /// Records each turn's tokens and cost in the usage ledger.
     pub usage: Option<UsageMeter>,
+    /// The agent's limits per turn, session and day (unlimited by default).
+    pub budget: Budget,
+    /// The person's zone, minutes east of UTC: where a budget's day starts.
+    pub utc_offset_minutes: i32,
 }
 
 impl fmt::Debug for AgentSessionParts {
@@ -177,6 +190,8 @@ impl AgentSessionParts {
             commands: None,
             open_loops: None,
             usage: None,
+            budget: Budget::default(),
+            utc_offset_minutes: 0,
         }
     }
 
@@ -204,6 +219,76 @@ impl AgentSessionParts {
     pub fn with_usage(mut self, meter: UsageMeter) -> Self {
         self.usage = Some(meter);
         self
+    }
+
+    /// Bounds the session's turns by `budget`, days starting at midnight
+    /// `utc_offset_minutes` east of UTC (see the [module docs](self)).
+    pub fn with_budget(mut self, budget: Budget, utc_offset_minutes: i32) -> Self {
+        self.budget = budget;
+        self.utc_offset_minutes = utc_offset_minutes;
+        self
+    }
+
+    /// What the session's next turn may spend: the turn's limits, and what
+    /// is left of the session's and the agent's day's; `Err` when a
+    /// session or day limit is spent already.
+    fn allowances(&self) -> Result<Vec<Allowance>, String> {
+        let budget = &self.budget;
+        let mut allowances = Vec::new();
+        if budget.turn_tokens.is_some() || budget.turn_usd.is_some() {
+            allowances.push(Allowance {
+                tokens: budget.turn_tokens,
+                usd: budget.turn_usd,
+                name: "the turn budget",
+            });
+        }
+        let Some(meter) = &self.usage else {
+            return Ok(allowances);
+        };
+        let now = Timestamp::from_system_time(meter.clock().now());
+        let limits = [
+            (
+                "the session budget",
+                budget.session_tokens,
+                budget.session_usd,
+                (budget.session_tokens.is_some() || budget.session_usd.is_some())
+                    .then(|| meter.ledger().session_spent(self.id.as_str())),
+            ),
+            (
+                "today's budget",
+                budget.day_tokens,
+                budget.day_usd,
+                (budget.day_tokens.is_some() || budget.day_usd.is_some()).then(|| {
+                    meter
+                        .ledger()
+                        .agent_day_spent(&self.agent_id, now, self.utc_offset_minutes)
+                }),
+            ),
+        ];
+        for (name, tokens, usd, spent) in limits {
+            let Some(spent) = spent else { continue };
+            let tokens_left = tokens.map(|limit| limit.saturating_sub(spent.tokens));
+            // Unknown costs so far: the dollar limit cannot be judged.
+            let usd_left = usd.zip(spent.usd).map(|(limit, used)| limit - used);
+            if tokens_left == Some(0) || usd_left.is_some_and(|left| left <= 0.0) {
+                let what = match (tokens, usd) {
+                    (Some(t), Some(u)) => format!("{t} tokens or ${u}"),
+                    (Some(t), None) => format!("{t} tokens"),
+                    (None, Some(u)) => format!("${u}"),
+                    (None, None) => String::new(),
+                };
+                return Err(format!(
+                    "{name} of agent {} ({what}) is spent: {} tokens used. 예산을 다 썼습니다.",
+                    self.agent_id, spent.tokens
+                ));
+            }
+            allowances.push(Allowance {
+                tokens: tokens_left,
+                usd: usd_left,
+                name,
+            });
+        }
+        Ok(allowances)
     }
 }
 
@@ -855,6 +940,7 @@ impl AgentSession {
             final_message: final_message.clone(),
             turns: 0,
             overflows: 0,
+            usage_total: UsageTotal::default(),
         });
         let (tx, rx) = oneshot::channel();
         let _ = tx.send(Ok(LoopOutcome {
@@ -865,6 +951,7 @@ impl AgentSession {
             summary_calls: 0,
             provider_calls: 0,
             error: None,
+            usage_total: UsageTotal::default(),
         }));
         Pending {
             result: Some(rx),
@@ -941,6 +1028,11 @@ impl AgentSession {
                 return Ok((self.answer_directly(reply), false, foreground));
             }
         }
+        let allowances = parts.allowances().map_err(TurnError::BudgetExhausted)?;
+        let tally = match &options.parent_usage {
+            Some(parent) => parent.child(allowances),
+            None => UsageTally::new(parts.usage.as_ref().map(|m| m.prices().clone()), allowances),
+        };
         let open = match (&parts.open_loops, parts.kind) {
             (Some(loops), SessionKind::User) => loops.open_in(parts.id.as_str()).await,
             _ => Vec::new(),
@@ -987,6 +1079,7 @@ impl AgentSession {
                         });
                         ctx.turn_instruction = turn_instruction;
                         ctx.extensions = extensions;
+                        ctx.usage = Some(tally);
                         if let Some(approver) = approver {
                             ctx.gate = Arc::new((*ctx.gate).clone().with_approver(approver));
                         }

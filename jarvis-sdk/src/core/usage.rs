@@ -532,6 +532,11 @@ impl UsageMeter {
         &self.prices
     }
 
+    /// The clock turns are dated by (and budgets' days are judged by).
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
     /// Records turn `turn_id` of `agent_id` in `session_id`, which used
     /// `usage` of `model` (the name its requests sent), priced now, and
     /// answers the row. Never fails the turn: a row the file could not

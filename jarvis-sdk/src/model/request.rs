@@ -28,6 +28,8 @@ pub enum Purpose {
     Reflection,
     /// User-model distillation: facts about the person from episodes.
     Distillation,
+    /// The tool-less call that answers when a budget is reached.
+    WrapUp,
 }
 
 impl Purpose {
@@ -42,6 +44,7 @@ impl Purpose {
             Purpose::Thought => "thought",
             Purpose::Reflection => "reflection",
             Purpose::Distillation => "distillation",
+            Purpose::WrapUp => "wrap_up",
         }
     }
 }

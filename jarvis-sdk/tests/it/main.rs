@@ -4,6 +4,7 @@ mod agenda;
 mod agent_session;
 mod approvals;
 mod assembler_props;
+mod budgets;
 mod capture;
 mod continuity;
 mod deps;

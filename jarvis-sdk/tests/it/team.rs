@@ -62,6 +62,7 @@ fn main_profile() -> AgentProfile {
         thinking: Default::default(),
         feedback: Arc::new(jarvis_sdk::CountingFeedback::default()),
         subagents: Vec::new(),
+        budget: Default::default(),
     }
 }
 
@@ -89,6 +90,7 @@ fn parse(id: &str, yaml: &str) -> Result<AgentProfile, String> {
             agent_only: &agent_only,
             env: &|name| (name == "TEAM_TEST_TOKEN").then(|| "t0ken".to_owned()),
             unconfigured: &unconfigured,
+            budget: Default::default(),
         },
     )
 }
@@ -103,11 +105,11 @@ fn definition_rules_each_with_its_failing_case() {
         );
     }
     assert!(parse(&"a".repeat(32), "").is_ok());
-    // main.yaml is ignored.
+    // main.yaml is not an agent definition (it is read for JARVIS's keys).
     assert!(
         parse("main", "name: NOT JARVIS")
             .unwrap_err()
-            .contains("main.yaml is ignored")
+            .contains("main.yaml is not an agent definition")
     );
     // Broken YAML, unknown keys, unknown memory.read keys, bad values.
     assert!(
@@ -252,7 +254,11 @@ async fn the_app_loads_the_team_skipping_bad_files_in_a_fixed_order() {
         .iter()
         .map(|s| s.path.file_name().unwrap().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(skipped, ["Upper.yaml", "broken.yaml", "main.yaml"]);
+    assert_eq!(
+        skipped,
+        ["Upper.yaml", "broken.yaml"],
+        "main.yaml is JARVIS's own: its unread keys are ignored, the file is not skipped"
+    );
     let main = app.registry().main();
     assert_eq!(main.name, "J.A.R.V.I.S.");
     for housing in jarvis_sdk::AGENT_ONLY_TOOLS {

@@ -9,13 +9,14 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::machine::{Action, CallPlan, Finished, Limits, Machine, Reply};
-use super::{AgentLoopConfig, LoopContext, Resume};
+use super::{AgentLoopConfig, LoopContext, Resume, UsageTally};
 use crate::agent::event::{AgentEvent, MessageDelta};
 use crate::agent::gate::{GateVerdict, ToolCallInfo};
 use crate::agent::tool::{ToolContext, ToolError, ToolRegistry, ToolResult, prepare_call};
 use crate::common::truncate_with_marker;
 use crate::model::{
-    ChatRequest, Message, ProviderEvent, ResponseAssembler, ToolCall, ToolResultMessage, ToolSpec,
+    ChatRequest, Message, ModelResponse, ProviderEvent, ResponseAssembler, ToolCall, ToolResultMessage,
+    ToolSpec, Usage, estimate_tokens,
 };
 
 pub(super) struct Driver<'a> {
@@ -25,20 +26,37 @@ pub(super) struct Driver<'a> {
     /// The context's tools with what its sources offer as the turn starts.
     tools: ToolRegistry,
     specs: Vec<ToolSpec>,
-    /// The context handed to tools that run loops of their own.
+    /// The context handed to tools that run loops of their own (with the
+    /// turn's tally, so their runs add to it).
     shared: Arc<LoopContext>,
+    tally: Arc<UsageTally>,
 }
 
 impl<'a> Driver<'a> {
-    pub(super) fn new(ctx: &'a LoopContext, config: &'a AgentLoopConfig, cancel: CancellationToken) -> Self {
+    pub(super) fn new(
+        ctx: &'a LoopContext,
+        config: &'a AgentLoopConfig,
+        cancel: CancellationToken,
+        tally: Arc<UsageTally>,
+    ) -> Self {
         let tools = ctx.tools.snapshot();
+        let mut shared = ctx.clone();
+        shared.usage = Some(tally.clone());
         Self {
             ctx,
             config,
             cancel,
             specs: tools.specs(),
             tools,
-            shared: Arc::new(ctx.clone()),
+            shared: Arc::new(shared),
+            tally,
+        }
+    }
+
+    /// Tells the machine when a limit of the tally (or an ancestor's) is reached.
+    fn check_budget(&self, machine: &mut Machine) {
+        if let Some(reached) = self.tally.reached() {
+            machine.budget_reached(reached.limit);
         }
     }
 
@@ -58,11 +76,13 @@ impl<'a> Driver<'a> {
         let (mut machine, mut action, mut known) = match resume {
             None => {
                 let mut machine = Machine::new(limits, history, start);
+                self.check_budget(&mut machine);
                 let action = machine.start(self.aborted());
                 (machine, action, Vec::new())
             }
             Some(resume) => {
                 let mut machine = Machine::resumed(limits, history, resume.turn_start, &resume.state, start);
+                self.check_budget(&mut machine);
                 let action = machine.start_resumed(self.aborted());
                 (machine, action, resume.known)
             }
@@ -77,6 +97,7 @@ impl<'a> Driver<'a> {
                 Action::Done => break,
                 Action::Call(plan) => {
                     let reply = self.call(&plan, machine.history()).await;
+                    self.check_budget(&mut machine);
                     let action = machine.on_reply(reply, self.aborted());
                     if let (Action::RunTools(_), Some(recorder)) = (&action, &self.ctx.recorder)
                         && let Some(message) = machine.history().last()
@@ -103,6 +124,8 @@ impl<'a> Driver<'a> {
                             Some(results.swap_remove(i))
                         })
                         .collect();
+                    // Sub-agents and delegations spend during tools.
+                    self.check_budget(&mut machine);
                     machine.on_tool_results(results, self.aborted())
                 }
             };
@@ -166,6 +189,17 @@ impl<'a> Driver<'a> {
         match assembler.finish() {
             Ok(mut response) => {
                 self.fix_call_ids(&mut response.tool_calls);
+                if response.usage == Usage::default() {
+                    // The provider reported nothing: an estimate, marked as one.
+                    response.usage = estimate(ctx, history, plan, &response);
+                }
+                // Priced by the model as sent (the provider's name when the
+                // requests name none and the provider picks).
+                let model = match ctx.model.model.as_str() {
+                    "" => ctx.provider.name(),
+                    named => named,
+                };
+                self.tally.record(model, response.usage);
                 Reply::Answer(response)
             }
             Err(error) => Reply::Failed(error),
@@ -326,6 +360,26 @@ impl<'a> Driver<'a> {
             result = work => result,
         }
     }
+}
+
+/// A call's usage estimated from the text sent (system prompt, history,
+/// instructions; not the tool schemas) and the text received.
+fn estimate(ctx: &LoopContext, history: &[Message], plan: &CallPlan, response: &ModelResponse) -> Usage {
+    let mut input = ctx.model.system_prompt.as_deref().map_or(0, estimate_tokens);
+    for text in [ctx.turn_instruction.as_deref(), plan.instruction.as_deref()]
+        .into_iter()
+        .flatten()
+    {
+        input += estimate_tokens(text);
+    }
+    for message in history {
+        input += serde_json::to_string(message).map_or(0, |json| estimate_tokens(&json));
+    }
+    let mut output = estimate_tokens(&response.text);
+    for call in &response.tool_calls {
+        output += estimate_tokens(&call.name) + estimate_tokens(&call.arguments.to_string());
+    }
+    Usage::new(input, output).estimated()
 }
 
 /// The result of a tool whose code panicked.

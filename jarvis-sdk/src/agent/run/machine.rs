@@ -56,6 +56,7 @@ enum Awaiting {
     Nudge,
     Tools,
     Summary,
+    WrapUp,
     Done,
 }
 
@@ -98,6 +99,8 @@ pub(crate) struct Machine {
     start_event: Option<AgentEvent>,
     final_message: Option<FinalMessage>,
     error: Option<ProviderError>,
+    /// The budget reached, when one is: the next call is the wrap-up.
+    budget: Option<String>,
 }
 
 impl Machine {
@@ -120,6 +123,7 @@ impl Machine {
             start_event: Some(start_event),
             final_message: None,
             error: None,
+            budget: None,
         }
     }
 
@@ -198,12 +202,19 @@ impl Machine {
         self.next_step(aborted)
     }
 
+    /// A budget (`limit`, in words) is reached: instead of the next step
+    /// or summary, one tool-less wrap-up call gives the answer.
+    pub(crate) fn budget_reached(&mut self, limit: String) {
+        self.budget.get_or_insert(limit);
+    }
+
     /// Feeds the result of the call the last [`Action::Call`] asked for.
     pub(crate) fn on_reply(&mut self, reply: Reply, aborted: bool) -> Action {
         self.provider_calls += 1;
         match self.awaiting {
             Awaiting::Step | Awaiting::Nudge => self.on_step_reply(reply, aborted),
             Awaiting::Summary => self.on_summary_reply(reply, aborted),
+            Awaiting::WrapUp => self.on_wrap_up_reply(reply),
             other => self.protocol_error(&format!("a model reply arrived while awaiting {other:?}")),
         }
     }
@@ -226,7 +237,7 @@ impl Machine {
             self.history.push(Message::assistant_text(answer.clone()));
             return self.finish(StopReason::Final, answer);
         }
-        if self.step >= self.budget_end {
+        if self.step >= self.budget_end && self.budget.is_none() {
             // R-LOOP-5: the model was still calling tools in the last allowed step.
             return self.overflow(aborted);
         }
@@ -255,6 +266,16 @@ impl Machine {
     fn next_step(&mut self, aborted: bool) -> Action {
         if aborted {
             return self.finish_aborted();
+        }
+        if let Some(limit) = &self.budget {
+            let instruction = prompts::budget_wrap_up(limit);
+            self.awaiting = Awaiting::WrapUp;
+            return Action::Call(CallPlan {
+                purpose: Purpose::WrapUp,
+                with_tools: false,
+                instruction: Some(instruction),
+                stream: true,
+            });
         }
         self.step += 1;
         self.events.push(AgentEvent::TurnStart { turn: self.step });
@@ -377,6 +398,31 @@ impl Machine {
         self.finish(StopReason::Overflow, summary)
     }
 
+    /// The wrap-up's answer ends the turn; when it fails or is empty, the
+    /// last assistant text of the turn is the answer.
+    fn on_wrap_up_reply(&mut self, reply: Reply) -> Action {
+        let text = match reply {
+            Reply::Cancelled => return self.finish_aborted(),
+            Reply::Failed(error) => {
+                tracing::warn!(%error, "the budget wrap-up call failed; the last text is the answer");
+                None
+            }
+            Reply::Answer(response) => {
+                self.usage += response.usage;
+                let text = response.text.trim();
+                (!text.is_empty()).then(|| text.to_owned())
+            }
+        };
+        let answer = match text {
+            Some(text) => {
+                self.history.push(Message::assistant_text(text.clone()));
+                text
+            }
+            None => self.last_assistant_text(),
+        };
+        self.finish(StopReason::Budget, answer)
+    }
+
     fn emit_answer(&mut self, answer: &str) {
         if !answer.is_empty() {
             self.events.push(AgentEvent::MessageUpdate {
@@ -427,6 +473,7 @@ impl Machine {
             final_message: final_message.clone(),
             turns: self.step,
             overflows: self.overflows,
+            usage_total: crate::agent::run::UsageTotal::default(),
         });
         self.final_message = Some(final_message);
         self.awaiting = Awaiting::Done;

@@ -20,6 +20,9 @@
 mod driver;
 mod machine;
 pub mod prompts;
+mod tally;
+
+pub use tally::{Allowance, Budget, BudgetReached, UsageTally, UsageTotal};
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -208,6 +211,11 @@ pub struct LoopContext {
     pub turn_id: String,
     /// Sees what the turn records as it goes (the harness's journal).
     pub recorder: Option<Arc<dyn TurnRecorder>>,
+    /// What the turn spends, with its limits (see [`UsageTally`]): every
+    /// model call is recorded here, and a limit reached makes the next
+    /// call the tool-less wrap-up (`stop_reason: "budget"`). `None`: a
+    /// tally of the turn alone, with no limits.
+    pub usage: Option<Arc<UsageTally>>,
 }
 
 impl fmt::Debug for LoopContext {
@@ -243,6 +251,7 @@ impl LoopContext {
             memory: None,
             turn_id: String::new(),
             recorder: None,
+            usage: None,
         }
     }
 
@@ -315,6 +324,8 @@ pub struct LoopOutcome {
     pub provider_calls: u32,
     /// The model error that ended the turn, if one did.
     pub error: Option<ProviderError>,
+    /// What the turn spent with its sub-agents and delegations.
+    pub usage_total: UsageTotal,
 }
 
 impl LoopOutcome {
@@ -324,6 +335,7 @@ impl LoopOutcome {
             final_message: self.final_message.clone(),
             turns: self.turns,
             overflows: self.overflows,
+            usage_total: self.usage_total,
         }
     }
 }
@@ -365,10 +377,15 @@ pub(crate) async fn run_loop(
         session_id: ctx.identity.session_id.clone(),
         resumed: resume.is_some(),
     };
-    let finished = driver::Driver::new(ctx, config, cancel.child_token())
+    let tally = ctx
+        .usage
+        .clone()
+        .unwrap_or_else(|| UsageTally::new(None, Vec::new()));
+    let finished = driver::Driver::new(ctx, config, cancel.child_token(), tally.clone())
         .run(history, start, resume)
         .await;
     Ok(LoopOutcome {
+        usage_total: tally.total(),
         final_message: finished.final_message,
         new_messages: finished.new_messages,
         turns: finished.turns,

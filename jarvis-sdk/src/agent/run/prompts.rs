@@ -18,6 +18,15 @@ pub const SUMMARY_MAX_CHARS: usize = 2_000;
 pub const NUDGE_INSTRUCTION: &str = "방금 답이 비어 있었다. 도구를 부르거나 답을 써라. \
 (Your last answer was empty: call a tool or write your answer.)";
 
+/// The instruction of the wrap-up call made when a budget is reached.
+pub(crate) fn budget_wrap_up(limit: &str) -> String {
+    format!(
+        "[예산 소진] {limit} 에 이르렀다. 도구를 더 부를 수 없다. 지금까지 알아낸 것으로 답하고, \
+         못 한 일이 있으면 무엇인지 말하라. (The budget is reached: {limit}. No more tools: answer with \
+         what you have found so far, and say what is left undone.)"
+    )
+}
+
 /// The whole summary request: a format hint, then the literal instruction,
 /// which ends the message.
 pub(crate) fn summary_request() -> String {
