@@ -1,8 +1,12 @@
 //! `jarvis agents` and `jarvis sessions`: what the home holds, one line
 //! each; `jarvis models`: the model servers running on this machine;
-//! `jarvis mcp list`: the MCP servers, their state and tools.
+//! `jarvis mcp list`: the MCP servers, their state and tools; `jarvis
+//! usage`: the tokens and cost of the turns so far, the table
+//! `GET /api/usage` answers.
 
-use jarvis_server::protocol::{AgentInfo, McpServerInfo};
+use jarvis_sdk::{UsageBy, UsageSummary};
+use jarvis_server::protocol::{AgentInfo, McpServerInfo, UsageReport};
+use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use crate::home::{self, Home};
@@ -136,4 +140,124 @@ pub(crate) async fn sessions() -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Reads `--by`: `agent`, `session` or `day`.
+pub(crate) fn parse_usage_by(name: &str) -> Result<UsageBy, String> {
+    UsageBy::parse(name).ok_or_else(|| "one of agent, session or day".to_owned())
+}
+
+/// Prints the tokens and cost of the turns so far `by` agent, session or
+/// day (the running server's ledger, or the home's read here).
+pub(crate) async fn usage(by: UsageBy) -> anyhow::Result<ExitCode> {
+    let report = match home::open().await? {
+        Home::Remote(client) => client.usage(by).await?,
+        Home::Local(app) => UsageReport {
+            by,
+            rows: app.usage_summary(by),
+        },
+    };
+    print!("{}", usage_table(&report));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The report as a table: one line per group, then the total. An unknown
+/// cost (a model without a price) shows as `—`, and so does a total it is
+/// part of.
+fn usage_table(report: &UsageReport) -> String {
+    if report.rows.is_empty() {
+        return "no usage recorded yet\n".to_owned();
+    }
+    let mut total = UsageSummary {
+        key: "total".to_owned(),
+        turns: 0,
+        input_tokens: 0,
+        output_tokens: 0,
+        cached_input_tokens: 0,
+        cost_usd: Some(0.0),
+    };
+    for row in &report.rows {
+        total.turns = total.turns.saturating_add(row.turns);
+        total.input_tokens = total.input_tokens.saturating_add(row.input_tokens);
+        total.output_tokens = total.output_tokens.saturating_add(row.output_tokens);
+        total.cached_input_tokens = total.cached_input_tokens.saturating_add(row.cached_input_tokens);
+        total.cost_usd = total.cost_usd.zip(row.cost_usd).map(|(a, b)| a + b);
+    }
+    let key = report.by.as_str();
+    let width = report
+        .rows
+        .iter()
+        .map(|r| r.key.chars().count())
+        .chain([key.len(), total.key.len()])
+        .max()
+        .unwrap_or(0);
+    let mut out = format!(
+        "{key:<width$}  {:>6}  {:>10}  {:>10}  {:>10}  {:>10}\n",
+        "turns", "input", "output", "cached", "cost (USD)"
+    );
+    for row in report.rows.iter().chain([&total]) {
+        let cost = row
+            .cost_usd
+            .map_or_else(|| "—".to_owned(), |usd| format!("{usd:.6}"));
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:>6}  {:>10}  {:>10}  {:>10}  {cost:>10}",
+            row.key, row.turns, row.input_tokens, row.output_tokens, row.cached_input_tokens
+        );
+    }
+    if total.cost_usd.is_none() {
+        let _ = writeln!(
+            out,
+            "— a model without a price in $JARVIS_HOME/{}",
+            jarvis_sdk::PRICES_FILE
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(key: &str, turns: u64, input: u64, cost_usd: Option<f64>) -> UsageSummary {
+        UsageSummary {
+            key: key.to_owned(),
+            turns,
+            input_tokens: input,
+            output_tokens: 10,
+            cached_input_tokens: 0,
+            cost_usd,
+        }
+    }
+
+    #[test]
+    fn the_table_totals_and_shows_unknown_costs_as_a_dash() {
+        let report = UsageReport {
+            by: UsageBy::Session,
+            rows: vec![
+                row("default-main", 2, 2000, Some(0.008)),
+                row("peer-main-karen-1", 1, 300, None),
+            ],
+        };
+        assert_eq!(
+            usage_table(&report),
+            "session             turns       input      output      cached  cost (USD)\n\
+             default-main            2        2000          10           0    0.008000\n\
+             peer-main-karen-1       1         300          10           0           —\n\
+             total                   3        2300          20           0           —\n\
+             — a model without a price in $JARVIS_HOME/prices.yaml\n"
+        );
+        let priced = UsageReport {
+            by: UsageBy::Agent,
+            rows: vec![row("main", 1, 5, Some(0.25))],
+        };
+        assert!(
+            usage_table(&priced).ends_with("total       1           5          10           0    0.250000\n")
+        );
+        let empty = UsageReport {
+            by: UsageBy::Day,
+            rows: Vec::new(),
+        };
+        assert_eq!(usage_table(&empty), "no usage recorded yet\n");
+    }
 }

@@ -1,8 +1,9 @@
 //! The `jarvis` command: parses arguments, sets up logging, and hands over
 //! to a module. `jarvis` alone starts the server and opens the HUD; the
-//! subcommands talk in the terminal, list what the home holds, or serve the
-//! team to an MCP client (`jarvis mcp serve`, whose stdout carries MCP
-//! messages only: logs always go to stderr).
+//! subcommands talk in the terminal, list what the home holds (the team,
+//! sessions, what the turns cost), or serve the team to an MCP client
+//! (`jarvis mcp serve`, whose stdout carries MCP messages only: logs always
+//! go to stderr).
 
 mod chat;
 mod home;
@@ -53,6 +54,12 @@ enum Command {
     /// List the model servers running on this machine and their models
     /// (what `jarvis` uses when no provider is configured).
     Models,
+    /// Show the tokens and cost of the turns so far.
+    Usage {
+        /// Sum by `agent`, `session` or `day` (in the person's zone).
+        #[arg(long, default_value = "agent", value_parser = lists::parse_usage_by)]
+        by: jarvis_sdk::UsageBy,
+    },
     /// The team and MCP: `jarvis mcp serve` serves the team to an MCP
     /// client on stdin and stdout.
     Mcp {
@@ -85,6 +92,7 @@ async fn main() -> ExitCode {
         Some(Command::Agents) => lists::agents().await,
         Some(Command::Sessions) => lists::sessions().await,
         Some(Command::Models) => lists::models().await,
+        Some(Command::Usage { by }) => lists::usage(by).await,
         Some(Command::Mcp { command }) => mcp::run(command).await,
     };
     match result {

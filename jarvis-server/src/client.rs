@@ -25,6 +25,7 @@ use tokio_tungstenite::tungstenite::http::HeaderValue;
 
 use crate::protocol::{
     AgentInfo, ClientMessage, ErrorBody, Health, McpServerInfo, ServerMessage, SessionDetail, SystemInfo,
+    UsageReport,
 };
 use crate::serve::ServerFile;
 
@@ -207,6 +208,11 @@ impl Client {
     /// `GET /api/system`.
     pub async fn system(&self) -> Result<SystemInfo, ClientError> {
         self.get("/api/system").await
+    }
+
+    /// `GET /api/usage?by=…`.
+    pub async fn usage(&self, by: jarvis_sdk::UsageBy) -> Result<UsageReport, ClientError> {
+        self.get(&format!("/api/usage?by={by}")).await
     }
 
     /// `GET /api/sessions`.

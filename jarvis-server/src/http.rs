@@ -1,5 +1,5 @@
-//! The HTTP API (DESIGN.md §5): agents, sessions, the AGENDA, health and
-//! the HUD (its page and embedded files). Every handler only reads from or asks the assembly.
+//! The HTTP API (DESIGN.md §5): agents, sessions, the AGENDA, usage, health
+//! and the HUD (its page and embedded files). Every handler only reads from or asks the assembly.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -11,14 +11,15 @@ use axum::http::header::{
 };
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use jarvis_sdk::{SessionId, SessionMeta};
+use jarvis_sdk::{SessionId, SessionMeta, UsageBy};
 use serde_json::json;
 
 use crate::auth::{Reached, query_param, token_cookie, token_ok, without_query_param};
 use crate::error::AppError;
 use crate::hud;
 use crate::protocol::{
-    AgentInfo, CreateSession, EmbedderInfo, Health, McpServerInfo, SessionDetail, SystemInfo, codes,
+    AgentInfo, CreateSession, EmbedderInfo, Health, McpServerInfo, SessionDetail, SystemInfo, UsageReport,
+    codes,
 };
 use crate::state::ServerState;
 
@@ -80,6 +81,24 @@ pub(crate) async fn system(State(state): State<ServerState>) -> Json<SystemInfo>
         }
     });
     Json(SystemInfo { embedder })
+}
+
+/// `GET /api/usage?by=agent|session|day`: tokens and cost summed by agent
+/// (the default), session or day in the person's zone.
+pub(crate) async fn usage(State(state): State<ServerState>, uri: Uri) -> Result<Json<UsageReport>, AppError> {
+    let by = match query_param(&uri, "by") {
+        None => UsageBy::default(),
+        Some(name) => UsageBy::parse(&name).ok_or_else(|| {
+            AppError::bad_request(format!(
+                "`by` must be agent, session or day, not {:?}",
+                jarvis_sdk::truncate_chars(&name, 40)
+            ))
+        })?,
+    };
+    Ok(Json(UsageReport {
+        by,
+        rows: state.app().usage_summary(by),
+    }))
 }
 
 /// `GET /api/sessions`: every session, newest first, peer sessions included.

@@ -24,6 +24,7 @@
 //! | `GET /api/agenda` | `{"items": […]}`: every agent's schedules and open promises, each `{kind, id, agent_id, agent_name, color, text, when?, detail?, session_id?}` |
 //! | `GET /api/mcp` | the MCP servers: `[{name, owner, transport, state, pid, error, restarts, tools: [{name, remote, description, read_only}]}]` |
 //! | `GET /api/system` | `{"embedder": {provider, model?, name, requested, reembedding, reembedded} \| null}`: the embedder of recall |
+//! | `GET /api/usage?by=agent\|session\|day` | `{"by", "rows": [{key, turns, input_tokens, output_tokens, cached_input_tokens, cost_usd}]}`: tokens and cost (`null` when unknown) by agent (the default), session or day in the person's zone; any other `by` → 400 |
 //! | `GET /ws?session_id=…&agent=…` | the WebSocket (see the `ws` module docs in the source) |
 //! | `POST`, `GET`, `DELETE /mcp` | the team as an MCP server (streamable HTTP): one tool per agent, `ask_<agent_id> {request}` |
 //!
@@ -89,6 +90,7 @@ pub fn router(state: ServerState) -> Router {
         .route("/api/agenda", get(http::agenda))
         .route("/api/mcp", get(http::mcp_servers))
         .route("/api/system", get(http::system))
+        .route("/api/usage", get(http::usage))
         .route("/ws", get(ws::upgrade))
         .route_service("/mcp", state.inner.mcp_http.0.clone())
         .fallback(http::not_found)

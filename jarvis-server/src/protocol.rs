@@ -11,7 +11,8 @@
 //! `abort`, `proactive_feedback`.
 
 use jarvis_sdk::{
-    AgentEvent, AgentProfile, ApprovalDecision, ApprovalRequest, Palette, Reaction, SessionEntry, SessionMeta,
+    AgentEvent, AgentProfile, ApprovalDecision, ApprovalRequest, Palette, Reaction, SessionEntry,
+    SessionMeta, UsageBy, UsageSummary,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -347,6 +348,18 @@ pub struct EmbedderInfo {
     pub reembedding: String,
     /// Records embedded again since the server started.
     pub reembedded: u64,
+}
+
+/// `GET /api/usage?by=…`: the usage ledger's turns summed by agent, session
+/// or day (in the person's zone), each row `{key, turns, input_tokens,
+/// output_tokens, cached_input_tokens, cost_usd}` with `cost_usd` `null`
+/// when any turn of the group used a model without a price.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageReport {
+    /// How the rows are grouped: `agent`, `session` or `day`.
+    pub by: UsageBy,
+    /// One row per group, sorted by key.
+    pub rows: Vec<UsageSummary>,
 }
 
 /// `GET /api/sessions/{id}`: the session and its entries.

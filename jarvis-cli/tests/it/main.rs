@@ -6,6 +6,7 @@ mod durability;
 mod embedder;
 mod mcp;
 mod mcp_list;
+mod usage;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;

@@ -6,7 +6,7 @@
 //! model:
 //!
 //! ```json
-//! {"v":1,"ts":"2026-11-30T00:00:04.112Z","session_id":"default-main","agent_id":"main","turn_id":"t-3","model":"gpt-4o-mini","input_tokens":1200,"output_tokens":85,"cached_input_tokens":1024,"estimated":false,"cost_usd":0.0001078}
+//! {"v":1,"ts":"2026-11-30T00:00:04.112Z","session_id":"default-main","agent_id":"main","turn_id":"t-3","model":"gpt-4o-mini","input_tokens":1200,"output_tokens":85,"cached_input_tokens":1024,"estimated":false,"cost_usd":0.0001542}
 //! ```
 //!
 //! A row holds only the turn's own model calls: a delegated turn (in its

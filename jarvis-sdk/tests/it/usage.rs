@@ -5,8 +5,8 @@
 //! never reach the model write none.
 
 use jarvis_sdk::{
-    AppConfig, Caller, FauxProvider, HousingConfig, PRICES_FILE, SessionId, SessionKind, Spent, Timestamp,
-    USAGE_FILE, Usage, UsageBy, UsageLedger, UsageSummary, build_app,
+    AppConfig, Caller, FauxProvider, HousingConfig, ManualClock, PRICES_FILE, SessionId, SessionKind, Spent,
+    Timestamp, USAGE_FILE, Usage, UsageBy, UsageLedger, UsageSummary, build_app,
 };
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -54,11 +54,16 @@ const PRICES: &str = "
 lead-model: { input: 2.5, output: 10, cached_input: 1.25 }
 ";
 
+/// 2026-11-29T15:30:00Z: already the 30th in the person's zone (+09:00).
+const NOW: i64 = 1_795_966_200_000;
+
+/// An app on `script` whose clock stands at [`NOW`], JARVIS on `lead-model`.
 async fn app(home: &TempHome, script: &str) -> jarvis_sdk::AppAssembly {
     let faux = Arc::new(FauxProvider::from_yaml(script).unwrap());
     let mut config = AppConfig::for_home(&home.0).with_provider(faux).without_memory();
     config.housing = HousingConfig::in_memory();
     config.llm.model = "lead-model".into();
+    config.clock = Arc::new(ManualClock::new(Timestamp::from_millis(NOW).to_system_time()));
     build_app(config).await.unwrap()
 }
 
@@ -124,9 +129,14 @@ async fn each_turn_writes_one_priced_row_of_its_own_calls_and_delegation_is_not_
     let days = app.usage_summary(UsageBy::Day);
     assert_eq!(days.len(), 1);
     assert_eq!(
-        (days[0].turns, days[0].input_tokens, days[0].cost_usd),
-        (2, 2750, None),
-        "every call once; one unpriced turn makes the day's cost unknown"
+        (
+            days[0].key.as_str(),
+            days[0].turns,
+            days[0].input_tokens,
+            days[0].cost_usd
+        ),
+        ("2026-11-30", 2, 2750, None),
+        "every call once, on the person's day; one unpriced turn makes the day's cost unknown"
     );
     assert_eq!(
         app.usage().session_spent("default-main"),
@@ -136,8 +146,15 @@ async fn each_turn_writes_one_priced_row_of_its_own_calls_and_delegation_is_not_
             turns: 1
         }
     );
-    let now = Timestamp::from_system_time(std::time::SystemTime::now());
+    let now = Timestamp::from_millis(NOW);
     assert_eq!(app.usage().agent_day_spent("karen", now, 540).tokens, 675);
+    assert_eq!(
+        app.usage()
+            .agent_day_spent("karen", Timestamp::from_millis(NOW - 86_400_000), 540)
+            .turns,
+        0,
+        "nothing the day before"
+    );
 
     // A slash command and a refused input never reach the model: no row.
     session.prompt("/help", Caller::Local).await.unwrap();

@@ -1,5 +1,5 @@
 // How the Jarvis HUD talks to its server: the REST API (agents, sessions,
-// the AGENDA, the system) and one WebSocket per attached session, reopened after a
+// the AGENDA, the system, usage) and one WebSocket per attached session, reopened after a
 // dropped connection. The page's token, when the server needs one, travels
 // in the cookie that `/?token=…` set.
 
@@ -44,6 +44,7 @@ export const api = {
     }),
   agenda: () => call("/api/agenda"),
   system: () => call("/api/system"),
+  usage: (by) => call(`/api/usage?by=${encodeURIComponent(by)}`),
 };
 
 /** Close codes after which reconnecting cannot help. */

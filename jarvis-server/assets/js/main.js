@@ -7,14 +7,15 @@
 // 48 px or more, or the arrow keys on it) goes to the previous or next
 // agent in team order, wrapping around, and opens that agent's topmost
 // session that people may write in (not a peer, MCP or job session), or a
-// new one (R-HUD-5..8). The page
+// new one (R-HUD-5..8). The bar shows the attached session's tokens and
+// cost, asked again after every turn. The page
 // keeps a few data attributes on <html> (agent, session, active, busy) so
 // people's tools and tests can see its state.
 
 import { api, Connection } from "./api.js";
 import { Approvals } from "./approvals.js";
 import { Conversation } from "./conversation.js";
-import { agentOf, isReadOnly, renderAgenda, renderSessions, renderSystem } from "./panels.js";
+import { agentOf, isReadOnly, renderAgenda, renderSessions, renderSystem, renderUsage } from "./panels.js";
 import { PARTICLES, Reactor } from "./reactor.js";
 
 const $ = (id) => document.getElementById(id);
@@ -35,6 +36,7 @@ const hud = {
   readOnly: false,
   attachSeq: 0,
   switchSeq: 0,
+  usageSeq: 0, // the latest usage asked for; older answers are dropped
   particles: params.get("particles") === "low" ? "low" : "normal",
   system: null, // `GET /api/system`, asked again whenever SET opens
 };
@@ -197,6 +199,8 @@ async function attach(id, agentHint) {
   setBusy(false);
   setReadOnly(isReadOnly(session), session);
   if (detail) conversation.history(detail.entries);
+  renderUsage($("usage"), null);
+  refreshUsage();
   const query = new URLSearchParams({ session: session.id, agent: session.agent_id });
   if (hud.particles === "low") query.set("particles", "low");
   history.replaceState(null, "", `?${query}`);
@@ -262,6 +266,7 @@ function onMessage(m) {
     case "agent_end":
       setBusy(false);
       refreshSessionsSoon();
+      refreshUsage();
       break;
     default:
       break;
@@ -316,6 +321,22 @@ async function refreshSessions() {
       if (!hud.session || s.id !== hud.session.id) attach(s.id, s.agent_id);
     },
   });
+}
+
+/** The attached session's tokens and cost (its turn is in the ledger before its `agent_end` goes out). */
+async function refreshUsage() {
+  const seq = hud.attachSeq;
+  const asked = ++hud.usageSeq;
+  if (!hud.session) return;
+  const id = hud.session.id;
+  let report;
+  try {
+    report = await api.usage("session");
+  } catch (_) {
+    return; // the bar keeps what it showed
+  }
+  if (seq !== hud.attachSeq || asked !== hud.usageSeq) return;
+  renderUsage($("usage"), (report.rows || []).find((row) => row.key === id) || null);
 }
 
 async function refreshAgenda() {

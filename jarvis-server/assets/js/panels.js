@@ -1,9 +1,10 @@
 // The panels of the Jarvis HUD: the session list (each marker in its
 // agent's colour; peer, MCP and job sessions listed with a tag and opened
 // read-only, R-HUD-10, R-ASK-5), the AGENDA card (every agent's schedules and promises, each
-// label in its agent's colour, R-AGENDA-1) and the SET screen, whose SYSTEM
+// label in its agent's colour, R-AGENDA-1), the SET screen, whose SYSTEM
 // card lists only the current agent's tools (R-HUD-9) and names the embedder
-// of recall. All text is set with textContent.
+// of recall, and the session's tokens and cost in the bar. All text is set
+// with textContent.
 
 import { el } from "./dom.js";
 
@@ -154,4 +155,34 @@ export function renderSystem({ system, tools }, agent, session, info) {
   const list = (agent.tools || []).map((t) => el("li", null, t));
   if (list.length === 0) list.push(el("li", "empty", "No tools."));
   tools.replaceChildren(...list);
+}
+
+/** A cost in US dollars, short: two significant digits below a dollar. */
+export function usdText(usd) {
+  if (usd === 0) return "$0";
+  if (usd < 0.0001) return "<$0.0001";
+  if (usd < 1) return `$${usd.toPrecision(2)}`;
+  return `$${usd.toFixed(2)}`;
+}
+
+/**
+ * The session's usage in the bar, from its row of `GET /api/usage?by=session`:
+ * tokens read and written and the cost, `—` when a model it used has no
+ * price. Without a row (no turn has called the model yet) it is hidden.
+ */
+export function renderUsage(node, row) {
+  if (!row) {
+    node.hidden = true;
+    node.textContent = "";
+    return;
+  }
+  const count = (n) => Number(n || 0).toLocaleString("en-US");
+  const known = typeof row.cost_usd === "number";
+  node.textContent = `${count(row.input_tokens)} in · ${count(row.output_tokens)} out · ${known ? usdText(row.cost_usd) : "—"}`;
+  const turns = row.turns === 1 ? "1 turn" : `${count(row.turns)} turns`;
+  const cached = `${count(row.cached_input_tokens)} input tokens from the prompt cache`;
+  const cost = known ? "" : "; cost unknown: a model it used has no price in prices.yaml";
+  node.title = `This session: ${turns}, ${cached}${cost}`;
+  node.setAttribute("aria-label", `This session used ${node.textContent}`);
+  node.hidden = false;
 }

@@ -492,3 +492,105 @@ async fn the_mcp_servers_are_listed_with_state_and_reason() {
     );
     assert_eq!(broken["tools"], json!([]));
 }
+
+/// JARVIS on a priced model and K.A.R.E.N. on one without a price, each
+/// answering with the usage its provider would report.
+const PRICED: &str = r#"
+rules:
+  - when: { agent: main }
+    reply: { text: "done", usage: { input_tokens: 1000, output_tokens: 200, cached_input_tokens: 400 } }
+  - when: { agent: karen }
+    reply: { text: "found", usage: { input_tokens: 300, output_tokens: 50 } }
+"#;
+
+#[tokio::test]
+async fn usage_is_summed_by_agent_session_and_day_and_unknown_costs_are_null() {
+    let home = TempHome::new();
+    std::fs::write(
+        home.0.join(jarvis_sdk::PRICES_FILE),
+        "lead-model: { input: 2.5, output: 10, cached_input: 1.25 }\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(home.0.join("team")).unwrap();
+    std::fs::write(
+        home.0.join("team/karen.yaml"),
+        "name: K.A.R.E.N.\nmodel: field-model\n",
+    )
+    .unwrap();
+    let faux = std::sync::Arc::new(jarvis_sdk::FauxProvider::from_yaml(PRICED).unwrap());
+    let mut config = jarvis_sdk::AppConfig::for_home(&home.0).with_provider(faux);
+    config.housing = jarvis_sdk::HousingConfig::in_memory();
+    config.llm.model = "lead-model".into();
+    // 2026-11-29T15:30:00Z: already the 30th in the person's zone (+09:00).
+    config.clock = std::sync::Arc::new(jarvis_sdk::ManualClock::new(
+        jarvis_sdk::Timestamp::from_millis(1_795_966_200_000).to_system_time(),
+    ));
+    let state = ServerState::new(
+        jarvis_sdk::build_app(config).await.unwrap(),
+        ServerConfig::loopback(0),
+    );
+
+    let (status, _, empty) = call(&state, get("/api/usage")).await;
+    assert_eq!(status, StatusCode::OK, "{empty}");
+    assert_eq!(empty, json!({"by": "agent", "rows": []}));
+
+    for (session, agent, turns) in [("s-lead", "main", 2), ("s-field", "karen", 1)] {
+        let session = state
+            .app()
+            .open_or_create(&session.parse().unwrap(), Some(agent))
+            .await
+            .unwrap();
+        for _ in 0..turns {
+            session.prompt("hi", Caller::Local).await.unwrap();
+        }
+    }
+    // Two turns of 600 fresh × 2.5 + 400 cached × 1.25 + 200 out × 10, per million.
+    let lead = json!({"turns": 2, "input_tokens": 2000, "output_tokens": 400,
+                      "cached_input_tokens": 800, "cost_usd": 0.008});
+    let field = json!({"turns": 1, "input_tokens": 300, "output_tokens": 50,
+                       "cached_input_tokens": 0, "cost_usd": null});
+    let keyed = |key: &str, row: &Value| {
+        let mut row = row.clone();
+        row["key"] = json!(key);
+        row
+    };
+    for (uri, by) in [("/api/usage", "agent"), ("/api/usage?by=agent", "agent")] {
+        let (status, _, body) = call(&state, get(uri)).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(
+            body,
+            json!({"by": by, "rows": [keyed("karen", &field), keyed("main", &lead)]}),
+            "{uri}"
+        );
+    }
+    let (status, _, body) = call(&state, get("/api/usage?by=session")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body,
+        json!({"by": "session", "rows": [keyed("s-field", &field), keyed("s-lead", &lead)]})
+    );
+    assert!(
+        body["rows"][0].as_object().unwrap().contains_key("cost_usd"),
+        "an unknown cost is null, not left out: {body}"
+    );
+    let (status, _, body) = call(&state, get("/api/usage?by=day")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body,
+        json!({"by": "day", "rows": [{"key": "2026-11-30", "turns": 3, "input_tokens": 2300,
+               "output_tokens": 450, "cached_input_tokens": 800, "cost_usd": null}]}),
+        "one day in the person's zone; one unpriced turn makes its cost unknown"
+    );
+
+    for uri in ["/api/usage?by=week", "/api/usage?by=", "/api/usage?by=Agent"] {
+        let (s, _, b) = call(&state, get(uri)).await;
+        assert_error(s, &b, StatusCode::BAD_REQUEST, "bad_request");
+        assert!(
+            b["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("agent, session or day"),
+            "{b}"
+        );
+    }
+}

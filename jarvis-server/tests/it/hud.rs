@@ -1,8 +1,9 @@
 //! The HUD in a real headless Chromium (see [`crate::browser`]): streaming,
 //! switching agents, the colour blend, two agents working together, the
 //! approval dialog on two screens, inert model output, the panels, the
-//! keyboard, a phone-sized screen with reduced motion, a sub-agent's work
-//! folded under its tool call, and the frame time.
+//! session's tokens and cost in the bar, the keyboard, a phone-sized
+//! screen with reduced motion, a sub-agent's work folded under its tool
+//! call, and the frame time.
 //! Each test skips with a loud line when Chromium is missing, unless
 //! `JARVIS_REQUIRE_BROWSER=1`. Screenshots go to `target/hud-artifacts/`.
 
@@ -1170,6 +1171,83 @@ async fn a_phone_screen_with_reduced_motion_is_usable_from_the_keyboard() {
         )
         .await;
     browser.screenshot("phone").await;
+    browser.finish().await;
+}
+
+/// Every answer reports usage: J.A.R.V.I.S.'s model (the faux provider's,
+/// `faux`) has a price, K.A.R.E.N.'s (`field-model`) has none.
+const USAGE: &str = r#"
+rules:
+  - when: { agent: main }
+    reply: { text: "noted", usage: { input_tokens: 1200, output_tokens: 34, cached_input_tokens: 200 } }
+  - when: { agent: karen }
+    reply: { text: "found", usage: { input_tokens: 300, output_tokens: 50 } }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bar_shows_the_sessions_tokens_and_cost_after_each_turn() {
+    let Some(browser) = Browser::start(
+        "the_bar_shows_the_sessions_tokens_and_cost",
+        BrowserOptions::default(),
+    )
+    .await
+    else {
+        return;
+    };
+    let home = TempHome::new();
+    std::fs::write(
+        home.0.join(jarvis_sdk::PRICES_FILE),
+        "faux: { input: 2.5, output: 10 }\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(home.0.join("team")).unwrap();
+    std::fs::write(
+        home.0.join("team/karen.yaml"),
+        "name: K.A.R.E.N.\nmodel: field-model\n",
+    )
+    .unwrap();
+    let hud = Hud::start_in(home, Arc::new(FauxProvider::from_yaml(USAGE).unwrap())).await;
+    browser
+        .open_hud(&hud.url("session=default-main&agent=main"))
+        .await;
+    let usage = "const u = document.getElementById('usage'); return [u.hidden, u.textContent, u.title];";
+    let before = browser.js(usage, vec![]).await;
+    assert_eq!(before[0], true, "no turn yet, nothing to show: {before}");
+
+    // (1,200 × 2.5 + 34 × 10) / 1,000,000 = $0.00334.
+    prompt(&browser, "remember this").await;
+    let after = browser
+        .wait_js("the first turn's usage shows", usage, |v| {
+            v[1] == "1,200 in · 34 out · $0.0033"
+        })
+        .await;
+    assert_eq!(after[0], false);
+    assert!(
+        text(&after[2]).contains("1 turn, 200 input tokens from the prompt cache"),
+        "{after}"
+    );
+    prompt(&browser, "and this").await;
+    browser
+        .wait_js("the session's two turns add up", usage, |v| {
+            v[1] == "2,400 in · 68 out · $0.0067"
+        })
+        .await;
+    browser.screenshot("usage").await;
+
+    // A session whose model has no price: its cost is unknown, never $0.
+    browser
+        .open_hud(&hud.url("session=default-karen&agent=karen"))
+        .await;
+    browser
+        .wait_js("another session starts empty", usage, |v| v[0] == true)
+        .await;
+    prompt(&browser, "find it").await;
+    let unpriced = browser
+        .wait_js("the unpriced turn's usage shows", usage, |v| {
+            v[1] == "300 in · 50 out · —"
+        })
+        .await;
+    assert!(text(&unpriced[2]).contains("cost unknown"), "{unpriced}");
     browser.finish().await;
 }
 
