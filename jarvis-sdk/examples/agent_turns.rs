@@ -9,8 +9,18 @@
 //! scenario three times and prints the seed's table: end-to-end time,
 //! whether `ask_agent` was used, and KAREN's `sh_notice` calls.
 //!
+//! The `subagent` condition measures one sub-agent call on FauxProvider:
+//! JARVIS calls `run_subagent`, the researcher answers at once, and the
+//! figure is the time from the call's `tool_execution_start` to its
+//! `tool_execution_end` minus the time inside the provider: the
+//! framework's own cost of a run (its child session, the memory recall
+//! for the task, the narrowed gate, the wrapped events, the usage row).
+//! Default configuration: memory on, sessions and memory in the process
+//! (`AppConfig::embedded`). Target: ≤ 0.2 ms median.
+//!
 //! Run with `cargo run --release -p jarvis-sdk --example agent_turns -- delegate`
-//! (add `--smoke` for a quick check that it works).
+//! or `-- subagent` (no scenario runs both; add `--smoke` for a quick check
+//! that it works).
 
 use jarvis_sdk::{
     AgentEvent, AppAssembly, AppConfig, BUILTIN_TEAM, Caller, ChatRequest, FauxProvider, HousingConfig,
@@ -157,6 +167,107 @@ async fn offline(smoke: bool) {
     }
 }
 
+const SUBAGENT_SCRIPT: &str = r#"
+rules:
+  - when: { agent: main, last_role: user }
+    reply: { tool_calls: [ { name: run_subagent, arguments: { name: researcher, task: "서울 SH 공고를 한 줄로 요약해" } } ] }
+  - when: { agent: main.researcher, last_role: user }
+    reply: { text: "요약: 서울 강서구 행복주택 입주자 모집" }
+  - when: { agent: main, last_role: tool }
+    reply: { text: "연구원이 요약했습니다" }
+"#;
+
+/// The instants and provider time at a `run_subagent` call's start and end.
+#[derive(Default)]
+struct SubagentWindow {
+    nanos: Arc<AtomicU64>,
+    start: Mutex<Option<(Instant, u64)>>,
+    samples: Mutex<Vec<f64>>,
+}
+
+impl UIAdapter for SubagentWindow {
+    fn on_event(&self, event: &AgentEvent) -> ControlFlow<()> {
+        match event {
+            AgentEvent::ToolExecutionStart { tool_name, .. } if tool_name == "run_subagent" => {
+                *self.start.lock().unwrap() = Some((Instant::now(), self.nanos.load(Ordering::Relaxed)));
+            }
+            AgentEvent::ToolExecutionEnd { tool_name, .. } if tool_name == "run_subagent" => {
+                if let Some((at, nanos)) = self.start.lock().unwrap().take() {
+                    let wall = at.elapsed().as_nanos() as u64;
+                    let inside = self.nanos.load(Ordering::Relaxed) - nanos;
+                    self.samples
+                        .lock()
+                        .unwrap()
+                        .push((wall - inside) as f64 / 1_000.0);
+                }
+            }
+            _ => {}
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+async fn subagent(smoke: bool) {
+    let (warmup, runs) = if smoke { (5, 20) } else { (100, 2_000) };
+    let nanos = Arc::new(AtomicU64::new(0));
+    let calls = Arc::new(AtomicU64::new(0));
+    let faux = FauxProvider::from_yaml(SUBAGENT_SCRIPT)
+        .unwrap()
+        .without_recording();
+    let timed = Arc::new(Timed {
+        inner: Arc::new(faux),
+        nanos: nanos.clone(),
+        calls: calls.clone(),
+    });
+    let home = tempfile::tempdir().unwrap();
+    let config = AppConfig::embedded(home.path())
+        .with_definition(
+            "main",
+            "subagents:\n  - { name: researcher, description: reads and summarises, tools: [read_file, list_dir] }\n",
+        )
+        .with_provider(timed);
+    let app = build_app(config).await.expect("the app builds");
+    let window = Arc::new(SubagentWindow {
+        nanos: nanos.clone(),
+        ..SubagentWindow::default()
+    });
+    for _ in 0..warmup + runs {
+        let session = app
+            .session(&app.create_session(None).await.unwrap().id)
+            .await
+            .unwrap();
+        let _screen = session.attach(window.clone());
+        let before = calls.load(Ordering::Relaxed);
+        let outcome = session.prompt("공고 요약해 줘", Caller::Local).await.unwrap();
+        assert_eq!(outcome.final_message.content, "연구원이 요약했습니다");
+        assert_eq!(
+            calls.load(Ordering::Relaxed) - before,
+            3,
+            "two calls of JARVIS, one of the researcher"
+        );
+    }
+    let mut samples = window.samples.lock().unwrap().split_off(warmup);
+    samples.sort_by(f64::total_cmp);
+    let (median, p99) = (percentile(&samples, 0.5), percentile(&samples, 0.99));
+    println!(
+        "agent_turns subagent: JARVIS → run_subagent → researcher (1 instant model call), memory on, in-process stores"
+    );
+    println!("| figure | value |");
+    println!("|---|---|");
+    println!("| median per sub-agent call | {median:.1} µs |");
+    println!("| p90 per sub-agent call | {:.1} µs |", percentile(&samples, 0.9));
+    println!("| p99 per sub-agent call | {p99:.1} µs |");
+    println!(
+        "sub-agent framework time: median {median:.1} µs, p99 {p99:.1} µs (n={}, target ≤ 200 µs median: {})",
+        samples.len(),
+        if median <= 200.0 { "met" } else { "MISSED" }
+    );
+    if !smoke && median > 200.0 {
+        eprintln!("target missed: a sub-agent call's framework time must stay under 0.2 ms median");
+        std::process::exit(1);
+    }
+}
+
 async fn live(llm: LlmConfig) {
     let provider = llm.build().expect("the configured provider builds");
     let home = tempfile::tempdir().unwrap();
@@ -211,10 +322,11 @@ async fn live(llm: LlmConfig) {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let smoke = args.iter().any(|a| a == "--smoke");
-    match args.iter().find(|a| !a.starts_with("--")).map(String::as_str) {
-        None | Some("delegate") => {}
+    let scenario = args.iter().find(|a| !a.starts_with("--")).map(String::as_str);
+    match scenario {
+        None | Some("delegate") | Some("subagent") => {}
         Some(other) => {
-            eprintln!("unknown scenario {other:?}; the scenario is `delegate`");
+            eprintln!("unknown scenario {other:?}; the scenarios are `delegate` and `subagent`");
             std::process::exit(2);
         }
     }
@@ -226,6 +338,12 @@ fn main() {
         eprintln!("{e}");
         std::process::exit(2);
     });
+    if scenario != Some("delegate") {
+        runtime.block_on(subagent(smoke));
+    }
+    if scenario == Some("subagent") {
+        return;
+    }
     if llm.provider == ProviderKind::Faux || smoke {
         runtime.block_on(offline(smoke));
     } else {

@@ -297,6 +297,31 @@ rules:
 }
 
 #[test]
+fn a_spent_session_budget_refuses_the_next_ask_with_a_clear_error() {
+    let home = TempHome::new();
+    let script = "fallback: { text: \"첫 답\", usage: { input_tokens: 40, output_tokens: 10 } }\n";
+    let ask = |words: &str| {
+        scripted(&home, script)
+            .env("JARVIS_BUDGET__SESSION_TOKENS", "30")
+            .args(["ask", words])
+            .output()
+            .unwrap()
+    };
+    let first = ask("하나");
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    assert_eq!(text(&first.stdout).trim(), "첫 답");
+    // The ledger outlives the process: the next ask in the session is refused.
+    let second = ask("둘");
+    assert!(!second.status.success());
+    assert_eq!(text(&second.stdout).trim(), "", "no answer");
+    let info = text(&second.stderr);
+    assert!(
+        info.contains("the session budget of agent main (30 tokens) is spent: 50 tokens used"),
+        "{info}"
+    );
+}
+
+#[test]
 fn without_a_model_the_demo_plays_and_says_so() {
     let home = TempHome::new();
     let out = jarvis(&home.0).args(["ask", "hello"]).output().unwrap();

@@ -564,3 +564,132 @@ async fn bad_subagent_definitions_are_refused_with_the_reason() {
     assert_eq!(main.name, "J.A.R.V.I.S.", "name comes from JARVIS_BRAND__*");
     assert!(main.has_tool("run_subagent"));
 }
+
+/// A model that plays a generated tape: each call takes the next choice.
+/// JARVIS answers, lists a folder, runs one sub-agent or two; a sub-agent
+/// answers, lists a folder or answers empty; calls without tools
+/// (summaries, wrap-ups) answer with text.
+#[derive(Debug)]
+struct Tape {
+    choices: Vec<u8>,
+    next: std::sync::atomic::AtomicUsize,
+    calls: Mutex<Vec<String>>,
+}
+
+impl jarvis_sdk::Provider for Tape {
+    fn stream(&self, request: ChatRequest) -> jarvis_sdk::ProviderStream {
+        let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let c = self.choices[i % self.choices.len()];
+        self.calls.lock().unwrap().push(request.metadata.agent_id.clone());
+        let list = || jarvis_sdk::FauxReply::tool_call("list_dir", serde_json::json!({"path": "."}));
+        let run = || {
+            jarvis_sdk::FauxReply::tool_call("run_subagent", serde_json::json!({"name": "r", "task": "t"}))
+        };
+        let reply = if request.tools.is_empty() {
+            jarvis_sdk::FauxReply::text("summary")
+        } else if request.metadata.agent_id == "main" {
+            match c % 4 {
+                0 => jarvis_sdk::FauxReply::text("done"),
+                1 => list(),
+                2 => run(),
+                _ => run().and_tool_call("run_subagent", serde_json::json!({"name": "r", "task": "u"})),
+            }
+        } else {
+            match c % 3 {
+                0 => jarvis_sdk::FauxReply::text("found"),
+                1 => list(),
+                _ => jarvis_sdk::FauxReply::empty(),
+            }
+        };
+        FauxProvider::new(jarvis_sdk::FauxScript::new().reply(reply))
+            .unwrap()
+            .stream(request)
+    }
+
+    fn name(&self) -> &str {
+        "tape"
+    }
+}
+
+#[test]
+fn model_calls_stay_within_the_documented_bounds_and_every_start_has_its_end_at_every_depth() {
+    use proptest::prelude::*;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+        cases: 24,
+        ..proptest::test_runner::Config::default()
+    });
+    let strategy = (proptest::collection::vec(any::<u8>(), 1..40), 1u32..4, 1u32..4);
+    runner
+        .run(&strategy, |(choices, main_turns, sub_turns)| {
+            runtime.block_on(async {
+                let tape = Arc::new(Tape {
+                    choices,
+                    next: Default::default(),
+                    calls: Mutex::default(),
+                });
+                let home = tempfile::tempdir().unwrap();
+                let mut config = AppConfig::embedded(home.path())
+                    .with_provider(tape.clone())
+                    .with_definition(
+                        "main",
+                        format!("subagents:\n  - {{ name: r, tools: [list_dir], max_turns: {sub_turns} }}\n"),
+                    );
+                config.loop_config.max_turns = main_turns;
+                let app = build_app(config).await.unwrap();
+                let meta = app.default_session("main").await.unwrap();
+                let session = app.session(&meta.id).await.unwrap();
+                let screen = Arc::new(RecordingAdapter::new());
+                let _s = session.attach(screen.clone());
+                session.prompt("go", Caller::Local).await.unwrap();
+
+                let events = screen.events();
+                let count = |kind: &str| events.iter().filter(|e| e.kind() == kind).count();
+                prop_assert_eq!(count("agent_start"), 1);
+                prop_assert_eq!(count("agent_end"), 1);
+                // The tape's calls reuse ids step after step (each reply is
+                // played by a fresh script), so a call id's runs follow one
+                // another: each start is closed by its end before the next.
+                let mut open: std::collections::BTreeMap<(String, Vec<String>), bool> = Default::default();
+                let mut runs = 0u32;
+                for (id, path, event) in wrapped(&screen) {
+                    let running = open.entry((id, path.clone())).or_default();
+                    match event.kind() {
+                        "agent_start" => {
+                            prop_assert!(!*running, "a second start before the end: {:?}", path);
+                            *running = true;
+                            runs += 1;
+                        }
+                        "agent_end" => {
+                            prop_assert!(*running, "an end without its start: {:?}", path);
+                            *running = false;
+                        }
+                        _ => {}
+                    }
+                }
+                prop_assert!(open.values().all(|running| !running), "a run never ended");
+                let bound = |max_turns: u32| 2 * (max_turns + (max_turns / 2).max(1)) + 2;
+                let calls = tape.calls.lock().unwrap().clone();
+                let main_calls = calls.iter().filter(|a| *a == "main").count() as u32;
+                let sub_calls = calls.iter().filter(|a| *a == "main.r").count() as u32;
+                prop_assert!(
+                    main_calls <= bound(main_turns),
+                    "{} > {}",
+                    main_calls,
+                    bound(main_turns)
+                );
+                prop_assert!(
+                    sub_calls <= runs * bound(sub_turns),
+                    "{} calls in {} runs",
+                    sub_calls,
+                    runs
+                );
+                Ok(())
+            })
+        })
+        .unwrap();
+}

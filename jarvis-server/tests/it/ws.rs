@@ -647,3 +647,34 @@ async fn a_non_loopback_listener_needs_a_token_and_tls() {
     );
     jarvis_server::serve(listener, state, async {}).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_session_budget_answers_the_next_prompt_with_budget_exhausted() {
+    let home = TempHome::new();
+    std::fs::create_dir_all(home.0.join("team")).unwrap();
+    std::fs::write(home.0.join("team/main.yaml"), "budget: { session_tokens: 30 }\n").unwrap();
+    let script = "fallback: { text: \"first\", usage: { input_tokens: 40, output_tokens: 10 } }\n";
+    let server = Server::start(app(&home, script).await, ServerConfig::loopback(0)).await;
+    let mut ws = Ws::connect(&server.ws_url("session_id=s-budget&agent=main")).await;
+    ws.send(prompt("one")).await;
+    let frames = ws.until("agent_end").await;
+    let end = frames.last().unwrap();
+    assert_eq!(end["final_message"]["content"], "first");
+    assert_eq!(end["usage_total"]["input_tokens"], 40);
+    assert!(
+        end["usage_total"]["cost_usd"].is_null(),
+        "no price table: unknown, not zero"
+    );
+    ws.send(prompt("two")).await;
+    let frames = ws.until("error").await;
+    let error = frames.last().unwrap();
+    assert_eq!(error["code"], "budget_exhausted");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("the session budget of agent main (30 tokens) is spent"),
+        "{error}"
+    );
+    assert!(!kinds(&frames).iter().any(|k| k == "agent_start"), "no turn ran");
+}
