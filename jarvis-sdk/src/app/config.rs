@@ -612,6 +612,7 @@ impl AppConfig {
 
     /// A local model was found: the housing sources the environment
     /// configures replace the demo's sample notices.
+    #[cfg(feature = "http")]
     pub(crate) fn demo_ended(&mut self) {
         if let Some(housing) = self.housing_without_demo.take() {
             self.housing = housing;
