@@ -693,3 +693,37 @@ fn model_calls_stay_within_the_documented_bounds_and_every_start_has_its_end_at_
         })
         .unwrap();
 }
+
+#[tokio::test]
+async fn main_yaml_sets_jarviss_tools_boundaries_and_budget_and_a_broken_one_changes_nothing() {
+    let main_yaml = r#"
+tools: [list_dir, read_file]
+boundaries: { ask: [list_dir], never: [read_file] }
+budget: { turn_tokens: 5000, day_usd: 2.5 }
+model: ignored-with-a-warning
+"#;
+    let t = app_with("fallback: { text: ok }", main_yaml, Vec::new()).await;
+    let main = t.app.registry().main();
+    assert!(main.has_tool("list_dir") && main.has_tool("read_file"));
+    assert!(
+        !main.has_tool("write_file"),
+        "tools: only the listed ones (and those every agent gets)"
+    );
+    assert_eq!(main.boundaries.ask, ["list_dir"]);
+    assert_eq!(main.boundaries.never, ["read_file"]);
+    assert_eq!(
+        (main.budget.turn_tokens, main.budget.day_usd),
+        (Some(5000), Some(2.5))
+    );
+    assert_ne!(
+        main.model, "ignored-with-a-warning",
+        "the model comes from JARVIS_LLM__*"
+    );
+
+    // A sub-agent with a tool JARVIS lacks: main.yaml is not applied at all.
+    let broken = "tools: [list_dir]\nsubagents:\n  - { name: w, tools: [write_file] }\n";
+    let t = app_with("fallback: { text: ok }", broken, Vec::new()).await;
+    let main = t.app.registry().main();
+    assert!(main.subagents.is_empty() && !main.has_tool("run_subagent"));
+    assert!(main.has_tool("write_file"), "JARVIS keeps its default tools");
+}

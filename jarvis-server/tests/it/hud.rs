@@ -195,15 +195,23 @@ async fn prompt(browser: &Browser, words: &str) {
         .unwrap();
 }
 
+/// Clicks the element `css` finds. Lists re-render when sessions change (a
+/// turn's end, activity), so an element found may be replaced before the
+/// click lands: then it is found again.
 async fn click(browser: &Browser, css: &str) {
-    browser
-        .client
-        .find(Locator::Css(css))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    let mut attempts = 0;
+    loop {
+        let element = browser.client.find(Locator::Css(css)).await.unwrap();
+        match element.click().await {
+            Ok(_) => return,
+            Err(fantoccini::error::CmdError::Standard(e))
+                if e.error == fantoccini::error::ErrorStatus::StaleElementReference && attempts < 20 =>
+            {
+                attempts += 1;
+            }
+            Err(e) => panic!("clicking {css}: {e}"),
+        }
+    }
 }
 
 /// Drags the orb sideways by `dx` CSS pixels in a few moves.
