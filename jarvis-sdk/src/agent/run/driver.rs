@@ -363,18 +363,32 @@ impl<'a> Driver<'a> {
 }
 
 /// A call's usage estimated from the text sent (system prompt, history,
-/// instructions; not the tool schemas) and the text received.
+/// instructions; not the tool schemas) and the text received. The input,
+/// which may be megabytes, is counted from its UTF-8 length, about four
+/// bytes a token, without reading it again; the output with
+/// [`estimate_tokens`].
 fn estimate(ctx: &LoopContext, history: &[Message], plan: &CallPlan, response: &ModelResponse) -> Usage {
-    let mut input = ctx.model.system_prompt.as_deref().map_or(0, estimate_tokens);
+    let mut bytes = ctx.model.system_prompt.as_deref().map_or(0, str::len);
     for text in [ctx.turn_instruction.as_deref(), plan.instruction.as_deref()]
         .into_iter()
         .flatten()
     {
-        input += estimate_tokens(text);
+        bytes += text.len();
     }
     for message in history {
-        input += serde_json::to_string(message).map_or(0, |json| estimate_tokens(&json));
+        bytes += match message {
+            Message::User(m) => m.content.len(),
+            Message::Assistant(m) => {
+                m.content.len()
+                    + m.tool_calls
+                        .iter()
+                        .map(|c| c.name.len() + c.arguments.to_string().len())
+                        .sum::<usize>()
+            }
+            Message::Tool(m) => m.content.len(),
+        };
     }
+    let input = u64::try_from(bytes.div_ceil(4)).unwrap_or(u64::MAX);
     let mut output = estimate_tokens(&response.text);
     for call in &response.tool_calls {
         output += estimate_tokens(&call.name) + estimate_tokens(&call.arguments.to_string());
