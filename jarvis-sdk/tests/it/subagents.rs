@@ -6,13 +6,14 @@
 use async_trait::async_trait;
 use jarvis_sdk::testing::RecordingAdapter;
 use jarvis_sdk::{
-    AgentEvent, AppAssembly, AppConfig, ApprovalDecision, ApprovalRequest, BeforeToolCall, Caller,
-    ChatRequest, FauxProvider, GateDecision, Message, Purpose, SessionId, SessionKind, StopReason,
-    ToolCallInfo, UIAdapter, build_app,
+    AgentEvent, AppAssembly, AppConfig, ApprovalDecision, BeforeToolCall, Caller, ChatRequest, FauxProvider,
+    GateDecision, Message, Purpose, SessionId, SessionKind, StopReason, ToolCallInfo, build_app,
 };
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Barrier, Notify};
+
+use crate::team::Approving;
 
 /// JARVIS with a researcher (read-only file tools) and a writer (asks).
 const MAIN_YAML: &str = r#"
@@ -341,33 +342,6 @@ rules:
     assert_eq!(tool_results(main.last().unwrap())[0].2, "이어서 끝냈다");
 }
 
-/// A screen that answers approval requests of `session` with `decision`.
-struct Answering {
-    app: AppAssembly,
-    session: SessionId,
-    decision: ApprovalDecision,
-    seen: Mutex<Vec<ApprovalRequest>>,
-}
-
-impl UIAdapter for Answering {
-    fn on_approval_request(&self, request: &ApprovalRequest) {
-        self.seen.lock().unwrap().push(request.clone());
-        let (app, session, id, decision) = (
-            self.app.clone(),
-            self.session.clone(),
-            request.request_id.clone(),
-            self.decision,
-        );
-        tokio::spawn(async move {
-            app.session(&session)
-                .await
-                .unwrap()
-                .broker()
-                .decide(&id, decision);
-        });
-    }
-}
-
 #[tokio::test]
 async fn a_subagents_approval_reaches_the_parent_sessions_screen() {
     let script = r#"
@@ -384,7 +358,7 @@ rules:
     let t = app(script).await;
     let meta = t.app.default_session("main").await.unwrap();
     let session = t.app.session(&meta.id).await.unwrap();
-    let screen = Arc::new(Answering {
+    let screen = Arc::new(Approving {
         app: t.app.clone(),
         session: meta.id.clone(),
         decision: ApprovalDecision::Allow,

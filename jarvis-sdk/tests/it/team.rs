@@ -526,12 +526,13 @@ async fn the_peer_session_is_reused_across_delegations() {
     assert!(karen[2].recorded_messages().len() > karen[0].recorded_messages().len());
 }
 
-/// A screen that answers every approval request it sees with `decision`.
-struct Approving {
-    app: AppAssembly,
-    session: SessionId,
-    decision: ApprovalDecision,
-    seen: Mutex<Vec<ApprovalRequest>>,
+/// A screen that answers every approval request it sees with `decision`
+/// (on session `session`), keeping what it saw; the sub-agent tests use it too.
+pub(crate) struct Approving {
+    pub(crate) app: AppAssembly,
+    pub(crate) session: SessionId,
+    pub(crate) decision: ApprovalDecision,
+    pub(crate) seen: Mutex<Vec<ApprovalRequest>>,
 }
 
 impl UIAdapter for Approving {
