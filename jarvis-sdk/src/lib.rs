@@ -84,14 +84,15 @@ pub use agent::{
 pub use agent::{
     AgentError, AgentEvent, AgentIdentity, AgentLoopConfig, AllowAll, Allowance, ApprovalDecision,
     ApprovalRequest, Approver, BeforeToolCall, Budget, BudgetReached, Durability, ENTRY_SCHEMA_VERSION,
-    EntryBody, FINAL_TOOL_NAME, FanoutAdapter, FinalArgs, FinalMessage, FinalTool, GateDecision, GateStage,
-    GateVerdict, Harness, HarnessConfig, HubAttachment, JsonlOptions, JsonlSessionStore, LEGACY_AGENT_ID,
-    LoadReport, LoopContext, LoopOutcome, MAX_AGENT_ID_LEN, MAX_SESSION_ID_LEN, MAX_TITLE_CHARS,
-    MemorySessionStore, MessageDelta, ModelSettings, NewSession, NoThinking, NoopAdapter, ScreenHub,
-    SessionEntry, SessionError, SessionId, SessionKind, SessionMeta, SessionStore, StopReason, SubOrigin,
-    ThinkingHook, ThinkingInput, ThinkingOutcome, Tool, ToolCallInfo, ToolContext, ToolError, ToolGate,
-    ToolPolicy, ToolRegistry, ToolResult, ToolSource, Typed, TypedTool, UIAdapter, UsageTally, UsageTotal,
-    prompts, run_agent_loop, schema_for, validate_agent_id,
+    EntryBody, FINAL_TOOL_NAME, FanoutAdapter, FinalArgs, FinalMessage, FinalTool, FocusPhase,
+    FocusStepState, FocusStepStatus, GateDecision, GateStage, GateVerdict, Harness, HarnessConfig,
+    HubAttachment, JsonlOptions, JsonlSessionStore, LEGACY_AGENT_ID, LoadReport, LoopContext, LoopOutcome,
+    MAX_AGENT_ID_LEN, MAX_SESSION_ID_LEN, MAX_TITLE_CHARS, MemorySessionStore, MessageDelta, ModelSettings,
+    NewSession, NoThinking, NoopAdapter, ScreenHub, SessionEntry, SessionError, SessionId, SessionKind,
+    SessionMeta, SessionStore, StopReason, SubOrigin, ThinkingHook, ThinkingInput, ThinkingOutcome, Tool,
+    ToolCallInfo, ToolContext, ToolError, ToolGate, ToolPolicy, ToolRegistry, ToolResult, ToolSource,
+    TurnBrief, Typed, TypedTool, UIAdapter, UsageTally, UsageTotal, prompts, run_agent_loop, schema_for,
+    validate_agent_id,
 };
 pub use agent::{
     DEFAULT_THINK_THRESHOLD, DEFAULT_THOUGHT_TEMPLATE, FRAME_INSTRUCTION, ProactiveKind, Route,
@@ -178,6 +179,15 @@ pub use core::{
     register_builtin_tools, validate_session_id,
 };
 pub use core::{
+    CLOSE_GOAL_TOOL, GOALS_DIR, Goal, GoalError, GoalNote, GoalPatch, GoalStatus, GoalStore,
+    MAX_GOAL_TEXT_CHARS, MAX_GOAL_TITLE_CHARS, SET_GOAL_TOOL, UPDATE_GOAL_TOOL, goal_command, goal_items,
+    goal_reminder_id, goal_reminder_text, goal_tools, parse_due,
+};
+pub use core::{
+    ChannelConfig, ChannelKind, NOTIFICATIONS_FILE, NOTIFY_OUTBOX_FILE, Notification, Notifier, NotifyReport,
+    SmtpSettings, parse_notifications,
+};
+pub use core::{
     DEFAULT_MCP_CALL_TIMEOUT, DEFAULT_SEARCH_RESULTS, DEFAULT_WEB_FETCH_MAX_BYTES,
     DEFAULT_WEB_FETCH_MAX_CHARS, DEFAULT_WEB_FETCH_MAX_REDIRECTS, DEFAULT_WEB_TIMEOUT, MAX_SEARCH_RESULTS,
     MAX_TOOL_NAME, MCP_CONFIG_FILE, McpApproval, McpServerConfig, McpTransport, SearchProvider,
@@ -185,6 +195,15 @@ pub use core::{
     WEB_SEARCH_PROVIDER_ENV, WEB_SEARCH_TOOL, WebFetchSettings, WebSearchSettings, assign_tool_names,
     is_mcp_name, load_mcp_file, mcp_tool_name, non_public_address_kind, parse_agent_servers, parse_mcp_file,
     pattern_matches, valid_server_name,
+};
+pub use core::{
+    END_FOCUS_TOOL, FOCUS_DIR, FOCUS_NOTE_TOOL, FOCUS_STEP_TOOL, FocusChange, FocusError, FocusNoteKind,
+    FocusStep, FocusStore, FocusTask, MAX_FOCUS_STEPS, MAX_FOCUS_TEXT_CHARS, START_FOCUS_TOOL, focus_tools,
+};
+#[cfg(feature = "sources")]
+pub use core::{
+    JsonShape, PageShape, SEEN_FILE, SOURCE_JOB_PREFIX, SOURCES_DIR, SeenStore, Source, SourceFile,
+    SourceHealth, SourceItem, SourceJob, SourceKind, SourceReporter, SourceStatus, load_sources,
 };
 #[cfg(feature = "http")]
 pub use core::{LH_BASE_URL, LH_BASE_URL_ENV, LH_NOTICE_PATH, LH_SERVICE_KEY_ENV, LhConfig, LhNoticeSource};

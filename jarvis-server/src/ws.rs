@@ -144,6 +144,10 @@ async fn connection(state: ServerState, socket: WebSocket, request: Opening) {
     let _attached = session.attach(Arc::new(ConnectionScreen {
         outbox: outbox.clone(),
     }));
+    // A Focus task in progress is on the screen from the start.
+    for event in state.app().focus_events(id.as_str(), session.is_busy()) {
+        outbox.send(&event);
+    }
     if let Some(note) = session.take_interrupted() {
         outbox.error(codes::INTERRUPTED, note);
     }

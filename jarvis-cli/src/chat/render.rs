@@ -2,7 +2,9 @@
 //! dimmed, tool activity with a spinner, approval questions. On a pipe the
 //! same appears as plain lines (no colours, no spinner, thinking labelled).
 
-use jarvis_sdk::{AgentEvent, ApprovalRequest, MessageDelta, ProactiveKind, StopReason};
+use jarvis_sdk::{
+    AgentEvent, ApprovalRequest, FocusPhase, FocusStepStatus, MessageDelta, ProactiveKind, StopReason,
+};
 use jarvis_server::protocol::{ServerMessage, ServerNotice, codes};
 use std::io::{IsTerminal, Write};
 
@@ -250,6 +252,28 @@ impl Renderer {
                 agent_path,
                 event,
             } => self.subagent(parent_tool_call_id, agent_path, event),
+            AgentEvent::FocusState {
+                task_id,
+                title,
+                steps,
+                current,
+                state,
+                ..
+            } => {
+                let finished = steps
+                    .iter()
+                    .filter(|s| s.status != FocusStepStatus::Pending && s.status != FocusStepStatus::Active)
+                    .count();
+                let now = match (state, current) {
+                    (FocusPhase::Done, _) => "done".to_owned(),
+                    (_, Some(i)) => format!("now: {}", steps.get(*i).map_or("", |s| s.title.as_str())),
+                    (_, None) => "every step finished".to_owned(),
+                };
+                self.note(&format!(
+                    "◆ FOCUS {task_id} {title} · {finished}/{} · {now}",
+                    steps.len()
+                ));
+            }
             _ => {}
         }
     }

@@ -81,6 +81,7 @@ impl Home {
             .env("JARVIS_FAUX__SCRIPT", self.logs.path().join("script.yaml"))
             .env("JARVIS_FAUX__REQUEST_LOG", self.requests_path())
             .env("JARVIS_AGENDA__MODEL_JUDGE", "0")
+            .env("JARVIS_THINKING__ENABLED", "0")
             .env("JARVIS_HOUSING__MODE", "fixture")
             .args(["--no-open", "--port", "0"])
             .stdin(Stdio::null())

@@ -65,8 +65,11 @@ fn jarvis_env(cmd: &mut Command, home: &Path) {
 fn scripted(home: &TempHome, script: &str) -> Command {
     let path = home.script(script);
     let mut cmd = jarvis(&home.0);
+    // A script answers only what it was written for: thinking stays off
+    // unless a test turns it on (the demo's tests run with the default, on).
     cmd.env("JARVIS_LLM__PROVIDER", "faux")
-        .env("JARVIS_FAUX__SCRIPT", path);
+        .env("JARVIS_FAUX__SCRIPT", path)
+        .env("JARVIS_THINKING__ENABLED", "0");
     cmd
 }
 

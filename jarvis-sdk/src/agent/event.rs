@@ -120,6 +120,32 @@ pub enum AgentEvent {
         /// The session whose promises changed.
         session_id: String,
     },
+    /// A Focus task of this session started or changed (every step, note
+    /// and end); also sent to a screen that attaches while one is active.
+    FocusState {
+        /// The task's id (`f-<n>`).
+        task_id: String,
+        /// What the task is.
+        title: String,
+        /// The plan, in order.
+        steps: Vec<FocusStepState>,
+        /// The index of the step being worked on; `null` once every step
+        /// is finished or the task is done.
+        current: Option<usize>,
+        /// `active` or `done`.
+        state: FocusPhase,
+        /// Whether a turn is working on it right now.
+        busy: bool,
+    },
+    /// The Focus panel's content changed.
+    FocusPanel {
+        /// The task's id.
+        task_id: String,
+        /// Which panel: always `focus`.
+        area: String,
+        /// The panel as Markdown: the plan, the recent log, the references.
+        markdown: String,
+    },
     /// An event of a sub-agent running inside this turn, wrapped so that
     /// no screen takes it for the turn's own (a sub-agent's `agent_end` is
     /// not the end of the turn). Sub-agents of sub-agents are wrapped once,
@@ -134,6 +160,41 @@ pub enum AgentEvent {
         /// The sub-agent's event, unchanged.
         event: Box<AgentEvent>,
     },
+}
+
+/// One step of a Focus task as `focus_state` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FocusStepState {
+    /// What the step is.
+    pub title: String,
+    /// Where it stands.
+    pub status: FocusStepStatus,
+}
+
+/// Where a step of a Focus task stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FocusStepStatus {
+    /// Not started.
+    Pending,
+    /// Being worked on (the current step).
+    Active,
+    /// Finished.
+    Done,
+    /// Passed over.
+    Skipped,
+    /// Cannot go on; the note says why.
+    Blocked,
+}
+
+/// Whether a Focus task is still going.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FocusPhase {
+    /// Being worked on.
+    Active,
+    /// Ended with a summary.
+    Done,
 }
 
 /// What a `proactive_message` is.
@@ -165,6 +226,8 @@ impl AgentEvent {
             AgentEvent::ThoughtEnd { .. } => "thought_end",
             AgentEvent::ProactiveMessage { .. } => "proactive_message",
             AgentEvent::AgendaChanged { .. } => "agenda_changed",
+            AgentEvent::FocusState { .. } => "focus_state",
+            AgentEvent::FocusPanel { .. } => "focus_panel",
             AgentEvent::SubagentEvent { .. } => "subagent_event",
         }
     }

@@ -32,6 +32,11 @@
 //! session's: the harness's agent, the session, the user and `memory.read`
 //! given to `with_memory`. Memory failures never fail a turn: they are
 //! logged and the turn runs (or is kept) without memory.
+//!
+//! A [`TurnBrief`] ([`Harness::with_brief`]) adds sections that are not
+//! recalled, the agent's goals and the session's Focus task, at the head of
+//! the same injected message; they are there also when memory is off (the
+//! whole history is then kept after them).
 
 use std::fmt;
 use std::sync::Arc;
@@ -43,7 +48,9 @@ use super::journal::{PendingTurn, TurnBegin, TurnJournal};
 use super::run::{AgentLoopConfig, LoopContext, LoopOutcome, LoopState, Resume, TurnRecorder, run_loop};
 use super::session::{EntryBody, SessionEntry, SessionError, SessionId, SessionStore};
 use crate::common::{Clock, SystemClock, Timestamp};
-use crate::memory::{MemoryRead, MemoryScope, MemoryService, TurnRecord};
+use crate::memory::{
+    MemoryContext, MemoryRead, MemoryScope, MemoryService, SectionBudgets, SectionKind, TurnRecord,
+};
 use crate::model::{Message, ToolResultMessage};
 
 /// Settings of a [`Harness`].
@@ -141,6 +148,17 @@ pub struct Harness {
     memory: Option<HarnessMemory>,
     journal: Arc<TurnJournal>,
     clock: Arc<dyn Clock>,
+    brief: Option<Arc<dyn TurnBrief>>,
+}
+
+/// Sections a turn's requests open with that memory does not recall: the
+/// agent's goals (`[목표]`) and the session's Focus task (`[포커스]`). The
+/// assembly layer, which knows both, implements it.
+#[async_trait::async_trait]
+pub trait TurnBrief: Send + Sync {
+    /// The candidate items per section for a turn of `agent_id` in
+    /// `session_id`, best first (each is fitted to its budget).
+    async fn sections(&self, agent_id: &str, session_id: &str) -> Vec<(SectionKind, Vec<String>)>;
 }
 
 /// The memory a harness uses: the service and the scope's user and reads.
@@ -191,7 +209,14 @@ impl Harness {
             memory: None,
             journal: Arc::new(TurnJournal::in_memory()),
             clock: Arc::new(SystemClock),
+            brief: None,
         }
+    }
+
+    /// Opens every turn's injected message with `brief`'s sections.
+    pub fn with_brief(mut self, brief: Arc<dyn TurnBrief>) -> Self {
+        self.brief = Some(brief);
+        self
     }
 
     /// Turns memory on: each turn's scope is `user`'s, with this harness's
@@ -433,6 +458,20 @@ impl Harness {
                     session_id = %session,
                     "harness: memory recall failed, the turn runs without memory: {e}"
                 ),
+            }
+        }
+        if let Some(brief) = &self.brief {
+            let sections = brief
+                .sections(&self.ctx.identity.agent_id, session.as_str())
+                .await;
+            if sections.iter().any(|(_, items)| !items.is_empty()) {
+                let budgets = memory
+                    .as_ref()
+                    .map_or_else(SectionBudgets::default, |(m, _)| m.service.config().budgets);
+                ctx.memory = Some(Arc::new(match &ctx.memory {
+                    Some(recalled) => recalled.with_sections(sections, &budgets),
+                    None => MemoryContext::briefing(sections, &budgets),
+                }));
             }
         }
         let outcome = match run_loop(&ctx, &self.config.loop_config, history, resume, cancel).await {

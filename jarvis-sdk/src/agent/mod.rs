@@ -19,12 +19,15 @@ mod tool;
 mod ui;
 
 pub use error::AgentError;
-pub use event::{AgentEvent, FinalMessage, MessageDelta, ProactiveKind, StopReason};
+pub use event::{
+    AgentEvent, FinalMessage, FocusPhase, FocusStepState, FocusStepStatus, MessageDelta, ProactiveKind,
+    StopReason,
+};
 pub use gate::{
     AllowAll, ApprovalDecision, ApprovalRequest, Approver, BeforeToolCall, GateDecision, GateStage,
     GateVerdict, ToolCallInfo, ToolGate, ToolPolicy,
 };
-pub use harness::{Harness, HarnessConfig, TurnOptions};
+pub use harness::{Harness, HarnessConfig, TurnBrief, TurnOptions};
 pub use journal::{
     INTERRUPTED_RESULT, JournalError, JournalStep, JournaledApproval, PendingTurn, TURN_JOURNAL_FILE,
     TurnBegin, TurnJournal, descendants,

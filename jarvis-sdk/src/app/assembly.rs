@@ -22,7 +22,8 @@ use crate::agent::{
     JsonlSessionStore, LoopContext, LoopError, LoopFilter, LoopJudge, MemoryOpenLoopStore, ModelJudge,
     ModelSettings, NewSession, OpenLoopStore, OpenLoops, PendingTurn, ReflectionConfig, Reflector, RuleJudge,
     ScreenHub, SessionEntry, SessionId, SessionKind, SessionMeta, SessionStore, TURN_JOURNAL_FILE,
-    ThoughtConfig, ThoughtEngine, Tool, ToolGate, ToolRegistry, TurnJournal, Typed, UIAdapter, descendants,
+    ThoughtConfig, ThoughtEngine, Tool, ToolGate, ToolRegistry, TurnBrief, TurnJournal, Typed, UIAdapter,
+    descendants,
 };
 use crate::common::Timestamp;
 use crate::common::{Extensions, HomeLock};
@@ -36,13 +37,14 @@ use crate::core::{
     WEB_SEARCH_TOOL, builtin_tools, housing_tools, kernel_confinement, memory_tools,
 };
 use crate::core::{
-    AgentStance, Job, JobOutput, JobRunner, Notice, NoticeWatch, Scheduler, SchedulerConfig, Supervisor,
-    TaskHealth, TaskStatus, USAGE_FILE, UsageBy, UsageLedger, UsageMeter, UsageSummary, UtcOffset,
-    WATCH_AGENT, WatchJob, WatchReporter, watch_report,
+    AgentStance, FocusStore, Goal, GoalStore, Job, JobOutput, JobRunner, Notice, NoticeWatch, Notifier,
+    Scheduler, SchedulerConfig, Supervisor, TaskHealth, TaskStatus, USAGE_FILE, UsageBy, UsageLedger,
+    UsageMeter, UsageSummary, UtcOffset, WATCH_AGENT, WatchJob, WatchReporter, focus_tools, goal_items,
+    goal_tools, watch_report,
 };
 use crate::memory::{
     InMemoryMemoryStore, MemoryRead, MemoryScope, MemoryService, MemoryStore, ReembedPhase, ScopeResolver,
-    StaticScopes,
+    SectionKind, StaticScopes,
 };
 use crate::model::{Embedder, PRICES_FILE, PriceTable, Provider};
 
@@ -146,6 +148,12 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
             .map_err(|e| AppError::Config(e.to_string()))?,
     );
     let usage = usage_meter(&config)?;
+    let focus = Arc::new(FocusStore::new(&config.home, config.clock.clone()));
+    let goals = Arc::new(GoalStore::new(
+        &config.home,
+        config.clock.clone(),
+        config.agenda.utc_offset_minutes,
+    ));
 
     // Tools: the built-in ones, KAREN's, and ask_agent once the team is known.
     let confinement = kernel_confinement();
@@ -168,6 +176,8 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         .into_iter()
         .chain(housing_tools(&config.housing))
         .chain(web_tools(&config)?)
+        .chain(goal_tools(goals.clone()))
+        .chain(focus_tools(focus.clone()))
     {
         register(&mut tools, tool)?;
     }
@@ -231,6 +241,21 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     }
     others.sort_by(|a, b| a.id.cmp(&b.id));
     let registry = AgentRegistry::new(main, others, skipped);
+    let notifier = Arc::new(
+        Notifier::open(
+            &config.home,
+            config.clock.clone(),
+            config.agenda.utc_offset_minutes,
+        )
+        .map_err(AppError::Config)?
+        .with_agent_names(
+            registry
+                .agents()
+                .iter()
+                .map(|p| (p.id.clone(), p.name.clone()))
+                .collect(),
+        ),
+    );
     // Agents whose programs reach further than the sandbox get built-in
     // tools of their own, confined to what their settings allow.
     let sandboxed: BTreeMap<String, ToolRegistry> = registry
@@ -301,19 +326,50 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         WatchJob::from_housing(&config.housing, Arc::new(AppJobs(app_link.clone())))
             .with_agent(watch_agent(&registry)),
     ));
+    #[cfg(feature = "sources")]
+    let source_status = crate::core::SourceStatus::default();
+    #[cfg(feature = "sources")]
+    let scheduler = {
+        let seen = Arc::new(crate::core::SeenStore::new(&config.home));
+        let mut scheduler = scheduler;
+        for source in crate::core::load_sources(&config.home) {
+            if !registry.contains(&source.file.agent) {
+                tracing::warn!(source = %source.id, agent = %source.file.agent, "external source skipped: its agent is not in the team");
+                continue;
+            }
+            scheduler = scheduler.with_builtin(Arc::new(crate::core::SourceJob::new(
+                source,
+                seen.clone(),
+                Arc::new(AppJobs(app_link.clone())),
+                config.clock.clone(),
+                source_status.clone(),
+                UtcOffset::from_minutes(config.agenda.utc_offset_minutes)?,
+            )));
+        }
+        scheduler
+    };
     let inner = Arc::new_cyclic(|me: &Weak<AppInner>| AppInner {
+        #[cfg(feature = "sources")]
+        source_status,
         scheduler: {
             let _ = app_link.set(me.clone());
             Arc::new(scheduler)
         },
-        proactive: Arc::new(ProactiveDaemon::new(
-            Arc::new(OpenSessions(me.clone())),
-            reminders,
-            outbox,
-            store.clone(),
-            config.clock.clone(),
-            config.reflection.daemon.clone(),
-        )),
+        proactive: Arc::new(
+            ProactiveDaemon::new(
+                Arc::new(OpenSessions(me.clone())),
+                reminders,
+                outbox,
+                store.clone(),
+                config.clock.clone(),
+                config.reflection.daemon.clone(),
+            )
+            .with_goals(goals.clone())
+            .with_notifier(notifier.clone()),
+        ),
+        notifier,
+        goals,
+        focus,
         me: me.clone(),
         rules: Arc::new(LayeredApprovalRules::new(&config.home)),
         demo: config.is_demo(),
@@ -569,6 +625,9 @@ async fn open_loop_store(config: &AppConfig) -> Result<Arc<dyn OpenLoopStore>, A
 const BACKGROUND_SCHEDULER: &str = "scheduler";
 /// The name of the reflection daemon's background task.
 const BACKGROUND_REFLECTION: &str = "reflection";
+const BACKGROUND_NOTIFICATIONS: &str = "notifications";
+/// How often queued notifications are looked at.
+const NOTIFY_INTERVAL: std::time::Duration = std::time::Duration::from_secs(15);
 /// The name of memory's re-embedding in the background health.
 const BACKGROUND_EMBEDDING: &str = "embedding";
 
@@ -649,6 +708,15 @@ struct AppInner {
     /// The app itself, for the parts of its sessions that reach back (the
     /// AGENDA of `/agenda`) without keeping it alive.
     me: Weak<AppInner>,
+    /// Every agent's goals (`$JARVIS_HOME/goals/`).
+    goals: Arc<GoalStore>,
+    /// Sends what is said while no screen shows it (`notifications.yaml`).
+    notifier: Arc<Notifier>,
+    /// How each external source is doing (`external_sources/`).
+    #[cfg(feature = "sources")]
+    source_status: crate::core::SourceStatus,
+    /// Every session's Focus tasks (`$JARVIS_HOME/focus/`).
+    focus: Arc<FocusStore>,
     /// The reflection daemon; it sees the open sessions through a weak link.
     proactive: Arc<ProactiveDaemon>,
     /// The scheduler (`$JARVIS_HOME/schedules/`, `housing_watch`).
@@ -737,6 +805,35 @@ impl AppAssembly {
     /// agent's name and colour (R-AGENDA-1).
     pub async fn agenda(&self) -> Vec<AgendaItem> {
         self.inner.agenda().await
+    }
+
+    /// The notification dispatcher (`$JARVIS_HOME/notifications.yaml`);
+    /// [`spawn_background`](Self::spawn_background) ticks it.
+    pub fn notifier(&self) -> &Arc<Notifier> {
+        &self.inner.notifier
+    }
+
+    /// Every agent's goals (`$JARVIS_HOME/goals/`).
+    pub fn goals(&self) -> &Arc<GoalStore> {
+        &self.inner.goals
+    }
+
+    /// Every session's Focus tasks (`$JARVIS_HOME/focus/`).
+    pub fn focus(&self) -> &Arc<FocusStore> {
+        &self.inner.focus
+    }
+
+    /// What a screen attaching to `session_id` is sent about its active
+    /// Focus task: `focus_state` (with `busy`) and `focus_panel`; nothing
+    /// without one.
+    pub fn focus_events(&self, session_id: &str, busy: bool) -> Vec<AgentEvent> {
+        match self.inner.focus.active(session_id) {
+            Some(task) => {
+                let log = self.inner.focus.log(&task.task_id);
+                vec![task.state_event(busy), task.panel_event(&log)]
+            }
+            None => Vec::new(),
+        }
     }
 
     /// The open-loop store.
@@ -866,8 +963,15 @@ impl AppAssembly {
         if self.inner.config.reflection.enabled {
             let daemon = self.proactive().clone();
             let token = cancel.clone();
-            tasks.push(supervisor.spawn(BACKGROUND_REFLECTION, cancel, move || {
+            tasks.push(supervisor.spawn(BACKGROUND_REFLECTION, cancel.clone(), move || {
                 daemon.clone().run(token.clone())
+            }));
+        }
+        if !self.inner.notifier.is_empty() {
+            let notifier = self.inner.notifier.clone();
+            let token = cancel.clone();
+            tasks.push(supervisor.spawn(BACKGROUND_NOTIFICATIONS, cancel, move || {
+                notifier.clone().run(NOTIFY_INTERVAL, token.clone())
             }));
         }
         tasks
@@ -1153,7 +1257,8 @@ impl AppInner {
         let mut harness = Harness::new(self.store.clone(), ctx)
             .with_config(HarnessConfig::default().with_loop_config(self.config.loop_config.clone()))
             .with_journal(self.journal.clone())
-            .with_clock(self.config.clock.clone());
+            .with_clock(self.config.clock.clone())
+            .with_brief(Arc::new(BriefLink(self.me.clone())));
         if let Some(memory) = &self.memory {
             harness = harness.with_memory(
                 memory.clone(),
@@ -1191,7 +1296,10 @@ impl AppInner {
         if let Some(learners) = self.learners.as_ref().filter(|_| profile.thinking.enabled) {
             commands = commands.with_distiller(learners.distiller.clone());
         }
-        commands = commands.with_schedule(self.scheduler.clone());
+        commands = commands
+            .with_schedule(self.scheduler.clone())
+            .with_goals(self.goals.clone())
+            .with_focus(self.focus.clone(), Arc::new(screens.clone()));
         parts = parts.with_commands(Arc::new(commands));
         if profile.thinking.enabled {
             let mut engine = ThoughtEngine::new(
@@ -1416,6 +1524,19 @@ impl AgendaSource for AgendaLink {
     }
 }
 
+/// The goals and Focus task of a turn, reached through a weak link.
+struct BriefLink(Weak<AppInner>);
+
+#[async_trait]
+impl TurnBrief for BriefLink {
+    async fn sections(&self, agent_id: &str, session_id: &str) -> Vec<(SectionKind, Vec<String>)> {
+        match self.0.upgrade() {
+            Some(app) => app.brief(agent_id, session_id),
+            None => Vec::new(),
+        }
+    }
+}
+
 /// The scheduler's side of the app: it runs file jobs as their agents and
 /// hands watch results to the reflection daemon.
 #[derive(Debug)]
@@ -1504,6 +1625,28 @@ impl WatchReporter for AppJobs {
     }
 }
 
+#[cfg(feature = "sources")]
+#[async_trait]
+impl crate::core::SourceReporter for AppJobs {
+    /// Queues the report, durably, for the source agent's `default-<agent>`
+    /// session, like a watch report: recorded exactly once by the daemon.
+    async fn report(&self, source: &crate::core::Source, message_id: &str, text: &str) -> Result<(), String> {
+        let app = self.app()?;
+        let agent = &source.file.agent;
+        let item = OutboxItem {
+            message_id: message_id.to_owned(),
+            session_id: format!("default-{agent}"),
+            agent_id: agent.clone(),
+            kind: ProactiveKind::Proactive,
+            text: text.to_owned(),
+            at: Timestamp::from_system_time(app.config.clock.now()),
+            meta: serde_json::json!({ "source_id": source.id }),
+        };
+        app.proactive.enqueue(item).await.map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}
+
 impl AppInner {
     /// A watch's notices count as reported once their report is in the
     /// outbox; a crash between the two leaves them unmarked, so at start
@@ -1559,22 +1702,105 @@ impl AppInner {
             .filter(|info| info.job.enabled && info.next_run.is_some())
             .map(|info| {
                 let (agent_name, color) = self.label(&info.job.agent);
+                let (kind, detail) = self.job_kind(&info.job.id, info.trigger);
                 AgendaItem {
-                    kind: AgendaKind::Schedule,
+                    kind,
                     id: info.job.id,
                     agent_id: info.job.agent,
                     agent_name,
                     color,
                     text: info.job.prompt,
                     when: info.next_run,
-                    detail: Some(info.trigger),
+                    detail: Some(detail),
                     session_id: None,
                 }
             })
             .collect();
         items.sort_by_key(|s| s.when.map(Timestamp::as_millis));
         items.extend(self.promises().await);
+        items.extend(self.goal_items());
         items
+    }
+
+    /// How a job shows on the AGENDA: an external source's job as `source`
+    /// (failing ones say so), any other as `schedule`.
+    fn job_kind(&self, job_id: &str, trigger: String) -> (AgendaKind, String) {
+        #[cfg(feature = "sources")]
+        if let Some(id) = job_id.strip_prefix(crate::core::SOURCE_JOB_PREFIX) {
+            let health = self
+                .source_status
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(id)
+                .cloned()
+                .unwrap_or_default();
+            let detail = match health.error {
+                Some(error) => format!("{trigger} · failing ({}×): {error}", health.failures),
+                None => trigger,
+            };
+            return (AgendaKind::Source, detail);
+        }
+        let _ = job_id;
+        (AgendaKind::Schedule, trigger)
+    }
+
+    /// Every agent's active goals: those with a due first, soonest first,
+    /// then by agent and number.
+    fn goal_items(&self) -> Vec<AgendaItem> {
+        let offset = self.goals.offset_minutes();
+        let agents = self.goals.agents().unwrap_or_else(|error| {
+            tracing::warn!(%error, "the AGENDA's goals could not be read");
+            Vec::new()
+        });
+        let mut goals: Vec<Goal> = agents
+            .iter()
+            .filter_map(|agent| self.goals.active(agent).ok())
+            .flatten()
+            .collect();
+        goals.sort_by_key(|g| {
+            (
+                g.due_at(offset).map_or((1, 0), |d| (0, d.as_millis())),
+                g.agent_id.clone(),
+                g.number(),
+            )
+        });
+        goals
+            .into_iter()
+            .map(|g| {
+                let (agent_name, color) = self.label(&g.agent_id);
+                AgendaItem {
+                    kind: AgendaKind::Goal,
+                    when: g.due_at(offset),
+                    detail: Some(format!("{}%", g.progress)),
+                    id: g.id,
+                    agent_id: g.agent_id,
+                    agent_name,
+                    color,
+                    text: g.title,
+                    session_id: None,
+                }
+            })
+            .collect()
+    }
+
+    /// What opens a turn's injected message besides memory.
+    fn brief(&self, agent_id: &str, session_id: &str) -> Vec<(SectionKind, Vec<String>)> {
+        let goals = self.goals.active(agent_id).unwrap_or_else(|error| {
+            tracing::warn!(%error, agent = agent_id, "the agent's goals could not be read");
+            Vec::new()
+        });
+        let focus = self
+            .focus
+            .active(session_id)
+            .map(|t| t.items())
+            .unwrap_or_default();
+        vec![
+            (
+                SectionKind::Goals,
+                goal_items(&goals, self.goals.offset_minutes()),
+            ),
+            (SectionKind::Focus, focus),
+        ]
     }
 
     async fn promises(&self) -> Vec<AgendaItem> {

@@ -215,7 +215,9 @@ pub struct AppConfig {
     pub system_prompt: String,
     /// Whether JARVIS (and agents that do not say) speak first.
     pub proactive: bool,
-    /// Thinking settings, shared by every agent.
+    /// Thinking settings, shared by every agent. On when read from the
+    /// environment (`JARVIS_THINKING__ENABLED`, default `1`); off in
+    /// [`AppConfig::for_home`] and [`AppConfig::embedded`].
     pub thinking: super::profile::ThinkingSettings,
     /// The budget of every agent whose definition sets none of a limit
     /// (`JARVIS_BUDGET__TURN_TOKENS`, `__SESSION_TOKENS`, `__DAY_TOKENS`,
@@ -507,6 +509,9 @@ impl AppConfig {
             config.dual.after = (!after.is_zero()).then_some(after);
         }
 
+        // The app people run thinks before it answers; `for_home` and
+        // `embedded` (embedders, tests) leave it off.
+        config.thinking.enabled = true;
         if let Some(on) = var("JARVIS_THINKING__ENABLED") {
             config.thinking.enabled = truthy(&on);
         }

@@ -116,7 +116,18 @@ struct ReadFile {
 
 /// The tools every agent gets, listed or not (R-TEAM-5); `ask_agent` only
 /// when the team has two or more agents (R-TEAM-6).
-pub const ALWAYS_ATTACHED: [&str; 3] = ["ask_agent", "remember_task_pattern", "recall_episodes"];
+pub const ALWAYS_ATTACHED: [&str; 10] = [
+    "ask_agent",
+    "remember_task_pattern",
+    "recall_episodes",
+    "set_goal",
+    "update_goal",
+    "close_goal",
+    "start_focus",
+    "focus_step",
+    "focus_note",
+    "end_focus",
+];
 
 /// What the definitions are resolved against.
 #[derive(Clone, Copy)]

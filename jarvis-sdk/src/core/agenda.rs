@@ -18,6 +18,10 @@ pub enum AgendaKind {
     Schedule,
     /// A promise or a request to be reminded (an open loop).
     Promise,
+    /// An agent's active goal.
+    Goal,
+    /// An external source: when it is checked next, and whether it fails.
+    Source,
 }
 
 /// One line of the AGENDA.

@@ -1,5 +1,5 @@
 //! Slash commands (SPEC.md §17.1 #12): `/remember`, `/forget`, `/distil`,
-//! `/schedule`, `/agenda`, `/help`. A command is answered by Jarvis itself and never reaches the
+//! `/schedule`, `/agenda`, `/goals`, `/goal`, `/focus`, `/help`. A command is answered by Jarvis itself and never reaches the
 //! model; its reply is shown like an answer but is not recorded in the
 //! session, so it never enters the model's window either.
 //!
@@ -13,7 +13,10 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::agenda::AgendaSource;
+use super::focus::FocusStore;
+use super::goals::{GoalStore, goal_command};
 use crate::agent::Distiller;
+use crate::agent::UIAdapter;
 use crate::memory::{MemoryScope, MemoryService};
 
 /// Who typed the command.
@@ -62,6 +65,8 @@ pub struct StandardCommands {
     schedule: Option<Arc<dyn ScheduleCommand>>,
     agenda: Option<Arc<dyn AgendaSource>>,
     offset_minutes: i32,
+    goals: Option<Arc<GoalStore>>,
+    focus: Option<(Arc<FocusStore>, Arc<dyn UIAdapter>)>,
 }
 
 impl fmt::Debug for StandardCommands {
@@ -71,12 +76,13 @@ impl fmt::Debug for StandardCommands {
             .field("distiller", &self.distiller.is_some())
             .field("schedule", &self.schedule.is_some())
             .field("agenda", &self.agenda.is_some())
+            .field("goals", &self.goals.is_some())
             .finish()
     }
 }
 
 /// `(name, usage, what it does)` of every command, for `/help`.
-pub const COMMANDS: [(&str, &str, &str); 6] = [
+pub const COMMANDS: [(&str, &str, &str); 9] = [
     (
         "remember",
         "/remember <fact>",
@@ -97,7 +103,18 @@ pub const COMMANDS: [(&str, &str, &str); 6] = [
         "/schedule <when> <prompt>",
         "runs <prompt> with this session's agent at <when> (매일 9시, every 30m, at 2026-12-01 09:00, cron \"0 9 * * 1\")",
     ),
-    ("agenda", "/agenda", "every agent's schedules and promises"),
+    ("agenda", "/agenda", "every agent's schedules, promises and goals"),
+    ("goals", "/goals", "this agent's active goals"),
+    (
+        "goal",
+        "/goal add <title> | done <id> | drop <id>",
+        "sets a goal of this agent, or closes one as done or dropped",
+    ),
+    (
+        "focus",
+        "/focus [<task>]",
+        "starts a Focus task (long multi-step work) in this session, or shows the active one",
+    ),
     ("help", "/help", "this list"),
 ];
 
@@ -118,6 +135,8 @@ impl StandardCommands {
             schedule: None,
             agenda: None,
             offset_minutes: 0,
+            goals: None,
+            focus: None,
         }
     }
 
@@ -145,6 +164,55 @@ impl StandardCommands {
         self.agenda = Some(agenda);
         self.offset_minutes = offset_minutes;
         self
+    }
+
+    /// `/goals` and `/goal` act on the session agent's goals in `goals`.
+    pub fn with_goals(mut self, goals: Arc<GoalStore>) -> Self {
+        self.goals = Some(goals);
+        self
+    }
+
+    /// `/focus` starts and shows the session's Focus task in `focus`,
+    /// telling the session's `screens`.
+    pub fn with_focus(mut self, focus: Arc<FocusStore>, screens: Arc<dyn UIAdapter>) -> Self {
+        self.focus = Some((focus, screens));
+        self
+    }
+
+    fn focus(&self, ctx: &CommandContext<'_>, task: &str) -> String {
+        let Some((store, screens)) = &self.focus else {
+            return "포커스 작업이 꺼져 있어요. (Focus tasks are off.)".into();
+        };
+        if task.is_empty() {
+            return match store.active(ctx.session_id) {
+                Some(task) => {
+                    let mut out = format!("포커스 (focus): {} {}", task.task_id, task.title);
+                    for item in task.items().iter().skip(1) {
+                        out.push('\n');
+                        out.push_str(item);
+                    }
+                    out
+                }
+                None => "진행 중인 포커스 작업이 없어요. 사용법 (usage): /focus <task>".into(),
+            };
+        }
+        if let Some(active) = store.active(ctx.session_id) {
+            return format!(
+                "이 세션은 이미 {} {} 작업 중이에요; 먼저 끝내 주세요. (This session already works on it.)",
+                active.task_id, active.title
+            );
+        }
+        match store.start(ctx.session_id, ctx.agent_id, task, &[]) {
+            Ok(change) => {
+                let _ = screens.on_event(&change.task.state_event(false));
+                let _ = screens.on_event(&change.task.panel_event(&change.log));
+                format!(
+                    "포커스 작업을 시작했어요 (Focus task started): {} {}. 다음 메시지부터 이어서 해요.",
+                    change.task.task_id, change.task.title
+                )
+            }
+            Err(e) => format!("시작하지 못했어요 (not started): {e}"),
+        }
     }
 
     /// The memory and the scope of `ctx`, or the reply saying memory is off.
@@ -267,6 +335,11 @@ impl SlashCommands for StandardCommands {
             "distil" | "distill" => self.distil(ctx).await,
             "schedule" => self.schedule(ctx, rest).await,
             "agenda" => self.agenda().await,
+            "goals" | "goal" => match &self.goals {
+                Some(goals) => goal_command(goals, ctx.agent_id, &name, rest),
+                None => "목표가 꺼져 있어요. (Goals are off.)".into(),
+            },
+            "focus" => self.focus(ctx, rest),
             "help" => help(),
             other => format!("/{other} 는 없는 명령이에요. (Unknown command.)\n{}", help()),
         })

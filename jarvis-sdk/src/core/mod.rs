@@ -16,15 +16,20 @@ mod agenda;
 pub(crate) mod approval;
 mod ask;
 mod commands;
+mod focus;
+mod goals;
 pub(crate) mod housing;
 mod mcp;
 mod memory_tools;
+mod notify;
 mod outbox;
 mod proactive;
 mod sandbox;
 pub(crate) mod schedule;
 pub(crate) mod security;
 mod session;
+#[cfg(feature = "sources")]
+mod sources;
 pub(crate) mod supervise;
 mod tool_policy;
 mod tools;
@@ -41,6 +46,15 @@ pub use ask::{
 };
 pub use commands::{
     COMMANDS, CommandContext, ScheduleCommand, SlashCommands, StandardCommands, parse_command,
+};
+pub use focus::{
+    END_FOCUS_TOOL, FOCUS_DIR, FOCUS_NOTE_TOOL, FOCUS_STEP_TOOL, FocusChange, FocusError, FocusNoteKind,
+    FocusStep, FocusStore, FocusTask, MAX_FOCUS_STEPS, MAX_FOCUS_TEXT_CHARS, START_FOCUS_TOOL, focus_tools,
+};
+pub use goals::{
+    CLOSE_GOAL_TOOL, GOALS_DIR, Goal, GoalError, GoalNote, GoalPatch, GoalStatus, GoalStore,
+    MAX_GOAL_TEXT_CHARS, MAX_GOAL_TITLE_CHARS, SET_GOAL_TOOL, UPDATE_GOAL_TOOL, goal_command, goal_items,
+    goal_reminder_id, goal_reminder_text, goal_tools, parse_due,
 };
 pub use housing::{
     DEFAULT_NOTICE_LIMIT, DEFAULT_REFERENCE_RATE, FileProfileStore, FileWatchStore, FixtureNoticeSource,
@@ -72,6 +86,10 @@ pub use mcp::{
 pub use memory_tools::{
     RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, memory_tools, register_memory_tools,
 };
+pub use notify::{
+    ChannelConfig, ChannelKind, NOTIFICATIONS_FILE, NOTIFY_OUTBOX_FILE, Notification, Notifier, NotifyReport,
+    SmtpSettings, parse_notifications,
+};
 pub use outbox::{DEFAULT_OUTBOX_CAPACITY, OUTBOX_FILE, Outbox, OutboxError, OutboxItem};
 pub use proactive::{
     AgentStance, CountingFeedback, FeedbackLearner, ProactiveConfig, ProactiveDaemon, ProactiveSessions,
@@ -96,6 +114,11 @@ pub use security::{
 pub use session::{
     AgentSession, AgentSessionParts, DualConfig, DualReply, PromptOptions, RECENT_TURNS, SessionAttachment,
     TurnError,
+};
+#[cfg(feature = "sources")]
+pub use sources::{
+    JsonShape, PageShape, SEEN_FILE, SOURCE_JOB_PREFIX, SOURCES_DIR, SeenStore, Source, SourceFile,
+    SourceHealth, SourceItem, SourceJob, SourceKind, SourceReporter, SourceStatus, load_sources,
 };
 pub use supervise::{Supervisor, TaskHealth, TaskStatus};
 pub use tool_policy::{AGENT_ONLY_TOOLS, AgentToolPolicy, Boundaries};

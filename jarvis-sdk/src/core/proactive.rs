@@ -8,7 +8,11 @@
 //!    reports);
 //! 2. a reminder of every due open loop not reminded yet, in the loop's own
 //!    session (a request to be reminded is closed by its reminder, with
-//!    `agenda_changed`).
+//!    `agenda_changed`);
+//! 3. a reminder of every active goal due within 24 hours or past whose
+//!    agent was not reminded of that due yet
+//!    ([`with_goals`](ProactiveDaemon::with_goals)), in `default-<agent>`,
+//!    keyed `goal-<agent>-<goal id>-<due>`: once per goal and due date.
 //!
 //! **Exactly once.** Delivering a message first *records* it, as a
 //! `proactive` entry of its session's history keyed by its message id
@@ -45,6 +49,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+use super::goals::{GoalStore, goal_reminder_id, goal_reminder_text};
+use super::notify::{Notification, Notifier};
 use super::outbox::{Outbox, OutboxError, OutboxItem};
 use super::session::AgentSession;
 use crate::agent::{
@@ -203,6 +209,8 @@ struct State {
 pub struct ProactiveDaemon {
     sessions: Arc<dyn ProactiveSessions>,
     loops: Option<Arc<OpenLoops>>,
+    goals: Option<Arc<GoalStore>>,
+    notifier: Option<Arc<Notifier>>,
     outbox: Arc<Outbox>,
     store: Arc<dyn SessionStore>,
     clock: Arc<dyn Clock>,
@@ -257,7 +265,22 @@ impl ProactiveDaemon {
             clock,
             config,
             state: Mutex::default(),
+            goals: None,
+            notifier: None,
         }
+    }
+
+    /// A message recorded while no screen shows its session goes to
+    /// `notifier`'s channels too (once).
+    pub fn with_notifier(mut self, notifier: Arc<Notifier>) -> Self {
+        self.notifier = Some(notifier);
+        self
+    }
+
+    /// Also reminds agents of their due goals in `goals`.
+    pub fn with_goals(mut self, goals: Arc<GoalStore>) -> Self {
+        self.goals = Some(goals);
+        self
     }
 
     fn now(&self) -> Timestamp {
@@ -366,6 +389,24 @@ impl ProactiveDaemon {
                 }
             }
         }
+        if let Some(goals) = &self.goals {
+            for goal in goals.due_unreminded(now) {
+                let (id, text) = (goal_reminder_id(&goal), goal_reminder_text(&goal));
+                let session_id = format!("default-{}", goal.agent_id);
+                let delivery = Delivery {
+                    message_id: &id,
+                    session_id: &session_id,
+                    agent_id: &goal.agent_id,
+                    kind: ProactiveKind::Proactive,
+                    text: &text,
+                };
+                if self.deliver(&delivery, &targets, now, &mut report).await
+                    && let Err(error) = goals.mark_reminded(&goal)
+                {
+                    tracing::warn!(%error, goal = %goal.id, "a reminded goal could not be marked; the next tick does it");
+                }
+            }
+        }
         report
     }
 
@@ -435,6 +476,22 @@ impl ProactiveDaemon {
             return true;
         };
         self.state().last_sent.insert(d.session_id.to_owned(), now);
+        let attached = open.is_some_and(|t| !t.session.screens().is_empty());
+        if appended
+            && !attached
+            && let Some(notifier) = &self.notifier
+        {
+            let notification = Notification {
+                message_id: d.message_id.to_owned(),
+                session_id: d.session_id.to_owned(),
+                agent_id: d.agent_id.to_owned(),
+                agent_name: notifier.agent_name(d.agent_id),
+                kind: d.kind,
+                text: d.text.to_owned(),
+                at: now,
+            };
+            notifier.notify(&notification).await;
+        }
         // A message recorded before a crash is in the history already;
         // it is not pushed a second time.
         if appended

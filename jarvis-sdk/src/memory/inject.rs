@@ -12,6 +12,11 @@ use crate::model::Message;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SectionKind {
+    /// `[목표]`: the active goals of the session's agent (not memory: it
+    /// is there also when memory is off).
+    Goals,
+    /// `[포커스]`: the session's active Focus task (not memory either).
+    Focus,
     /// `[핵심 사실]`: the user model and user-profile facts.
     KeyFacts,
     /// `[장기 기억]`: recalled episodes.
@@ -26,7 +31,9 @@ pub enum SectionKind {
 
 impl SectionKind {
     /// The sections in the order they appear (R-MEM-5).
-    pub const ORDER: [SectionKind; 5] = [
+    pub const ORDER: [SectionKind; 7] = [
+        SectionKind::Goals,
+        SectionKind::Focus,
         SectionKind::KeyFacts,
         SectionKind::LongTerm,
         SectionKind::Procedures,
@@ -37,6 +44,8 @@ impl SectionKind {
     /// The literal header.
     pub fn header(self) -> &'static str {
         match self {
+            SectionKind::Goals => "[목표]",
+            SectionKind::Focus => "[포커스]",
             SectionKind::KeyFacts => "[핵심 사실]",
             SectionKind::LongTerm => "[장기 기억]",
             SectionKind::Procedures => "[절차 기억]",
@@ -51,6 +60,10 @@ impl SectionKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SectionBudgets {
+    /// `[목표]`. Default 600.
+    pub goals: usize,
+    /// `[포커스]`. Default 1,200.
+    pub focus: usize,
     /// `[핵심 사실]`. Default 800.
     pub key_facts: usize,
     /// `[장기 기억]`. Default 1,500.
@@ -66,6 +79,8 @@ pub struct SectionBudgets {
 impl Default for SectionBudgets {
     fn default() -> Self {
         Self {
+            goals: 600,
+            focus: 1_200,
             key_facts: 800,
             long_term: 1_500,
             procedures: 1_500,
@@ -79,6 +94,8 @@ impl SectionBudgets {
     /// The budget of `kind`.
     pub fn of(&self, kind: SectionKind) -> usize {
         match kind {
+            SectionKind::Goals => self.goals,
+            SectionKind::Focus => self.focus,
             SectionKind::KeyFacts => self.key_facts,
             SectionKind::LongTerm => self.long_term,
             SectionKind::Procedures => self.procedures,
@@ -113,6 +130,8 @@ pub struct MemorySection {
 ///
 /// | header | holds |
 /// |---|---|
+/// | `[목표]` | the active goals of the session's agent |
+/// | `[포커스]` | the session's active Focus task |
 /// | `[핵심 사실]` | the user model and recalled user-profile facts |
 /// | `[장기 기억]` | recalled episodes |
 /// | `[절차 기억]` | recalled procedures |
@@ -123,6 +142,11 @@ pub struct MemorySection {
 /// in, best first, while they fit whole; an item longer than the whole
 /// budget is cut to it, ending in `…`. Empty sections are left out, and with
 /// no section at all there is no memory message.
+///
+/// `[목표]` and `[포커스]` are not recalled: the harness adds them
+/// ([`with_sections`](Self::with_sections)) from what it was given, and
+/// they open the message also when memory is off. With memory off the
+/// whole history is kept ([`briefing`](Self::briefing)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryContext {
     sections: Vec<MemorySection>,
@@ -167,6 +191,35 @@ impl MemoryContext {
                 sections.push(MemorySection { kind, items: fitted });
             }
         }
+        Self::from_sections(sections, history_turns)
+    }
+
+    /// A context that only carries `candidates` (goals, Focus) and keeps
+    /// the whole history: what a turn gets when memory is off.
+    pub fn briefing(candidates: Vec<(SectionKind, Vec<String>)>, budgets: &SectionBudgets) -> Self {
+        Self::new(candidates, budgets, usize::MAX)
+    }
+
+    /// This context with `candidates` added (fitted to `budgets`), each
+    /// replacing a section of its kind.
+    pub fn with_sections(
+        &self,
+        candidates: Vec<(SectionKind, Vec<String>)>,
+        budgets: &SectionBudgets,
+    ) -> Self {
+        let added = Self::new(candidates, budgets, self.history_turns).sections;
+        let mut sections: Vec<MemorySection> = self
+            .sections
+            .iter()
+            .filter(|s| added.iter().all(|a| a.kind != s.kind))
+            .cloned()
+            .collect();
+        sections.extend(added);
+        sections.sort_by_key(|s| s.kind);
+        Self::from_sections(sections, self.history_turns)
+    }
+
+    fn from_sections(sections: Vec<MemorySection>, history_turns: usize) -> Self {
         let message = if sections.is_empty() {
             None
         } else {

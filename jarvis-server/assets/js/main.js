@@ -15,7 +15,7 @@
 import { api, Connection } from "./api.js";
 import { Approvals } from "./approvals.js";
 import { Conversation } from "./conversation.js";
-import { agentOf, isReadOnly, renderAgenda, renderSessions, renderSystem, renderUsage } from "./panels.js";
+import { agentOf, isReadOnly, renderAgenda, renderFocus, renderSessions, renderSystem, renderUsage } from "./panels.js";
 import { PARTICLES, Reactor } from "./reactor.js";
 
 const $ = (id) => document.getElementById(id);
@@ -185,6 +185,9 @@ async function attach(id, agentHint) {
   hud.connected = false;
   approvals.clear();
   conversation.reset();
+  // The new session's WebSocket sends its active Focus task, if any.
+  renderFocus(focusNodes(), null);
+  $("focus-panel").textContent = "";
   let detail = null;
   try {
     detail = await api.session(id);
@@ -251,6 +254,12 @@ function onMessage(m) {
     case "agenda_changed":
       refreshAgenda();
       return;
+    case "focus_state":
+      renderFocus(focusNodes(), m);
+      return;
+    case "focus_panel":
+      $("focus-panel").textContent = m.markdown || "";
+      return;
     case "approval_request":
       approvals.request(m);
       return;
@@ -272,6 +281,10 @@ function onMessage(m) {
       break;
   }
   conversation.event(m);
+}
+
+function focusNodes() {
+  return { card: $("focus-card"), name: $("focus-name"), steps: $("focus-steps"), progress: $("focus-progress") };
 }
 
 function onError(m) {

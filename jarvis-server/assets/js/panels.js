@@ -88,6 +88,41 @@ export function renderSessions(list, sessions, { agents, current, open }) {
  * @param {object[]} items `GET /api/agenda` items
  * @param {Map<string, object>} agents
  */
+const AGENDA_KINDS = { schedule: "SCHEDULE", promise: "PROMISE", goal: "GOAL", source: "SOURCE" };
+
+/**
+ * The FOCUS card from a `focus_state` event (or hides it with `null`):
+ * the task, its steps in order with their status, the current one marked
+ * with `aria-current="step"`.
+ * @param {{card: HTMLElement, name: HTMLElement, steps: HTMLElement, progress: HTMLElement}} nodes
+ * @param {object | null} state
+ */
+export function renderFocus(nodes, state) {
+  if (!state) {
+    nodes.card.hidden = true;
+    nodes.card.removeAttribute("data-task");
+    nodes.steps.replaceChildren();
+    return;
+  }
+  const steps = Array.isArray(state.steps) ? state.steps : [];
+  nodes.card.hidden = false;
+  nodes.card.dataset.task = state.task_id;
+  nodes.card.dataset.state = state.state;
+  nodes.card.dataset.busy = state.busy ? "true" : "false";
+  nodes.name.textContent = state.title;
+  const finished = steps.filter((s) => s.status !== "pending" && s.status !== "active").length;
+  nodes.progress.textContent = state.state === "done" ? "DONE" : `${finished}/${steps.length}`;
+  nodes.steps.replaceChildren(
+    ...steps.map((step, i) => {
+      const li = el("li", null, step.title);
+      li.dataset.status = step.status;
+      li.title = step.status;
+      if (i === state.current) li.setAttribute("aria-current", "step");
+      return li;
+    }),
+  );
+}
+
 export function renderAgenda(list, items, agents) {
   const rows = items.map((item) => {
     const agent = agentOf(agents, item.agent_id);
@@ -96,7 +131,7 @@ export function renderAgenda(list, items, agents) {
     li.dataset.kind = item.kind;
     const label = li.appendChild(el("span", "agenda-label", item.agent_name || agent.name));
     label.style.setProperty("--agent", item.color || agent.palette.primary);
-    li.appendChild(el("span", "agenda-kind", item.kind === "schedule" ? "SCHEDULE" : "PROMISE"));
+    li.appendChild(el("span", "agenda-kind", AGENDA_KINDS[item.kind] || String(item.kind).toUpperCase()));
     li.appendChild(el("span", "agenda-text", item.text));
     const due = item.due || item.when;
     const parts = [due ? when(due) : "", item.detail || ""].filter(Boolean);

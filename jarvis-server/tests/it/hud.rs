@@ -1401,3 +1401,68 @@ rules:
     assert_eq!(done["flat"], json!(["run_subagent"]));
     browser.finish().await;
 }
+
+/// JARVIS plans a task, then finishes its first step.
+const FOCUS: &str = r#"
+rules:
+  - when: { agent: main, last_role: user, last_user: "분석 시작" }
+    reply: { tool_calls: [ { name: start_focus, arguments: { title: "청약 분석", plan: ["공고 읽기", "자격 확인", "정리"] } } ] }
+  - when: { agent: main, last_role: user, last_user: "다음" }
+    reply: { tool_calls: [ { name: focus_step, arguments: { status: done, note: "공고 3건" } } ] }
+fallback: { text: "네." }
+"#;
+
+const FOCUS_CARD: &str = "const card = document.getElementById('focus-card');
+     return {hidden: card.hidden, task: card.dataset.task || null,
+             name: document.getElementById('focus-name').textContent,
+             progress: document.getElementById('focus-progress').textContent,
+             steps: [...card.querySelectorAll('#focus-steps li')].map(li =>
+                 li.textContent + ':' + li.dataset.status + (li.getAttribute('aria-current') === 'step' ? ':current' : '')),
+             panel: document.getElementById('focus-panel').textContent};";
+
+#[tokio::test]
+async fn the_focus_card_shows_the_steps_and_the_current_one_also_after_a_reload() {
+    let Some(browser) = Browser::start("the_focus_card_shows_the_steps", BrowserOptions::default()).await
+    else {
+        return;
+    };
+    let hud = Hud::faux(FOCUS).await;
+    browser
+        .open_hud(&hud.url("session=default-main&agent=main"))
+        .await;
+    let none = browser.js(FOCUS_CARD, vec![]).await;
+    assert_eq!(none["hidden"], true, "no task, no card: {none}");
+
+    prompt(&browser, "청약 분석 시작").await;
+    let started = browser
+        .wait_js("the card shows the plan", FOCUS_CARD, |v| v["hidden"] == false)
+        .await;
+    assert_eq!(text(&started["name"]), "청약 분석");
+    assert_eq!(
+        started["steps"],
+        json!(["공고 읽기:active:current", "자격 확인:pending", "정리:pending"])
+    );
+    assert_eq!(text(&started["progress"]), "0/3");
+    prompt(&browser, "다음").await;
+    let moved = browser
+        .wait_js("the current step moves on", FOCUS_CARD, |v| {
+            v["steps"] == json!(["공고 읽기:done", "자격 확인:active:current", "정리:pending"])
+        })
+        .await;
+    assert_eq!(text(&moved["progress"]), "1/3");
+    assert!(text(&moved["panel"]).contains("공고 3건"), "{moved}");
+    browser.screenshot("focus").await;
+
+    // A new page gets the active task from the WebSocket as it opens.
+    browser
+        .open_hud(&hud.url("session=default-main&agent=main"))
+        .await;
+    let reloaded = browser
+        .wait_js("the reopened page shows the task", FOCUS_CARD, |v| {
+            v["hidden"] == false
+        })
+        .await;
+    assert_eq!(reloaded["steps"], moved["steps"]);
+    assert_eq!(text(&reloaded["task"]), "f-1");
+    browser.finish().await;
+}

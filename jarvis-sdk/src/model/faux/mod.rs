@@ -87,6 +87,13 @@ pub const FAUX_REQUEST_LOG_ENV: &str = "JARVIS_FAUX__REQUEST_LOG";
 /// results, which the screens show, so no notice is ever made up.
 pub const DEMO_SCRIPT: &str = r#"
 rules:
+  # Thinking (on by default): a valid thought frame, no procedure to keep, no new fact.
+  - when: { purpose: thought }
+    reply: { text: "{\"interpretation\": \"데모 요청\", \"decision\": \"answer\", \"confidence\": 0.6, \"plan\": []}" }
+  - when: { purpose: reflection }
+    reply: { text: "{\"write\": false}" }
+  - when: { purpose: distillation }
+    reply: { text: "{\"facts\": []}" }
   # K.A.R.E.N.: look the notices up, then answer from the result.
   - when: { agent: karen, last_role: user }
     reply:

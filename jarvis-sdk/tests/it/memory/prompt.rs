@@ -33,6 +33,7 @@ async fn the_memory_message_sits_before_the_last_three_turns() {
         procedures: 400,
         task_patterns: 60,
         working: 150,
+        ..SectionBudgets::default()
     };
     let mut config = MemoryConfig::for_home(home.path());
     config.budgets = budgets;
