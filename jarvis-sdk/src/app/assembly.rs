@@ -37,8 +37,8 @@ use crate::core::{
 };
 use crate::core::{
     AgentStance, Job, JobOutput, JobRunner, Notice, NoticeWatch, Scheduler, SchedulerConfig, Supervisor,
-    TaskHealth, TaskStatus, USAGE_FILE, UsageBy, UsageLedger, UsageMeter, UsageSummary, UtcOffset,
-    WATCH_AGENT, WatchJob, WatchReporter, watch_report,
+    TaskHealth, TaskStatus, USAGE_FILE, UsageBy, UsageLedger, UsageMeter, UsageSummary, WATCH_AGENT,
+    WatchJob, WatchReporter, watch_report,
 };
 use crate::memory::{
     InMemoryMemoryStore, MemoryRead, MemoryScope, MemoryService, MemoryStore, ReembedPhase, ScopeResolver,
@@ -293,7 +293,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         config.clock.clone(),
         Arc::new(AppJobs(app_link.clone())),
         SchedulerConfig {
-            utc_offset: UtcOffset::from_minutes(config.agenda.utc_offset_minutes)?,
+            time_zone: config.agenda.time_zone.clone(),
             ..SchedulerConfig::default()
         },
     )?
@@ -812,10 +812,9 @@ impl AppAssembly {
 
     /// The ledger's rows grouped `by` agent, session or day, sorted by key;
     /// days are the person's (the AGENDA's zone,
-    /// [`AgendaSettings::utc_offset_minutes`](super::AgendaSettings::utc_offset_minutes)).
+    /// [`AgendaSettings::time_zone`](super::AgendaSettings::time_zone)).
     pub fn usage_summary(&self, by: UsageBy) -> Vec<UsageSummary> {
-        self.usage()
-            .summary(by, self.inner.config.agenda.utc_offset_minutes)
+        self.usage().summary(by, &self.inner.config.agenda.time_zone)
     }
 
     /// Adds an observer of every session's events, from now on.
@@ -1171,7 +1170,7 @@ impl AppInner {
             broker,
         )
         .with_usage(self.usage.clone())
-        .with_budget(profile.budget, self.config.agenda.utc_offset_minutes);
+        .with_budget(profile.budget, &self.config.agenda.time_zone);
         if self.config.agenda.open_loops {
             let judge: Arc<dyn LoopJudge> = if self.config.agenda.model_judge {
                 Arc::new(ModelJudge::new(self.provider.clone(), profile.model.clone()))
@@ -1182,7 +1181,7 @@ impl AppInner {
         }
         let mut commands = StandardCommands::new().with_agenda(
             Arc::new(AgendaLink(self.me.clone())),
-            self.config.agenda.utc_offset_minutes,
+            &self.config.agenda.time_zone,
         );
         if let Some(memory) = &self.memory {
             commands = commands.with_memory(memory.clone(), self.config.memory.user.clone());
@@ -1366,7 +1365,7 @@ fn watch_agent(registry: &AgentRegistry) -> &'static str {
 /// Open loops over the app's `store`, judged by `judge`.
 fn open_loops(config: &AppConfig, store: Arc<dyn OpenLoopStore>, judge: Arc<dyn LoopJudge>) -> OpenLoops {
     OpenLoops::new(store, judge, config.clock.clone(), config.ids.clone())
-        .with_utc_offset(config.agenda.utc_offset_minutes)
+        .with_time_zone(&config.agenda.time_zone)
 }
 
 /// The open sessions of people, as the reflection daemon sees them: each

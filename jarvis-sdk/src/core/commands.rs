@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use super::agenda::AgendaSource;
 use crate::agent::Distiller;
+use crate::common::TimeZone;
 use crate::memory::{MemoryScope, MemoryService};
 
 /// Who typed the command.
@@ -61,7 +62,7 @@ pub struct StandardCommands {
     distiller: Option<Arc<Distiller>>,
     schedule: Option<Arc<dyn ScheduleCommand>>,
     agenda: Option<Arc<dyn AgendaSource>>,
-    offset_minutes: i32,
+    time_zone: TimeZone,
 }
 
 impl fmt::Debug for StandardCommands {
@@ -117,7 +118,7 @@ impl StandardCommands {
             distiller: None,
             schedule: None,
             agenda: None,
-            offset_minutes: 0,
+            time_zone: TimeZone::UTC,
         }
     }
 
@@ -140,10 +141,10 @@ impl StandardCommands {
         self
     }
 
-    /// `/agenda` lists `agenda`, with times `offset_minutes` east of UTC.
-    pub fn with_agenda(mut self, agenda: Arc<dyn AgendaSource>, offset_minutes: i32) -> Self {
+    /// `/agenda` lists `agenda`, with times local to `zone` (the person's).
+    pub fn with_agenda(mut self, agenda: Arc<dyn AgendaSource>, zone: impl Into<TimeZone>) -> Self {
         self.agenda = Some(agenda);
-        self.offset_minutes = offset_minutes;
+        self.time_zone = zone.into();
         self
     }
 
@@ -245,7 +246,7 @@ impl StandardCommands {
         let mut out = String::from("AGENDA:");
         for item in items {
             out.push_str("\n- ");
-            out.push_str(&item.line(self.offset_minutes));
+            out.push_str(&item.line(&self.time_zone));
         }
         out
     }

@@ -904,7 +904,7 @@ async fn add_job_writes_a_file_that_a_fresh_scheduler_loads_with_the_agent_given
     );
     assert_eq!(loaded.trigger, Trigger::cron("0 9 * * 1").unwrap());
     assert_eq!(jobs[2].job.catch_up, CatchUp::Skip);
-    assert_eq!(jobs[2].job.utc_offset, UtcOffset::UTC);
+    assert_eq!(jobs[2].job.time_zone, UtcOffset::UTC);
     // Registered when added: the first slot after that runs, as KAREN.
     h.set("2026-11-30T09:00");
     fresh.tick().await;
@@ -970,7 +970,7 @@ async fn the_scheduler_reads_when_at_its_own_clock_and_offset() {
         h.clock.clone(),
         h.runner.clone(),
         SchedulerConfig {
-            utc_offset: UtcOffset::UTC,
+            time_zone: UtcOffset::UTC.into(),
             ..SchedulerConfig::default()
         },
     )
