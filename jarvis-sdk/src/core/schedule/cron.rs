@@ -53,7 +53,8 @@ pub struct CronExpr {
     weekdays: u8,
     dom_star: bool,
     dow_star: bool,
-    cron: croner::Cron,
+    /// Boxed: croner's pattern is a few hundred bytes.
+    cron: Box<croner::Cron>,
 }
 
 impl fmt::Debug for CronExpr {
@@ -153,7 +154,7 @@ impl CronExpr {
             weekdays,
             dom_star,
             dow_star,
-            cron,
+            cron: Box::new(cron),
         })
     }
 
