@@ -24,8 +24,8 @@ use crate::agent::{
     ScreenHub, SessionEntry, SessionId, SessionKind, SessionMeta, SessionStore, TURN_JOURNAL_FILE,
     ThoughtConfig, ThoughtEngine, Tool, ToolGate, ToolRegistry, TurnJournal, Typed, UIAdapter, descendants,
 };
-use crate::common::Timestamp;
 use crate::common::{Extensions, HomeLock};
+use crate::common::{TimeZone, Timestamp};
 use crate::core::{
     AGENT_ONLY_TOOLS, AgendaItem, AgendaKind, AgendaSource, AgentDirectory, AgentSession, AgentSessionParts,
     AgentToolPolicy, ApprovalBroker, AskAgentTool, Boundaries, BuiltinConfig, Caller, CountingFeedback,
@@ -731,6 +731,12 @@ impl AppAssembly {
     /// The model provider.
     pub fn provider(&self) -> &Arc<dyn Provider> {
         &self.inner.provider
+    }
+
+    /// The person's time zone (`JARVIS_TIME__ZONE`): what schedules, the
+    /// AGENDA, usage by day and budgets read local times in.
+    pub fn time_zone(&self) -> &TimeZone {
+        &self.inner.config.agenda.time_zone
     }
 
     /// The AGENDA: every agent's schedules and promises, each with its
