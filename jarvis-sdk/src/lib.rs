@@ -132,9 +132,10 @@ pub use app::{
     apply_main_definition, last_sub_number,
 };
 pub use common::{
-    CivilTime, Clock, Extensions, HOME_LOCK_FILE, HomeLock, HomeLockError, IdSource, LockHolder, ManualClock,
-    SequentialIds, SystemClock, Timestamp, TimestampError, UniqueIds, char_len, lock_file_path,
-    truncate_chars, truncate_with_marker, update_file_locked, write_atomic,
+    CivilTime, Clock, DEFAULT_TIME_ZONE, Extensions, HOME_LOCK_FILE, HomeLock, HomeLockError, IdSource,
+    LockHolder, ManualClock, SequentialIds, SystemClock, TimeZone, TimeZoneError, Timestamp, TimestampError,
+    UniqueIds, UtcOffset, char_len, lock_file_path, truncate_chars, truncate_with_marker, update_file_locked,
+    write_atomic,
 };
 pub use core::{
     AGENT_ONLY_TOOLS, DEFAULT_NOTICE_LIMIT, DEFAULT_REFERENCE_RATE, FileProfileStore, FileWatchStore,
@@ -168,9 +169,9 @@ pub use core::{
     DEFAULT_WATCH_INTERVAL, EXTERNAL_SEEN_FILE, HOUSING_WATCH_JOB, Job, JobInfo, JobOrigin, JobOutput,
     JobRunner, JobSpec, LastRun, LedgerLoad, MAX_INTERVAL, MAX_JOB_FILE_BYTES, MAX_JOB_ID_LEN,
     MAX_SKIPPED_RECORDS, MIN_INTERVAL, RunOutcome, RunRecord, RunReport, RunState, SCHEDULE_RUNS_FILE,
-    SCHEDULES_DIR, ScheduleError, ScheduleTick, Scheduler, SchedulerConfig, SlotRef, Trigger, UtcOffset,
-    WATCH_AGENT, WHEN_FORMS, WatchJob, WatchPass, WatchReporter, When, new_notices, parse_when,
-    validate_job_id, watch_report,
+    SCHEDULES_DIR, ScheduleError, ScheduleTick, Scheduler, SchedulerConfig, SlotRef, Trigger, WATCH_AGENT,
+    WHEN_FORMS, WatchJob, WatchPass, WatchReporter, When, new_notices, parse_when, validate_job_id,
+    watch_report,
 };
 pub use core::{
     BuiltinConfig, Confinement, DEFAULT_COMMAND_TIMEOUT, DEFAULT_LIST_CAP, DEFAULT_OUTPUT_CAP,

@@ -143,10 +143,14 @@ pub(crate) async fn fork_session(
     Ok((StatusCode::CREATED, Json(state.app().fork(&id).await?)))
 }
 
-/// `GET /api/agenda`: `{"items": […]}`, the app's AGENDA: every agent's
-/// schedules and open promises with the agent's name and colour.
+/// `GET /api/agenda`: `{"items": […], "time_zone": "Asia/Seoul"}`, the
+/// app's AGENDA (every agent's schedules and open promises with the agent's
+/// name and colour) and the person's zone its times are shown in.
 pub(crate) async fn agenda(State(state): State<ServerState>) -> Json<serde_json::Value> {
-    Json(json!({ "items": state.app().agenda().await }))
+    Json(json!({
+        "items": state.app().agenda().await,
+        "time_zone": state.app().time_zone().to_string(),
+    }))
 }
 
 /// `GET /`: the HUD page. With `?token=` equal to the server's token, it

@@ -25,8 +25,8 @@ use crate::agent::{
     ThoughtConfig, ThoughtEngine, Tool, ToolGate, ToolRegistry, TurnBrief, TurnJournal, Typed, UIAdapter,
     descendants,
 };
-use crate::common::Timestamp;
 use crate::common::{Extensions, HomeLock};
+use crate::common::{TimeZone, Timestamp};
 use crate::core::{
     AGENT_ONLY_TOOLS, AgendaItem, AgendaKind, AgendaSource, AgentDirectory, AgentSession, AgentSessionParts,
     AgentToolPolicy, ApprovalBroker, AskAgentTool, Boundaries, BuiltinConfig, Caller, CountingFeedback,
@@ -39,8 +39,8 @@ use crate::core::{
 use crate::core::{
     AgentStance, FocusStore, Goal, GoalStore, Job, JobOutput, JobRunner, Notice, NoticeWatch, Notifier,
     Scheduler, SchedulerConfig, Supervisor, TaskHealth, TaskStatus, USAGE_FILE, UsageBy, UsageLedger,
-    UsageMeter, UsageSummary, UtcOffset, WATCH_AGENT, WatchJob, WatchReporter, focus_tools, goal_items,
-    goal_tools, watch_report,
+    UsageMeter, UsageSummary, WATCH_AGENT, WatchJob, WatchReporter, focus_tools, goal_items, goal_tools,
+    watch_report,
 };
 use crate::memory::{
     InMemoryMemoryStore, MemoryRead, MemoryScope, MemoryService, MemoryStore, ReembedPhase, ScopeResolver,
@@ -152,7 +152,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     let goals = Arc::new(GoalStore::new(
         &config.home,
         config.clock.clone(),
-        config.agenda.utc_offset_minutes,
+        config.agenda.time_zone.clone(),
     ));
 
     // Tools: the built-in ones, KAREN's, and ask_agent once the team is known.
@@ -245,7 +245,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         Notifier::open(
             &config.home,
             config.clock.clone(),
-            config.agenda.utc_offset_minutes,
+            config.agenda.time_zone.clone(),
         )
         .map_err(AppError::Config)?
         .with_agent_names(
@@ -318,7 +318,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         config.clock.clone(),
         Arc::new(AppJobs(app_link.clone())),
         SchedulerConfig {
-            utc_offset: UtcOffset::from_minutes(config.agenda.utc_offset_minutes)?,
+            time_zone: config.agenda.time_zone.clone(),
             ..SchedulerConfig::default()
         },
     )?
@@ -343,7 +343,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
                 Arc::new(AppJobs(app_link.clone())),
                 config.clock.clone(),
                 source_status.clone(),
-                UtcOffset::from_minutes(config.agenda.utc_offset_minutes)?,
+                config.agenda.time_zone.clone(),
             )));
         }
         scheduler
@@ -801,6 +801,12 @@ impl AppAssembly {
         &self.inner.provider
     }
 
+    /// The person's time zone (`JARVIS_TIME__ZONE`): what schedules, the
+    /// AGENDA, usage by day and budgets read local times in.
+    pub fn time_zone(&self) -> &TimeZone {
+        &self.inner.config.agenda.time_zone
+    }
+
     /// The AGENDA: every agent's schedules and promises, each with its
     /// agent's name and colour (R-AGENDA-1).
     pub async fn agenda(&self) -> Vec<AgendaItem> {
@@ -909,10 +915,9 @@ impl AppAssembly {
 
     /// The ledger's rows grouped `by` agent, session or day, sorted by key;
     /// days are the person's (the AGENDA's zone,
-    /// [`AgendaSettings::utc_offset_minutes`](super::AgendaSettings::utc_offset_minutes)).
+    /// [`AgendaSettings::time_zone`](super::AgendaSettings::time_zone)).
     pub fn usage_summary(&self, by: UsageBy) -> Vec<UsageSummary> {
-        self.usage()
-            .summary(by, self.inner.config.agenda.utc_offset_minutes)
+        self.usage().summary(by, &self.inner.config.agenda.time_zone)
     }
 
     /// Adds an observer of every session's events, from now on.
@@ -1276,7 +1281,7 @@ impl AppInner {
             broker,
         )
         .with_usage(self.usage.clone())
-        .with_budget(profile.budget, self.config.agenda.utc_offset_minutes);
+        .with_budget(profile.budget, &self.config.agenda.time_zone);
         if self.config.agenda.open_loops {
             let judge: Arc<dyn LoopJudge> = if self.config.agenda.model_judge {
                 Arc::new(ModelJudge::new(self.provider.clone(), profile.model.clone()))
@@ -1287,7 +1292,7 @@ impl AppInner {
         }
         let mut commands = StandardCommands::new().with_agenda(
             Arc::new(AgendaLink(self.me.clone())),
-            self.config.agenda.utc_offset_minutes,
+            &self.config.agenda.time_zone,
         );
         if let Some(memory) = &self.memory {
             commands = commands.with_memory(memory.clone(), self.config.memory.user.clone());
@@ -1474,7 +1479,7 @@ fn watch_agent(registry: &AgentRegistry) -> &'static str {
 /// Open loops over the app's `store`, judged by `judge`.
 fn open_loops(config: &AppConfig, store: Arc<dyn OpenLoopStore>, judge: Arc<dyn LoopJudge>) -> OpenLoops {
     OpenLoops::new(store, judge, config.clock.clone(), config.ids.clone())
-        .with_utc_offset(config.agenda.utc_offset_minutes)
+        .with_time_zone(&config.agenda.time_zone)
 }
 
 /// The open sessions of people, as the reflection daemon sees them: each
@@ -1747,7 +1752,7 @@ impl AppInner {
     /// Every agent's active goals: those with a due first, soonest first,
     /// then by agent and number.
     fn goal_items(&self) -> Vec<AgendaItem> {
-        let offset = self.goals.offset_minutes();
+        let zone = self.goals.zone();
         let agents = self.goals.agents().unwrap_or_else(|error| {
             tracing::warn!(%error, "the AGENDA's goals could not be read");
             Vec::new()
@@ -1759,7 +1764,7 @@ impl AppInner {
             .collect();
         goals.sort_by_key(|g| {
             (
-                g.due_at(offset).map_or((1, 0), |d| (0, d.as_millis())),
+                g.due_at(zone).map_or((1, 0), |d| (0, d.as_millis())),
                 g.agent_id.clone(),
                 g.number(),
             )
@@ -1770,7 +1775,7 @@ impl AppInner {
                 let (agent_name, color) = self.label(&g.agent_id);
                 AgendaItem {
                     kind: AgendaKind::Goal,
-                    when: g.due_at(offset),
+                    when: g.due_at(zone),
                     detail: Some(format!("{}%", g.progress)),
                     id: g.id,
                     agent_id: g.agent_id,
@@ -1795,10 +1800,7 @@ impl AppInner {
             .map(|t| t.items())
             .unwrap_or_default();
         vec![
-            (
-                SectionKind::Goals,
-                goal_items(&goals, self.goals.offset_minutes()),
-            ),
+            (SectionKind::Goals, goal_items(&goals, self.goals.zone())),
             (SectionKind::Focus, focus),
         ]
     }

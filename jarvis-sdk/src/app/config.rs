@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use super::error::AppError;
 use crate::agent::{AgentLoopConfig, BeforeToolCall, Durability};
-use crate::common::{Clock, IdSource, SystemClock, UniqueIds};
+use crate::common::{Clock, IdSource, SystemClock, TimeZone, UniqueIds, UtcOffset};
 use crate::core::{
     DEFAULT_APPROVAL_TIMEOUT, DEFAULT_ASK_TIMEOUT, HOUSING_MODE_ENV, HousingConfig, SH_URL_ENV,
-    SandboxSettings, SecurityStage, UtcOffset, WebFetchSettings, WebSearchSettings,
+    SandboxSettings, SecurityStage, WebFetchSettings, WebSearchSettings,
 };
 use crate::memory::{DEFAULT_USER, MemoryConfig, MemoryStore};
 use crate::model::{EmbedConfig, Embedder, LlmConfig, Provider, ProviderKind};
@@ -143,10 +143,12 @@ pub struct AgendaSettings {
     /// rules as fallback (`JARVIS_AGENDA__MODEL_JUDGE`, default on); off,
     /// the rules alone judge and no call is made.
     pub model_judge: bool,
-    /// The person's time zone as minutes east of UTC, for "tomorrow at 9"
-    /// and schedules (`JARVIS_TIME__UTC_OFFSET`, `+09:00` by default: the
-    /// product speaks Korean first).
-    pub utc_offset_minutes: i32,
+    /// The person's time zone, for "tomorrow at 9", the AGENDA's times,
+    /// usage by day, daily budgets and schedules: `JARVIS_TIME__ZONE` (an
+    /// IANA name), else `JARVIS_TIME__UTC_OFFSET` (a fixed offset), else
+    /// `Asia/Seoul` (the product speaks Korean first). Never the system's
+    /// zone.
+    pub time_zone: TimeZone,
 }
 
 impl Default for AgendaSettings {
@@ -154,7 +156,7 @@ impl Default for AgendaSettings {
         Self {
             open_loops: true,
             model_judge: true,
-            utc_offset_minutes: 9 * 60,
+            time_zone: TimeZone::seoul(),
         }
     }
 }
@@ -184,7 +186,7 @@ impl Default for ReflectionSettings {
 }
 
 /// Reads `+09:00`, `-05:30`, `+9`, `Z` or `UTC` as minutes east of UTC
-/// (the scheduler's [`UtcOffset::parse`]).
+/// ([`UtcOffset::parse`]).
 pub fn parse_utc_offset(text: &str) -> Option<i32> {
     UtcOffset::parse(text).ok().map(UtcOffset::minutes)
 }
@@ -467,12 +469,16 @@ impl AppConfig {
         if let Some(on) = var("JARVIS_AGENDA__MODEL_JUDGE") {
             config.agenda.model_judge = truthy(&on);
         }
-        if let Some(offset) = var("JARVIS_TIME__UTC_OFFSET") {
-            config.agenda.utc_offset_minutes = parse_utc_offset(&offset).ok_or_else(|| {
+        if let Some(name) = var("JARVIS_TIME__ZONE") {
+            config.agenda.time_zone = TimeZone::named(&name)
+                .map_err(|e| AppError::Config(format!("JARVIS_TIME__ZONE={name}: {e}")))?;
+        } else if let Some(offset) = var("JARVIS_TIME__UTC_OFFSET") {
+            let offset = UtcOffset::parse(&offset).map_err(|_| {
                 AppError::Config(format!(
                     "JARVIS_TIME__UTC_OFFSET={offset} is not an offset like +09:00"
                 ))
             })?;
+            config.agenda.time_zone = TimeZone::fixed(offset);
         }
 
         if let Some(on) = var("JARVIS_REFLECTION__ENABLED") {

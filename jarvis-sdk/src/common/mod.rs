@@ -1,5 +1,6 @@
 //! Shared helpers every layer may use: text measured in Unicode characters,
-//! the injected [`Clock`] and [`IdSource`], [`Timestamp`]s, atomic file
+//! the injected [`Clock`] and [`IdSource`], [`Timestamp`]s and the
+//! [`TimeZone`] they are read in, atomic file
 //! replacement ([`write_atomic`]) and locked read-modify-write
 //! ([`update_file_locked`]), and the [`HomeLock`] that gives one process a
 //! `JARVIS_HOME`.
@@ -16,6 +17,7 @@ pub(crate) mod pg;
 
 mod text;
 mod time;
+mod zone;
 
 pub use clock::{Clock, IdSource, ManualClock, SequentialIds, SystemClock, UniqueIds};
 pub use extensions::Extensions;
@@ -24,3 +26,5 @@ pub use lock::{HOME_LOCK_FILE, HomeLock, HomeLockError, LockHolder};
 pub use text::{bigram_jaccard, char_len, truncate_chars, truncate_with_marker};
 pub(crate) use text::{error_chain, fnv1a64, one_line};
 pub use time::{CivilTime, Timestamp, TimestampError};
+pub(crate) use zone::jiff_timestamp;
+pub use zone::{DEFAULT_TIME_ZONE, TimeZone, TimeZoneError, UtcOffset};

@@ -2,21 +2,24 @@
 //! written as an RFC 3339 UTC string with millisecond precision
 //! (`2026-11-29T19:45:05.123Z`) in every file, table and JSON body.
 //!
-//! The conversion is hand-written (Howard Hinnant's civil-date algorithms):
-//! it is a few lines, exact over years 0000–9999, and spares the SDK a date
-//! crate. Timestamps are made from an injected [`Clock`](super::Clock)'s
-//! reading, never from the system clock directly (R-IDEM-4).
+//! The calendar is jiff's (proleptic Gregorian, exact over years
+//! 0000–9999); local times in a time zone are [`TimeZone`]'s. Timestamps
+//! are made from an injected [`Clock`](super::Clock)'s reading, never from
+//! the system clock directly (R-IDEM-4).
 
+use jiff::SignedDuration;
+use jiff::civil::DateTime;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-const MS_PER_DAY: i64 = 86_400_000;
+use super::zone::{EPOCH, TimeZone};
+
 /// 0000-01-01T00:00:00.000Z.
-const MIN_MS: i64 = -62_167_219_200_000;
+pub(super) const MIN_MS: i64 = -62_167_219_200_000;
 /// 9999-12-31T23:59:59.999Z.
-const MAX_MS: i64 = 253_402_300_799_999;
+pub(super) const MAX_MS: i64 = 253_402_300_799_999;
 
 /// Milliseconds since 1970-01-01T00:00:00Z, shown as RFC 3339 UTC.
 ///
@@ -82,13 +85,20 @@ impl From<SystemTime> for Timestamp {
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = self.0.clamp(MIN_MS, MAX_MS);
-        let days = ms.div_euclid(MS_PER_DAY);
-        let in_day = ms.rem_euclid(MS_PER_DAY);
-        let (y, m, d) = civil_from_days(days);
-        let (h, rest) = (in_day / 3_600_000, in_day % 3_600_000);
-        let (min, rest) = (rest / 60_000, rest % 60_000);
-        let (s, milli) = (rest / 1_000, rest % 1_000);
-        write!(f, "{y:04}-{m:02}-{d:02}T{h:02}:{min:02}:{s:02}.{milli:03}Z")
+        let dt = EPOCH
+            .checked_add(SignedDuration::from_millis(ms))
+            .unwrap_or(EPOCH);
+        write!(
+            f,
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+            dt.year(),
+            dt.month(),
+            dt.day(),
+            dt.hour(),
+            dt.minute(),
+            dt.second(),
+            dt.subsec_nanosecond() / 1_000_000
+        )
     }
 }
 
@@ -121,7 +131,8 @@ impl<'de> Deserialize<'de> for Timestamp {
     }
 }
 
-/// A calendar date and a time of day, at some fixed offset from UTC.
+/// A calendar date and a time of day in some time zone
+/// ([`TimeZone::civil`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CivilTime {
     /// The year.
@@ -134,41 +145,37 @@ pub struct CivilTime {
     pub hour: u32,
     /// The minute, 0 to 59.
     pub minute: u32,
+    /// The second, 0 to 59.
+    pub second: u32,
     /// The day of the week, 0 (Monday) to 6 (Sunday).
     pub weekday: u32,
 }
 
 impl Timestamp {
-    /// This time as a date and time of day `offset_minutes` east of UTC.
+    /// This time as a date and time of day `offset_minutes` east of UTC
+    /// (a fixed offset; [`TimeZone::civil`] for a zone with daylight-saving
+    /// time).
     pub fn civil(self, offset_minutes: i32) -> CivilTime {
-        let ms = self.0.saturating_add(i64::from(offset_minutes) * 60_000);
-        let days = ms.div_euclid(MS_PER_DAY);
-        let rem = ms.rem_euclid(MS_PER_DAY);
-        let (year, month, day) = civil_from_days(days);
-        CivilTime {
-            year,
-            month: month as u32,
-            day: day as u32,
-            hour: (rem / 3_600_000) as u32,
-            minute: ((rem / 60_000) % 60) as u32,
-            // 1970-01-01 was a Thursday.
-            weekday: (days + 3).rem_euclid(7) as u32,
-        }
+        TimeZone::from_offset_minutes(offset_minutes).civil(self)
     }
 
     /// The time of a date and time of day `offset_minutes` east of UTC;
     /// `day` may run past the end of the month (it counts on into the next).
+    /// Saturates at the ends of years 0000–9999.
     pub fn from_civil(year: i64, month: u32, day: i64, hour: u32, minute: u32, offset_minutes: i32) -> Self {
-        let days = days_from_civil(year, i64::from(month.clamp(1, 12)), 1) + day - 1;
-        Timestamp(
-            days * MS_PER_DAY + i64::from(hour) * 3_600_000 + i64::from(minute) * 60_000
-                - i64::from(offset_minutes) * 60_000,
-        )
+        let (month, hour, minute) = (month.clamp(1, 12), hour.min(23), minute.min(59));
+        let year = year.clamp(0, 9999);
+        TimeZone::from_offset_minutes(offset_minutes)
+            .at_local(year, month, day, hour, minute, 0)
+            .unwrap_or(Timestamp(if day < 1 { MIN_MS } else { MAX_MS }))
     }
 
-    /// The days of `month` in `year`.
+    /// The days of `month` in `year` (31 for a month outside 1–12).
     pub fn days_in_month(year: i64, month: u32) -> u32 {
-        days_in_month(year, i64::from(month)) as u32
+        i16::try_from(year)
+            .ok()
+            .and_then(|y| jiff::civil::Date::new(y, i8::try_from(month).ok()?, 1).ok())
+            .map_or(31, |d| d.days_in_month() as u32)
     }
 }
 
@@ -177,40 +184,6 @@ impl Timestamp {
 #[error("timestamp: {input:?} is not an RFC 3339 date-time (expected e.g. 2026-11-29T19:45:05.123Z)")]
 pub struct TimestampError {
     input: String,
-}
-
-/// Days since 1970-01-01 of the proleptic Gregorian date `y-m-d`.
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// The proleptic Gregorian date of `days` since 1970-01-01.
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
-fn days_in_month(y: i64, m: i64) -> i64 {
-    match m {
-        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
 }
 
 fn digits(b: &[u8], at: usize, n: usize) -> Option<i64> {
@@ -235,9 +208,21 @@ fn parse(b: &[u8]) -> Option<Timestamp> {
     {
         return None;
     }
-    if !(1..=12).contains(&mo) || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || s > 60 {
+    if h > 23 || mi > 59 || s > 60 {
         return None;
     }
+    // jiff checks the date (29 February, 31 April); a leap second (60)
+    // counts as the next minute's first.
+    let dt = DateTime::new(
+        i16::try_from(y).ok()?,
+        i8::try_from(mo).ok()?,
+        i8::try_from(d).ok()?,
+        h as i8,
+        mi as i8,
+        0,
+        0,
+    )
+    .ok()?;
     let mut at = 19;
     let mut milli = 0;
     if b.get(at) == Some(&b'.') {
@@ -270,8 +255,8 @@ fn parse(b: &[u8]) -> Option<Timestamp> {
         }
         _ => return None,
     };
-    let days = days_from_civil(y, mo, d);
-    let ms = days * MS_PER_DAY + ((h * 60 + mi - offset_min) * 60 + s) * 1_000 + milli;
+    let local_ms = i64::try_from(dt.duration_since(EPOCH).as_millis()).ok()?;
+    let ms = local_ms + (s - offset_min * 60) * 1_000 + milli;
     (MIN_MS..=MAX_MS).contains(&ms).then_some(Timestamp(ms))
 }
 
@@ -370,24 +355,6 @@ mod tests {
         assert_eq!(Timestamp::from(before.to_system_time()), before);
         let sub_ms = UNIX_EPOCH - Duration::from_micros(1_500);
         assert_eq!(Timestamp::from(sub_ms).as_millis(), -2);
-    }
-
-    #[test]
-    fn the_calendar_round_trips_over_every_day_of_the_range() {
-        let first = days_from_civil(0, 1, 1);
-        let last = days_from_civil(9999, 12, 31);
-        let mut expected = (0, 1, 1);
-        for day in first..=last {
-            assert_eq!(civil_from_days(day), expected);
-            let (y, m, d) = expected;
-            expected = if d < days_in_month(y, m) {
-                (y, m, d + 1)
-            } else if m < 12 {
-                (y, m + 1, 1)
-            } else {
-                (y + 1, 1, 1)
-            };
-        }
     }
 
     #[test]

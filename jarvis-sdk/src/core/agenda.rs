@@ -8,7 +8,7 @@
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::common::Timestamp;
+use crate::common::{TimeZone, Timestamp};
 
 /// What an AGENDA item is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -53,11 +53,12 @@ pub struct AgendaItem {
 }
 
 impl AgendaItem {
-    /// The item as one line for the terminal and `/agenda`.
-    pub fn line(&self, offset_minutes: i32) -> String {
+    /// The item as one line for the terminal and `/agenda`, its time the
+    /// local time in `zone` (the person's).
+    pub fn line(&self, zone: impl Into<TimeZone>) -> String {
         let mut line = format!("[{}] {}", self.agent_name, self.text);
         if let Some(when) = self.when {
-            let t = when.civil(offset_minutes);
+            let t = zone.into().civil(when);
             line.push_str(&format!(
                 " — {:04}-{:02}-{:02} {:02}:{:02}",
                 t.year, t.month, t.day, t.hour, t.minute

@@ -17,6 +17,7 @@ use super::focus::FocusStore;
 use super::goals::{GoalStore, goal_command};
 use crate::agent::Distiller;
 use crate::agent::UIAdapter;
+use crate::common::TimeZone;
 use crate::memory::{MemoryScope, MemoryService};
 
 /// Who typed the command.
@@ -64,9 +65,9 @@ pub struct StandardCommands {
     distiller: Option<Arc<Distiller>>,
     schedule: Option<Arc<dyn ScheduleCommand>>,
     agenda: Option<Arc<dyn AgendaSource>>,
-    offset_minutes: i32,
     goals: Option<Arc<GoalStore>>,
     focus: Option<(Arc<FocusStore>, Arc<dyn UIAdapter>)>,
+    time_zone: TimeZone,
 }
 
 impl fmt::Debug for StandardCommands {
@@ -134,7 +135,7 @@ impl StandardCommands {
             distiller: None,
             schedule: None,
             agenda: None,
-            offset_minutes: 0,
+            time_zone: TimeZone::UTC,
             goals: None,
             focus: None,
         }
@@ -159,10 +160,10 @@ impl StandardCommands {
         self
     }
 
-    /// `/agenda` lists `agenda`, with times `offset_minutes` east of UTC.
-    pub fn with_agenda(mut self, agenda: Arc<dyn AgendaSource>, offset_minutes: i32) -> Self {
+    /// `/agenda` lists `agenda`, with times local to `zone` (the person's).
+    pub fn with_agenda(mut self, agenda: Arc<dyn AgendaSource>, zone: impl Into<TimeZone>) -> Self {
         self.agenda = Some(agenda);
-        self.offset_minutes = offset_minutes;
+        self.time_zone = zone.into();
         self
     }
 
@@ -313,7 +314,7 @@ impl StandardCommands {
         let mut out = String::from("AGENDA:");
         for item in items {
             out.push_str("\n- ");
-            out.push_str(&item.line(self.offset_minutes));
+            out.push_str(&item.line(&self.time_zone));
         }
         out
     }

@@ -40,7 +40,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::agent::{AgentEvent, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
-use crate::common::{Clock, Timestamp, char_len, write_atomic};
+use crate::common::{Clock, TimeZone, Timestamp, char_len, write_atomic};
 
 /// The directory of goals under `JARVIS_HOME`.
 pub const GOALS_DIR: &str = "goals";
@@ -119,9 +119,9 @@ impl Goal {
     }
 
     /// The instant the goal is due: a time as stored, a day at its end in
-    /// the zone `offset_minutes` east of UTC.
-    pub fn due_at(&self, offset_minutes: i32) -> Option<Timestamp> {
-        due_instant(self.due.as_deref()?, offset_minutes)
+    /// the person's zone `zone`.
+    pub fn due_at(&self, zone: &TimeZone) -> Option<Timestamp> {
+        due_instant(self.due.as_deref()?, zone)
     }
 
     /// The goal as one line of the `[목표]` section and of `/goals`.
@@ -162,9 +162,9 @@ fn goal_number(id: &str) -> Option<u64> {
     n.parse().ok()
 }
 
-/// Reads a due as given (`YYYY-MM-DD`, `YYYY-MM-DDTHH:MM[:SS]` in the zone
-/// `offset_minutes` east of UTC, or RFC 3339) into its stored form.
-pub fn parse_due(text: &str, offset_minutes: i32) -> Result<String, GoalError> {
+/// Reads a due as given (`YYYY-MM-DD`, `YYYY-MM-DDTHH:MM[:SS]` in the
+/// person's zone `zone`, or RFC 3339) into its stored form.
+pub fn parse_due(text: &str, zone: &TimeZone) -> Result<String, GoalError> {
     let text = text.trim();
     let bad = || {
         GoalError::Invalid(format!(
@@ -183,13 +183,18 @@ pub fn parse_due(text: &str, offset_minutes: i32) -> Result<String, GoalError> {
     let mut parts = time.split(':');
     let hour: u32 = parts.next().and_then(|h| h.parse().ok()).ok_or_else(bad)?;
     let minute: u32 = parts.next().and_then(|m| m.parse().ok()).ok_or_else(bad)?;
-    let second_ok = parts
-        .next()
-        .is_none_or(|s| s.parse::<u32>().is_ok_and(|s| s < 60));
-    if hour > 23 || minute > 59 || !second_ok || parts.next().is_some() {
+    let second: u32 = match parts.next() {
+        Some(s) => s.parse().map_err(|_| bad())?,
+        None => 0,
+    };
+    if parts.next().is_some() {
         return Err(bad());
     }
-    Ok(Timestamp::from_civil(i64::from(y), m, i64::from(d), hour, minute, offset_minutes).to_string())
+    // A time in a spring-forward gap is the first instant after it.
+    let at = zone
+        .at_local(i64::from(y), m, i64::from(d), hour, minute, second)
+        .ok_or_else(bad)?;
+    Ok(at.to_string())
 }
 
 /// `YYYY-MM-DD` with a real day of a real month.
@@ -204,17 +209,11 @@ fn parse_day(text: &str) -> Option<(u32, u32, u32)> {
     ((1..=12).contains(&m) && d >= 1 && d <= Timestamp::days_in_month(i64::from(y), m)).then_some((y, m, d))
 }
 
-/// The instant a stored due falls due: a time as it is, a day at its end.
-fn due_instant(due: &str, offset_minutes: i32) -> Option<Timestamp> {
+/// The instant a stored due falls due: a time as it is, a day at its end
+/// (the next day's first instant in `zone`).
+fn due_instant(due: &str, zone: &TimeZone) -> Option<Timestamp> {
     match parse_day(due) {
-        Some((y, m, d)) => Some(Timestamp::from_civil(
-            i64::from(y),
-            m,
-            i64::from(d) + 1,
-            0,
-            0,
-            offset_minutes,
-        )),
+        Some((y, m, d)) => zone.at_local(i64::from(y), m, i64::from(d) + 1, 0, 0, 0),
         None => Timestamp::parse_rfc3339(due).ok(),
     }
 }
@@ -265,26 +264,26 @@ pub struct GoalPatch {
 pub struct GoalStore {
     dir: PathBuf,
     clock: Arc<dyn Clock>,
-    offset_minutes: i32,
+    zone: TimeZone,
     /// One writer at a time: numbering reads the directory first.
     lock: Mutex<()>,
 }
 
 impl GoalStore {
     /// The goals under `home/goals`, timed by `clock`, with days and local
-    /// times read `offset_minutes` east of UTC.
-    pub fn new(home: &Path, clock: Arc<dyn Clock>, offset_minutes: i32) -> Self {
+    /// times read in the person's zone `zone`.
+    pub fn new(home: &Path, clock: Arc<dyn Clock>, zone: impl Into<TimeZone>) -> Self {
         Self {
             dir: home.join(GOALS_DIR),
             clock,
-            offset_minutes,
+            zone: zone.into(),
             lock: Mutex::new(()),
         }
     }
 
-    /// The zone's offset east of UTC, in minutes.
-    pub fn offset_minutes(&self) -> i32 {
-        self.offset_minutes
+    /// The person's zone.
+    pub fn zone(&self) -> &TimeZone {
+        &self.zone
     }
 
     fn now(&self) -> Timestamp {
@@ -385,7 +384,7 @@ impl GoalStore {
         let due = due
             .map(str::trim)
             .filter(|d| !d.is_empty())
-            .map(|d| parse_due(d, self.offset_minutes))
+            .map(|d| parse_due(d, &self.zone))
             .transpose()?;
         let dir = self.agent_dir(agent_id)?;
         let _guard = self.guard();
@@ -428,7 +427,7 @@ impl GoalStore {
         let due = match patch.due.as_deref().map(str::trim) {
             None => None,
             Some("") => Some(None),
-            Some(d) => Some(Some(parse_due(d, self.offset_minutes)?)),
+            Some(d) => Some(Some(parse_due(d, &self.zone)?)),
         };
         let note = patch
             .note
@@ -505,7 +504,7 @@ impl GoalStore {
             .flatten()
             .filter(|g| g.reminded_due.is_none() || g.reminded_due != g.due)
             .filter(|g| {
-                g.due_at(self.offset_minutes)
+                g.due_at(&self.zone)
                     .is_some_and(|at| at.as_millis() - now.as_millis() <= REMIND_BEFORE_MS)
             })
             .collect()
@@ -559,14 +558,9 @@ pub fn goal_reminder_text(goal: &Goal) -> String {
 
 /// The items of the `[목표]` section: one line per active goal, nearest
 /// due first, then by number.
-pub fn goal_items(goals: &[Goal], offset_minutes: i32) -> Vec<String> {
+pub fn goal_items(goals: &[Goal], zone: &TimeZone) -> Vec<String> {
     let mut active: Vec<&Goal> = goals.iter().filter(|g| g.status == GoalStatus::Active).collect();
-    active.sort_by_key(|g| {
-        (
-            g.due_at(offset_minutes).map_or(i64::MAX, Timestamp::as_millis),
-            g.number(),
-        )
-    });
+    active.sort_by_key(|g| (g.due_at(zone).map_or(i64::MAX, Timestamp::as_millis), g.number()));
     active.iter().map(|g| g.line()).collect()
 }
 
@@ -834,7 +828,7 @@ pub fn goal_command(store: &GoalStore, agent_id: &str, name: &str, rest: &str) -
         return match store.list(agent_id) {
             Ok(goals) if goals.iter().any(|g| g.status == GoalStatus::Active) => {
                 let mut out = String::from("목표 (goals):");
-                for line in goal_items(&goals, store.offset_minutes()) {
+                for line in goal_items(&goals, store.zone()) {
                     out.push_str("\n- ");
                     out.push_str(&line);
                 }
@@ -870,7 +864,9 @@ mod tests {
     use super::*;
     use crate::common::ManualClock;
 
-    const KST: i32 = 9 * 60;
+    fn kst() -> TimeZone {
+        TimeZone::from_offset_minutes(9 * 60)
+    }
 
     fn store() -> (tempfile::TempDir, GoalStore, Arc<ManualClock>) {
         let home = tempfile::tempdir().unwrap();
@@ -879,27 +875,27 @@ mod tests {
                 .unwrap()
                 .to_system_time(),
         ));
-        let store = GoalStore::new(home.path(), clock.clone(), KST);
+        let store = GoalStore::new(home.path(), clock.clone(), kst());
         (home, store, clock)
     }
 
     #[test]
     fn dues_are_days_or_times_in_the_persons_zone() {
-        assert_eq!(parse_due("2026-12-24", KST).unwrap(), "2026-12-24");
+        assert_eq!(parse_due("2026-12-24", &kst()).unwrap(), "2026-12-24");
         assert_eq!(
-            parse_due("2026-12-24T18:00", KST).unwrap(),
+            parse_due("2026-12-24T18:00", &kst()).unwrap(),
             "2026-12-24T09:00:00.000Z"
         );
         assert_eq!(
-            parse_due("2026-12-24T18:00:00+09:00", 0).unwrap(),
+            parse_due("2026-12-24T18:00:00+09:00", &TimeZone::UTC).unwrap(),
             "2026-12-24T09:00:00.000Z"
         );
         for bad in ["2026-02-30", "tomorrow", "2026-12-24T25:00", "2026-13-01", ""] {
-            assert!(parse_due(bad, KST).is_err(), "{bad}");
+            assert!(parse_due(bad, &kst()).is_err(), "{bad}");
         }
         // A day is due at its end in the zone.
         assert_eq!(
-            due_instant("2026-12-24", KST).unwrap().to_string(),
+            due_instant("2026-12-24", &kst()).unwrap().to_string(),
             "2026-12-24T15:00:00.000Z"
         );
     }

@@ -104,8 +104,8 @@ pub use schedule::{
     DEFAULT_WATCH_INTERVAL, HOUSING_WATCH_JOB, Job, JobInfo, JobOrigin, JobOutput, JobRunner, JobSpec,
     LastRun, LedgerLoad, MAX_INTERVAL, MAX_JOB_FILE_BYTES, MAX_JOB_ID_LEN, MAX_SKIPPED_RECORDS, MIN_INTERVAL,
     RunOutcome, RunRecord, RunReport, RunState, SCHEDULE_RUNS_FILE, SCHEDULES_DIR, ScheduleError,
-    ScheduleTick, Scheduler, SchedulerConfig, SlotRef, Trigger, UtcOffset, WATCH_AGENT, WHEN_FORMS, WatchJob,
-    WatchPass, WatchReporter, When, parse_when, validate_job_id,
+    ScheduleTick, Scheduler, SchedulerConfig, SlotRef, Trigger, WATCH_AGENT, WHEN_FORMS, WatchJob, WatchPass,
+    WatchReporter, When, parse_when, validate_job_id,
 };
 pub use security::{
     Caller, SecurityError, SecurityInput, SecurityPipeline, SecurityStage, SessionPolicy, Slot, TokenAuth,

@@ -41,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::outbox::{Outbox, OutboxItem};
 use crate::agent::ProactiveKind;
-use crate::common::{Clock, Timestamp};
+use crate::common::{Clock, TimeZone, Timestamp};
 
 /// The channels' file under `JARVIS_HOME`.
 pub const NOTIFICATIONS_FILE: &str = "notifications.yaml";
@@ -242,7 +242,7 @@ pub struct Notifier {
     channels: Vec<Channel>,
     queue: Outbox,
     clock: Arc<dyn Clock>,
-    offset_minutes: i32,
+    zone: TimeZone,
     /// Per queued id: failed tries and when to try again.
     retry: Mutex<HashMap<String, (u32, Timestamp)>>,
     /// Agents' display names, for titles.
@@ -264,7 +264,7 @@ impl Notifier {
     /// The notifier of `home`: the channels of its `notifications.yaml`
     /// (none when the file is missing) and its queue. A malformed file is
     /// an error naming it.
-    pub fn open(home: &Path, clock: Arc<dyn Clock>, offset_minutes: i32) -> Result<Self, String> {
+    pub fn open(home: &Path, clock: Arc<dyn Clock>, zone: impl Into<TimeZone>) -> Result<Self, String> {
         let path = home.join(NOTIFICATIONS_FILE);
         let configs = match std::fs::read_to_string(&path) {
             Ok(text) => parse_notifications(&text).map_err(|e| format!("{}: {e}", path.display()))?,
@@ -276,7 +276,7 @@ impl Notifier {
             super::outbox::DEFAULT_OUTBOX_CAPACITY,
         )
         .map_err(|e| e.to_string())?;
-        Self::new(configs, queue, clock, offset_minutes)
+        Self::new(configs, queue, clock, zone)
     }
 
     /// A notifier over `configs` queueing in `queue`.
@@ -284,7 +284,7 @@ impl Notifier {
         configs: Vec<ChannelConfig>,
         queue: Outbox,
         clock: Arc<dyn Clock>,
-        offset_minutes: i32,
+        zone: impl Into<TimeZone>,
     ) -> Result<Self, String> {
         let mut channels = Vec::with_capacity(configs.len());
         for (i, config) in configs.into_iter().enumerate() {
@@ -295,7 +295,7 @@ impl Notifier {
             channels,
             queue,
             clock,
-            offset_minutes,
+            zone: zone.into(),
             retry: Mutex::new(HashMap::new()),
             names: HashMap::new(),
             #[cfg(feature = "http")]
@@ -370,7 +370,7 @@ impl Notifier {
     pub async fn tick(&self) -> NotifyReport {
         let now = self.now();
         let minute = {
-            let t = now.civil(self.offset_minutes);
+            let t = self.zone.civil(now);
             t.hour * 60 + t.minute
         };
         let mut report = NotifyReport::default();

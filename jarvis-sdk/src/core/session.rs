@@ -47,7 +47,7 @@ use crate::agent::{
     UsageTotal,
 };
 use crate::common::Extensions;
-use crate::common::Timestamp;
+use crate::common::{TimeZone, Timestamp};
 use crate::model::ToolResultMessage;
 use crate::model::{Role, Usage};
 use std::collections::VecDeque;
@@ -152,8 +152,8 @@ pub struct AgentSessionParts {
     pub usage: Option<UsageMeter>,
     /// The agent's limits per turn, session and day (unlimited by default).
     pub budget: Budget,
-    /// The person's zone, minutes east of UTC: where a budget's day starts.
-    pub utc_offset_minutes: i32,
+    /// The person's time zone: where a budget's day starts.
+    pub time_zone: TimeZone,
 }
 
 impl fmt::Debug for AgentSessionParts {
@@ -191,7 +191,7 @@ impl AgentSessionParts {
             open_loops: None,
             usage: None,
             budget: Budget::default(),
-            utc_offset_minutes: 0,
+            time_zone: TimeZone::UTC,
         }
     }
 
@@ -221,11 +221,11 @@ impl AgentSessionParts {
         self
     }
 
-    /// Bounds the session's turns by `budget`, days starting at midnight
-    /// `utc_offset_minutes` east of UTC (see the [module docs](self)).
-    pub fn with_budget(mut self, budget: Budget, utc_offset_minutes: i32) -> Self {
+    /// Bounds the session's turns by `budget`, days starting at midnight in
+    /// `zone` (see the [module docs](self)).
+    pub fn with_budget(mut self, budget: Budget, zone: impl Into<TimeZone>) -> Self {
         self.budget = budget;
-        self.utc_offset_minutes = utc_offset_minutes;
+        self.time_zone = zone.into();
         self
     }
 
@@ -261,7 +261,7 @@ impl AgentSessionParts {
                 (budget.day_tokens.is_some() || budget.day_usd.is_some()).then(|| {
                     meter
                         .ledger()
-                        .agent_day_spent(&self.agent_id, now, self.utc_offset_minutes)
+                        .agent_day_spent(&self.agent_id, now, &self.time_zone)
                 }),
             ),
         ];

@@ -55,8 +55,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::schedule::{BuiltinJob, CatchUp, Job, JobOrigin, JobOutput, Trigger, UtcOffset};
-use crate::common::{Clock, Timestamp};
+use super::schedule::{BuiltinJob, CatchUp, Job, JobOrigin, JobOutput, Trigger};
+use crate::common::{Clock, TimeZone, Timestamp};
 
 /// The directory of source files under `JARVIS_HOME`.
 pub const SOURCES_DIR: &str = "external_sources";
@@ -572,7 +572,7 @@ pub struct SourceJob {
     reporter: Arc<dyn SourceReporter>,
     clock: Arc<dyn Clock>,
     status: SourceStatus,
-    utc_offset: UtcOffset,
+    time_zone: TimeZone,
     http: reqwest::Client,
 }
 
@@ -584,7 +584,7 @@ impl SourceJob {
         reporter: Arc<dyn SourceReporter>,
         clock: Arc<dyn Clock>,
         status: SourceStatus,
-        utc_offset: UtcOffset,
+        time_zone: TimeZone,
     ) -> Self {
         Self {
             source,
@@ -592,7 +592,7 @@ impl SourceJob {
             reporter,
             clock,
             status,
-            utc_offset,
+            time_zone,
             http: reqwest::Client::builder()
                 .timeout(FETCH_TIMEOUT)
                 .build()
@@ -698,7 +698,7 @@ impl BuiltinJob for SourceJob {
             agent: self.source.file.agent.clone(),
             prompt: format!("{} 확인 (check {})", self.source.id, self.source.file.url),
             trigger: self.source.trigger.clone(),
-            utc_offset: self.utc_offset,
+            time_zone: self.time_zone.clone(),
             enabled: true,
             catch_up: CatchUp::Latest,
             origin: JobOrigin::BuiltIn,

@@ -30,7 +30,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::common::{Clock, Timestamp};
+use crate::common::{Clock, TimeZone, Timestamp};
 use crate::model::{PriceTable, Usage};
 
 /// The ledger's file name under `JARVIS_HOME`.
@@ -40,7 +40,6 @@ pub const USAGE_FILE: &str = "usage.jsonl";
 const USAGE_VERSION: u32 = 1;
 
 const MS_PER_MINUTE: i64 = 60_000;
-const MINUTES_PER_DAY: i64 = 24 * 60;
 
 /// A failure of the ledger's file.
 #[derive(Debug, thiserror::Error)]
@@ -421,26 +420,23 @@ impl UsageLedger {
     }
 
     /// Every group of rows `by` agent, session or day, sorted by key. Days
-    /// are calendar days `utc_offset_minutes` east of UTC (the person's
-    /// zone), keyed `YYYY-MM-DD`.
-    pub fn summary(&self, by: UsageBy, utc_offset_minutes: i32) -> Vec<UsageSummary> {
+    /// are calendar days in `zone` (the person's; minutes east of UTC also
+    /// do), keyed `YYYY-MM-DD`.
+    pub fn summary(&self, by: UsageBy, zone: impl Into<TimeZone>) -> Vec<UsageSummary> {
+        let zone = zone.into();
         let state = self.lock();
         let groups = match by {
             UsageBy::Agent => state.by_agent.clone(),
             UsageBy::Session => state.by_session.clone(),
             UsageBy::Day => {
-                let mut days: BTreeMap<i64, Totals> = BTreeMap::new();
+                let mut days: BTreeMap<String, Totals> = BTreeMap::new();
                 for minutes in state.agent_minutes.values() {
                     for (minute, totals) in minutes {
-                        let local = minute.saturating_add(i64::from(utc_offset_minutes));
-                        days.entry(local.div_euclid(MINUTES_PER_DAY))
-                            .or_default()
-                            .merge(totals);
+                        let at = Timestamp::from_millis(minute.saturating_mul(MS_PER_MINUTE));
+                        days.entry(day_key(&zone, at)).or_default().merge(totals);
                     }
                 }
-                days.into_iter()
-                    .map(|(day, totals)| (day_key(day), totals))
-                    .collect()
+                days.into_iter().collect()
             }
         };
         groups
@@ -461,19 +457,14 @@ impl UsageLedger {
             })
     }
 
-    /// What `agent_id`'s turns spent on the calendar day, in the zone
-    /// `utc_offset_minutes` east of UTC, that contains `at` (for a daily
-    /// budget: `at` is now, the offset the person's). A turn counts on the
-    /// day it ended.
-    pub fn agent_day_spent(&self, agent_id: &str, at: Timestamp, utc_offset_minutes: i32) -> Spent {
-        let offset = i64::from(utc_offset_minutes);
-        let local_day = at
-            .as_millis()
-            .div_euclid(MS_PER_MINUTE)
-            .saturating_add(offset)
-            .div_euclid(MINUTES_PER_DAY);
-        let start = local_day.saturating_mul(MINUTES_PER_DAY).saturating_sub(offset);
-        let end = start.saturating_add(MINUTES_PER_DAY);
+    /// What `agent_id`'s turns spent on the calendar day in `zone` that
+    /// contains `at` (for a daily budget: `at` is now, the zone the
+    /// person's; a day may last 23 or 25 hours). A turn counts on the day it
+    /// ended.
+    pub fn agent_day_spent(&self, agent_id: &str, at: Timestamp, zone: impl Into<TimeZone>) -> Spent {
+        let (start, end) = zone.into().day_bounds(at);
+        let minute = |t: Timestamp| t.as_millis().div_euclid(MS_PER_MINUTE);
+        let (start, end) = (minute(start), minute(end));
         let state = self.lock();
         let mut totals = Totals::default();
         if let Some(minutes) = state.agent_minutes.get(agent_id) {
@@ -485,9 +476,9 @@ impl UsageLedger {
     }
 }
 
-/// `YYYY-MM-DD` of `day` days since 1970-01-01.
-fn day_key(day: i64) -> String {
-    let civil = Timestamp::from_millis(day.saturating_mul(MINUTES_PER_DAY * MS_PER_MINUTE)).civil(0);
+/// `YYYY-MM-DD` of the local day in `zone` that contains `at`.
+fn day_key(zone: &TimeZone, at: Timestamp) -> String {
+    let civil = zone.civil(at);
     format!("{:04}-{:02}-{:02}", civil.year, civil.month, civil.day)
 }
 

@@ -904,7 +904,7 @@ async fn add_job_writes_a_file_that_a_fresh_scheduler_loads_with_the_agent_given
     );
     assert_eq!(loaded.trigger, Trigger::cron("0 9 * * 1").unwrap());
     assert_eq!(jobs[2].job.catch_up, CatchUp::Skip);
-    assert_eq!(jobs[2].job.utc_offset, UtcOffset::UTC);
+    assert_eq!(jobs[2].job.time_zone, UtcOffset::UTC);
     // Registered when added: the first slot after that runs, as KAREN.
     h.set("2026-11-30T09:00");
     fresh.tick().await;
@@ -970,7 +970,7 @@ async fn the_scheduler_reads_when_at_its_own_clock_and_offset() {
         h.clock.clone(),
         h.runner.clone(),
         SchedulerConfig {
-            utc_offset: UtcOffset::UTC,
+            time_zone: UtcOffset::UTC.into(),
             ..SchedulerConfig::default()
         },
     )
@@ -1267,4 +1267,459 @@ async fn a_job_that_panics_is_logged_with_its_name_counted_and_the_others_run() 
     h.set("2026-11-30T09:00");
     assert_eq!(s.tick().await.runs.len(), 2);
     assert_eq!(s.failed_runs(), 2);
+}
+
+// ------------------------------------------------------------ time zones
+
+/// An instant written in RFC 3339 (`2026-03-08T09:00:00-04:00`).
+fn at(rfc3339: &str) -> Timestamp {
+    Timestamp::parse_rfc3339(rfc3339).unwrap()
+}
+
+/// Moves `clock` forward to the instant `rfc3339`.
+fn set_to(clock: &ManualClock, rfc3339: &str) {
+    use jarvis_sdk::Clock;
+    let now = Timestamp::from(clock.now());
+    let target = at(rfc3339);
+    assert!(target >= now, "the clock only moves forward");
+    clock.advance(Duration::from_millis(
+        (target.as_millis() - now.as_millis()) as u64,
+    ));
+}
+
+/// Ticks at each instant and returns the slots run, as RFC 3339 strings.
+async fn slots_run_at(h: &Home, s: &Scheduler, instants: &[&str]) -> Vec<String> {
+    for instant in instants {
+        set_to(&h.clock, instant);
+        s.tick().await;
+    }
+    h.runner
+        .take()
+        .into_iter()
+        .map(|(_, _, slot)| slot.to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_daily_job_in_new_york_fires_at_nine_local_across_both_dst_changes() {
+    let h = Home::new(
+        "2026-03-05T12:00",
+        &[(
+            "ny.yaml",
+            "prompt: morning\ncron: \"0 9 * * *\"\ntime_zone: America/New_York\n",
+        )],
+    );
+    let s = h.scheduler();
+    assert_eq!(s.tick().await.registered, ["ny"]);
+    assert_eq!(
+        s.job("ny").unwrap().describe_trigger(),
+        "cron \"0 9 * * *\" (America/New_York)"
+    );
+    // 12:00 in Seoul is 22:00 the day before in New York; 09:00 EST is
+    // 14:00 UTC.
+    assert_eq!(s.next_run("ny"), Some(at("2026-03-05T09:00:00-05:00")));
+    let runs = slots_run_at(
+        &h,
+        &s,
+        &[
+            "2026-03-07T13:59:00Z",
+            "2026-03-07T14:00:00Z", // Saturday 09:00 EST
+            "2026-03-08T13:00:00Z", // Sunday 09:00 EDT (clocks sprang forward at 02:00)
+            "2026-03-08T14:00:00Z", // 09:00 EST would have been now: nothing
+            "2026-03-09T13:00:00Z", // Monday 09:00 EDT
+        ],
+    )
+    .await;
+    assert_eq!(
+        runs,
+        [
+            "2026-03-06T14:00:00.000Z", // Friday's, caught up (catch_up: latest)
+            "2026-03-07T14:00:00.000Z",
+            "2026-03-08T13:00:00.000Z",
+            "2026-03-09T13:00:00.000Z"
+        ]
+    );
+    // Autumn: Saturday 31 October 09:00 EDT, then Sunday and Monday 09:00 EST.
+    set_to(&h.clock, "2026-10-31T12:00:00Z");
+    s.tick().await;
+    h.runner.take();
+    let runs = slots_run_at(
+        &h,
+        &s,
+        &[
+            "2026-10-31T13:00:00Z",
+            "2026-11-01T13:00:00Z", // 08:00 EST now: not yet
+            "2026-11-01T14:00:00Z",
+            "2026-11-02T14:00:00Z",
+        ],
+    )
+    .await;
+    assert_eq!(
+        runs,
+        [
+            "2026-10-31T13:00:00.000Z",
+            "2026-11-01T14:00:00.000Z",
+            "2026-11-02T14:00:00.000Z"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_time_in_the_spring_gap_runs_once_at_the_first_instant_after_it() {
+    let h = Home::new(
+        "2026-03-06T12:00",
+        &[(
+            "gap.yaml",
+            "prompt: x\ncron: \"30 2 * * *\"\ntime_zone: America/New_York\n",
+        )],
+    );
+    let s = h.scheduler();
+    s.tick().await;
+    // Saturday 02:30 EST, then on Sunday 02:30 does not exist: 03:00 EDT.
+    set_to(&h.clock, "2026-03-07T12:00:00Z");
+    s.tick().await;
+    h.runner.take();
+    assert_eq!(s.next_run("gap"), Some(at("2026-03-08T03:00:00-04:00")));
+    let runs = slots_run_at(
+        &h,
+        &s,
+        &[
+            "2026-03-08T06:59:00Z", // 01:59 EST
+            "2026-03-08T07:00:00Z", // 03:00 EDT, the first instant after the gap
+            "2026-03-08T07:30:00Z", // 03:30 EDT
+            "2026-03-08T08:00:00Z",
+            "2026-03-09T06:30:00Z", // Monday 02:30 EDT
+        ],
+    )
+    .await;
+    assert_eq!(runs, ["2026-03-08T07:00:00.000Z", "2026-03-09T06:30:00.000Z"]);
+}
+
+#[tokio::test]
+async fn a_time_in_the_autumn_repeat_runs_once_at_its_first_occurrence() {
+    let h = Home::new(
+        "2026-10-30T12:00",
+        &[(
+            "fold.yaml",
+            "prompt: x\ncron: \"30 1 * * *\"\ntime_zone: America/New_York\n",
+        )],
+    );
+    let s = h.scheduler();
+    s.tick().await;
+    set_to(&h.clock, "2026-10-31T12:00:00Z");
+    s.tick().await;
+    h.runner.take();
+    let runs = slots_run_at(
+        &h,
+        &s,
+        &[
+            "2026-11-01T05:30:00Z", // 01:30 EDT
+            "2026-11-01T06:15:00Z", // 01:15 EST, the hour again
+            "2026-11-01T06:30:00Z", // 01:30 EST: not a second run
+            "2026-11-01T07:00:00Z",
+            "2026-11-02T06:30:00Z", // Monday 01:30 EST
+        ],
+    )
+    .await;
+    assert_eq!(runs, ["2026-11-01T05:30:00.000Z", "2026-11-02T06:30:00.000Z"]);
+    // And across a restart in the repeated hour: still once.
+    let h = Home::new(
+        "2026-10-30T12:00",
+        &[(
+            "fold.yaml",
+            "prompt: x\ncron: \"30 1 * * *\"\ntime_zone: America/New_York\n",
+        )],
+    );
+    h.scheduler().tick().await;
+    set_to(&h.clock, "2026-11-01T05:31:00Z");
+    h.scheduler().tick().await;
+    set_to(&h.clock, "2026-11-01T06:31:00Z");
+    h.scheduler().tick().await;
+    let slots: Vec<String> = h.runner.take().into_iter().map(|r| r.2.to_string()).collect();
+    assert_eq!(slots, ["2026-11-01T05:30:00.000Z"]);
+}
+
+#[tokio::test]
+async fn every_counts_absolute_time_across_a_dst_change() {
+    let h = Home::new(
+        "2026-03-07T12:00",
+        &[(
+            "often.yaml",
+            "prompt: x\nevery: 6h\ntime_zone: America/New_York\n",
+        )],
+    );
+    let s = h.scheduler();
+    s.tick().await;
+    // Counted from midnight EST of 1 January 1970: 05:00, 11:00, 17:00 and
+    // 23:00 UTC, whatever the clocks in New York say.
+    let runs = slots_run_at(
+        &h,
+        &s,
+        &[
+            "2026-03-07T17:00:00Z",
+            "2026-03-07T23:00:00Z",
+            "2026-03-08T05:00:00Z",
+            "2026-03-08T11:00:00Z",
+        ],
+    )
+    .await;
+    assert_eq!(
+        runs,
+        [
+            "2026-03-07T17:00:00.000Z",
+            "2026-03-07T23:00:00.000Z",
+            "2026-03-08T05:00:00.000Z",
+            "2026-03-08T11:00:00.000Z"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_ledger_written_before_time_zones_is_honoured() {
+    // The ledger as the previous scheduler wrote it: registered, then the
+    // 09:00 run of 30 November done, the 1 December one started and cut
+    // short by a crash.
+    let h = Home::new(
+        "2026-12-01T09:00",
+        &[
+            ("daily.yaml", "prompt: 아침\ncron: \"0 9 * * *\"\n"),
+            (
+                "cut.yaml",
+                "prompt: 점심\ncron: \"0 9 * * *\"\nutc_offset: \"+09:00\"\n",
+            ),
+        ],
+    );
+    std::fs::write(
+        h.path().join(SCHEDULE_RUNS_FILE),
+        concat!(
+            r#"{"v":1,"job":"daily","slot":"2026-11-29T03:12:45.120Z","state":"registered","at":"2026-11-29T03:12:45.120Z"}"#,
+            "\n",
+            r#"{"v":1,"job":"daily","slot":"2026-11-30T00:00:00.000Z","state":"started","at":"2026-11-30T00:00:04.112Z"}"#,
+            "\n",
+            r#"{"v":1,"job":"daily","slot":"2026-11-30T00:00:00.000Z","state":"done","at":"2026-11-30T00:00:31.907Z","session_id":"sched-daily"}"#,
+            "\n",
+            r#"{"v":1,"job":"cut","slot":"2026-12-01T00:00:00.000Z","state":"started","at":"2026-12-01T00:00:02.001Z"}"#,
+            "\n",
+        ),
+    )
+    .unwrap();
+    // The person's zone is now a named one with the same offset.
+    let s = Scheduler::new(
+        h.path(),
+        h.clock.clone(),
+        h.runner.clone(),
+        SchedulerConfig {
+            time_zone: jarvis_sdk::TimeZone::named("Asia/Seoul").unwrap(),
+            ..SchedulerConfig::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(s.ledger_load().records, 4);
+    assert_eq!(s.ledger_load().damaged_lines, 0);
+    let tick = s.tick().await;
+    assert!(
+        tick.registered.is_empty(),
+        "known jobs are not registered again: {tick:?}"
+    );
+    // 1 December's slot of `daily` was never recorded: it runs; `cut`'s was
+    // started before the upgrade: it does not run again.
+    assert_eq!(h.runner.take(), [run("daily", "main", "2026-12-01T09:00")]);
+    h.set("2026-12-01T12:00");
+    assert!(s.tick().await.runs.is_empty());
+    assert_eq!(states_of(h.path(), "cut").len(), 1, "nothing new for cut");
+    // Every stored timestamp keeps its form.
+    for record in ledger(h.path()) {
+        for key in ["slot", "at"] {
+            let text = record[key].as_str().unwrap();
+            assert_eq!(text.len(), 24, "{text}");
+            assert!(text.ends_with('Z') && text.as_bytes()[19] == b'.', "{text}");
+        }
+    }
+    h.set("2026-12-02T09:00");
+    s.tick().await;
+    assert_eq!(
+        h.runner.take_sorted(),
+        [
+            run("cut", "main", "2026-12-02T09:00"),
+            run("daily", "main", "2026-12-02T09:00")
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_zone_with_the_same_offset_at_the_next_slot_is_the_same_job() {
+    let h = Home::new(
+        "2026-11-30T08:00",
+        &[(
+            "zoned.yaml",
+            "prompt: x\ncron: \"0 9 * * *\"\nutc_offset: \"+09:00\"\n",
+        )],
+    );
+    let s = h.scheduler();
+    assert_eq!(s.tick().await.registered, ["zoned"]);
+    h.clock.advance(Duration::from_secs(60));
+    h.write(
+        "zoned.yaml",
+        "prompt: x\ncron: \"0 9 * * *\"\ntime_zone: Asia/Seoul\n# named now\n",
+    );
+    let tick = s.tick().await;
+    assert!(tick.registered.is_empty(), "{tick:?}");
+    assert_eq!(
+        s.job("zoned").unwrap().describe_trigger(),
+        "cron \"0 9 * * *\" (Asia/Seoul)"
+    );
+    // Another offset is another job: registered afresh.
+    h.clock.advance(Duration::from_secs(60));
+    h.write(
+        "zoned.yaml",
+        "prompt: x\ncron: \"0 9 * * *\"\ntime_zone: America/New_York\n",
+    );
+    assert_eq!(s.tick().await.registered, ["zoned"]);
+}
+
+#[tokio::test]
+async fn time_zone_mistakes_in_job_files_name_the_file_and_the_zone() {
+    let h = Home::new(
+        "2026-11-30T08:00",
+        &[
+            (
+                "both.yaml",
+                "prompt: x\nevery: 1h\ntime_zone: Asia/Seoul\nutc_offset: \"+09:00\"\n",
+            ),
+            (
+                "mars.yaml",
+                "prompt: x\nevery: 1h\ntime_zone: Mars/Olympus_Mons\n",
+            ),
+            (
+                "ok.yaml",
+                "prompt: x\nat: \"2026-12-01T09:00\"\ntime_zone: Europe/London\n",
+            ),
+        ],
+    );
+    let s = h.scheduler();
+    let broken = s.broken_files();
+    let reasons: Vec<(String, String)> = broken
+        .iter()
+        .map(|b| {
+            (
+                b.path.file_name().unwrap().to_string_lossy().into_owned(),
+                b.reason.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert_eq!(reasons[0].0, "both.yaml");
+    assert!(
+        reasons[0].1.contains("both time_zone and utc_offset"),
+        "{reasons:?}"
+    );
+    assert_eq!(reasons[1].0, "mars.yaml");
+    assert!(
+        reasons[1]
+            .1
+            .contains("\"Mars/Olympus_Mons\" is not an IANA time zone name"),
+        "{reasons:?}"
+    );
+    // Through the error type, the file is named too.
+    let err = s
+        .add_job(JobSpec::new("main", "x", Trigger::every("1h").unwrap()).with_id("ok"))
+        .unwrap_err();
+    assert!(matches!(err, ScheduleError::Exists { .. }));
+    assert_eq!(
+        s.next_run("ok"),
+        Some(at("2026-12-01T09:00:00Z")),
+        "London is on GMT in December"
+    );
+    // A job added in a zone is written with its name and reads back the same.
+    let job = s
+        .add_job(
+            JobSpec::new("main", "x", Trigger::cron("0 9 * * *").unwrap())
+                .with_id("named")
+                .with_time_zone(jarvis_sdk::TimeZone::named("America/New_York").unwrap()),
+        )
+        .unwrap();
+    let text = std::fs::read_to_string(h.path().join("schedules/named.yaml")).unwrap();
+    assert!(
+        text.contains("time_zone: America/New_York") && !text.contains("utc_offset"),
+        "{text}"
+    );
+    assert_eq!(h.scheduler().job("named"), Some(job));
+}
+
+#[tokio::test]
+async fn the_schedule_command_answers_in_the_jobs_zone() {
+    let h = Home::new("2026-03-07T12:00", &[]);
+    let s = Scheduler::new(
+        h.path(),
+        h.clock.clone(),
+        h.runner.clone(),
+        SchedulerConfig {
+            time_zone: jarvis_sdk::TimeZone::named("America/New_York").unwrap(),
+            ..SchedulerConfig::default()
+        },
+    )
+    .unwrap();
+    // 12:00 in Seoul on 7 March is 22:00 on 6 March in New York.
+    let commands = StandardCommands::new().with_schedule(Arc::new(s));
+    let main = CommandContext {
+        agent_id: "main",
+        session_id: "default-main",
+    };
+    let reply = commands.handle(&main, "/schedule 매일 9시 산책").await.unwrap();
+    assert!(reply.contains("(America/New_York)"), "{reply}");
+    assert!(
+        reply.contains("2026-03-07 09:00 (-05:00)"),
+        "the next run: {reply}"
+    );
+    let reply = commands
+        .handle(&main, "/schedule at 2026-03-08 02:30 x")
+        .await
+        .unwrap();
+    assert!(reply.contains("2026-03-08 03:00 (-04:00)"), "in the gap: {reply}");
+}
+
+#[test]
+fn the_persons_zone_comes_from_the_environment_and_never_the_system() {
+    use jarvis_sdk::{AppConfig, TimeZone};
+    let home = tempfile::tempdir().unwrap();
+    let home_path = home.path().to_str().unwrap().to_owned();
+    let config = |vars: &[(&str, &str)]| {
+        let mut all = vec![("JARVIS_HOME", home_path.as_str())];
+        all.extend_from_slice(vars);
+        AppConfig::from_lookup(|k| all.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()))
+    };
+    assert_eq!(
+        config(&[]).unwrap().agenda.time_zone,
+        TimeZone::named("Asia/Seoul").unwrap()
+    );
+    assert_eq!(
+        config(&[("JARVIS_TIME__ZONE", "America/New_York")])
+            .unwrap()
+            .agenda
+            .time_zone
+            .to_string(),
+        "America/New_York"
+    );
+    assert_eq!(
+        config(&[("JARVIS_TIME__UTC_OFFSET", "-05:00")])
+            .unwrap()
+            .agenda
+            .time_zone,
+        UtcOffset::from_minutes(-300).unwrap()
+    );
+    // The name wins over the offset.
+    let both = config(&[
+        ("JARVIS_TIME__ZONE", "Europe/Paris"),
+        ("JARVIS_TIME__UTC_OFFSET", "+09:00"),
+    ]);
+    assert_eq!(both.unwrap().agenda.time_zone.to_string(), "Europe/Paris");
+    let err = config(&[("JARVIS_TIME__ZONE", "Seoul")]).unwrap_err().to_string();
+    assert!(
+        err.contains("JARVIS_TIME__ZONE=Seoul") && err.contains("IANA"),
+        "{err}"
+    );
+    let err = config(&[("JARVIS_TIME__UTC_OFFSET", "KST")])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("JARVIS_TIME__UTC_OFFSET=KST"), "{err}");
 }

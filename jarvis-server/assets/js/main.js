@@ -355,7 +355,7 @@ async function refreshUsage() {
 async function refreshAgenda() {
   try {
     const agenda = await api.agenda();
-    renderAgenda($("agenda-list"), agenda.items || [], hud.byId);
+    renderAgenda($("agenda-list"), agenda.items || [], hud.byId, agenda.time_zone);
   } catch (_) {
     // The card keeps what it showed.
   }

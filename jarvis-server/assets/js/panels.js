@@ -8,11 +8,22 @@
 
 import { el } from "./dom.js";
 
-/** A short local date and time for an RFC 3339 timestamp. */
-function when(stamp) {
+/**
+ * A short local date and time for an RFC 3339 timestamp, in the person's
+ * IANA zone `zone` when given (else the browser's).
+ */
+function when(stamp, zone) {
   const date = new Date(stamp);
   if (Number.isNaN(date.getTime())) return "";
-  return date.toLocaleString([], { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+  const options = { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" };
+  if (zone && zone.includes("/")) {
+    try {
+      return date.toLocaleString([], { ...options, timeZone: zone });
+    } catch {
+      // A zone this browser does not know: its own zone below.
+    }
+  }
+  return date.toLocaleString([], options);
 }
 
 /** The agent `id` of `agents`, or a stand-in with a neutral colour. */
@@ -87,6 +98,7 @@ export function renderSessions(list, sessions, { agents, current, open }) {
  * @param {HTMLElement} list
  * @param {object[]} items `GET /api/agenda` items
  * @param {Map<string, object>} agents
+ * @param {string} [zone] `GET /api/agenda`'s `time_zone`
  */
 const AGENDA_KINDS = { schedule: "SCHEDULE", promise: "PROMISE", goal: "GOAL", source: "SOURCE" };
 
@@ -123,7 +135,7 @@ export function renderFocus(nodes, state) {
   );
 }
 
-export function renderAgenda(list, items, agents) {
+export function renderAgenda(list, items, agents, zone) {
   const rows = items.map((item) => {
     const agent = agentOf(agents, item.agent_id);
     const li = el("li");
@@ -134,7 +146,7 @@ export function renderAgenda(list, items, agents) {
     li.appendChild(el("span", "agenda-kind", AGENDA_KINDS[item.kind] || String(item.kind).toUpperCase()));
     li.appendChild(el("span", "agenda-text", item.text));
     const due = item.due || item.when;
-    const parts = [due ? when(due) : "", item.detail || ""].filter(Boolean);
+    const parts = [due ? when(due, zone) : "", item.detail || ""].filter(Boolean);
     if (parts.length) li.appendChild(el("span", "agenda-when", parts.join(" · ")));
     return li;
   });

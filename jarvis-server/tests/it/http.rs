@@ -133,6 +133,8 @@ async fn agents_sessions_fork_agenda_and_health() {
         items[0]["when"].is_string() && items[0]["detail"] == "every 30m",
         "{agenda}"
     );
+    // The person's zone its times are shown in (Asia/Seoul by default).
+    assert_eq!(agenda["time_zone"], "Asia/Seoul", "{agenda}");
     let (status, _, health) = call(&state, get("/healthz")).await;
     assert_eq!((status, &health["status"]), (StatusCode::OK, &json!("ok")));
     assert_eq!(health["pid"], std::process::id());

@@ -22,7 +22,7 @@
 use regex::Regex;
 use std::sync::OnceLock;
 
-use crate::common::Timestamp;
+use crate::common::{TimeZone, Timestamp};
 
 /// What the detector found in one utterance.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,7 +62,7 @@ fn patterns() -> &'static Patterns {
 }
 
 /// Whether `text` opens a loop, and its due time and condition.
-pub fn detect(text: &str, now: Timestamp, offset_minutes: i32) -> Option<Detected> {
+pub fn detect(text: &str, now: Timestamp, zone: impl Into<TimeZone>) -> Option<Detected> {
     let p = patterns();
     if p.cancel.is_match(text) {
         return None;
@@ -74,7 +74,7 @@ pub fn detect(text: &str, now: Timestamp, offset_minutes: i32) -> Option<Detecte
         return None;
     }
     let condition = p.condition.find(text).map(|m| m.as_str().trim().to_owned());
-    let due = due_time(text, now, offset_minutes);
+    let due = due_time(text, now, zone);
     if asks && due.is_none() && condition.is_none() && !p.time.is_match(text) {
         // "remind me" with neither a time nor a condition is still a promise
         // to remind; it is due at once.
@@ -134,10 +134,13 @@ fn number_before(text: &str, unit: &str) -> Option<i64> {
     re.captures(text)?.get(1)?.as_str().parse().ok()
 }
 
-/// When `text` says something is due, relative to `now`.
-pub fn due_time(text: &str, now: Timestamp, offset_minutes: i32) -> Option<Timestamp> {
+/// When `text` says something is due, relative to `now`, with days and
+/// times of day in `zone` (the person's; a time in a spring-forward gap is
+/// the first instant after it).
+pub fn due_time(text: &str, now: Timestamp, zone: impl Into<TimeZone>) -> Option<Timestamp> {
+    let zone = zone.into();
     let t = text.to_lowercase();
-    let here = now.civil(offset_minutes);
+    let here = zone.civil(now);
     let minute_ms = 60_000;
     for (unit, ms) in [
         ("분\\s*(후|뒤)", minute_ms),
@@ -222,14 +225,7 @@ pub fn due_time(text: &str, now: Timestamp, offset_minutes: i32) -> Option<Times
             } else {
                 default_hour
             });
-            Some(Timestamp::from_civil(
-                here.year,
-                here.month,
-                today + days,
-                h,
-                0,
-                offset_minutes,
-            ))
+            zone.at_local(here.year, here.month, today + days, h, 0, 0)
         }
         (None, Some(h)) => {
             // An hour alone is the next time that hour comes round.
@@ -238,14 +234,7 @@ pub fn due_time(text: &str, now: Timestamp, offset_minutes: i32) -> Option<Times
             } else {
                 1
             };
-            Some(Timestamp::from_civil(
-                here.year,
-                here.month,
-                today + days,
-                h,
-                0,
-                offset_minutes,
-            ))
+            zone.at_local(here.year, here.month, today + days, h, 0, 0)
         }
         (None, None) => None,
     }

@@ -35,7 +35,7 @@ impl LoopJudge for RuleJudge {
             };
             return judgement;
         }
-        if let Some(found) = detect(input.user, input.now, input.offset_minutes) {
+        if let Some(found) = detect(input.user, input.now, input.time_zone) {
             judgement.open.push(NewLoop {
                 text: input.user.trim().to_owned(),
                 kind: if found.promise {

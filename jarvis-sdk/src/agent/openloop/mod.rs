@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use super::event::AgentEvent;
 use super::ui::UIAdapter;
-use crate::common::{Clock, IdSource, Timestamp, truncate_chars};
+use crate::common::{Clock, IdSource, TimeZone, Timestamp, truncate_chars};
 
 /// A promise by the agent, or a request to be reminded or told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -120,8 +120,8 @@ pub struct JudgeInput<'a> {
     pub open: &'a [OpenLoop],
     /// Now.
     pub now: Timestamp,
-    /// Minutes east of UTC for reading times of day.
-    pub offset_minutes: i32,
+    /// The person's time zone, for reading times of day.
+    pub time_zone: &'a TimeZone,
 }
 
 /// Decides which loops a turn opens and closes.
@@ -197,14 +197,14 @@ pub struct OpenLoops {
     judge: Arc<dyn LoopJudge>,
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdSource>,
-    offset_minutes: i32,
+    time_zone: TimeZone,
 }
 
 impl fmt::Debug for OpenLoops {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpenLoops")
             .field("store", &self.store)
-            .field("offset_minutes", &self.offset_minutes)
+            .field("time_zone", &self.time_zone)
             .finish_non_exhaustive()
     }
 }
@@ -222,13 +222,18 @@ impl OpenLoops {
             judge,
             clock,
             ids,
-            offset_minutes: 0,
+            time_zone: TimeZone::UTC,
         }
     }
 
-    /// Reads times of day `minutes` east of UTC (Seoul: 540).
-    pub fn with_utc_offset(mut self, minutes: i32) -> Self {
-        self.offset_minutes = minutes;
+    /// Reads times of day `minutes` east of UTC (Seoul: 540), all year.
+    pub fn with_utc_offset(self, minutes: i32) -> Self {
+        self.with_time_zone(minutes)
+    }
+
+    /// Reads times of day in `zone` (the person's).
+    pub fn with_time_zone(mut self, zone: impl Into<TimeZone>) -> Self {
+        self.time_zone = zone.into();
         self
     }
 
@@ -268,7 +273,7 @@ impl OpenLoops {
                 answer,
                 open: &open,
                 now,
-                offset_minutes: self.offset_minutes,
+                time_zone: &self.time_zone,
             })
             .await;
         for closed in closed_by_thought {

@@ -1,6 +1,6 @@
 //! [`CronExpr`]: the five-field cron expressions of Vixie cron
-//! (`minute hour day-of-month month day-of-week`), matched and stepped at a
-//! fixed UTC offset.
+//! (`minute hour day-of-month month day-of-week`), stepped in a job's
+//! [`TimeZone`] by the `croner` crate.
 //!
 //! Each field is a comma-separated list of `*`, a value, a range `a-b`,
 //! each optionally with a step (`*/15`, `1-10/2`, `5/10` = `5-max/10`).
@@ -11,21 +11,29 @@
 //! match. `@yearly`, `@monthly`, `@weekly`, `@daily` and `@hourly` stand for
 //! their usual expressions.
 //!
-//! Slots are whole minutes. The search is by calendar day, so a next (or
-//! previous) slot is found in at most a few thousand cheap steps even for
-//! `0 0 29 2 *`; an expression that can never match (`0 0 31 2 *`) is
-//! refused when parsed.
+//! This module only reads that syntax (so every error names the field and
+//! what is wrong with it) and hands croner the values each field allows;
+//! croner finds the slots. Slots are whole minutes of local time, and
+//! daylight-saving changes follow the Open Cron Pattern Specification:
+//!
+//! - an expression with one minute and one hour (`30 2 * * *`) whose time
+//!   falls in a spring-forward gap runs once, at the first instant after
+//!   the gap (03:00 on the day New York skips 02:00–03:00); in a fall-back
+//!   repeat it runs once, at the first occurrence;
+//! - an expression with several minutes or hours (`*/15 * * * *`) has no
+//!   slots in a gap, and in a repeat runs at both occurrences: its slots
+//!   count wall-clock minutes as they pass.
+//!
+//! An expression that can never match (`0 0 31 2 *`) is refused when
+//! parsed.
 
 use std::fmt;
+use std::str::FromStr;
 
 use super::error::ScheduleError;
-use super::trigger::UtcOffset;
-use crate::common::Timestamp;
+use crate::common::{TimeZone, Timestamp, jiff_timestamp};
 
 const MS_PER_MINUTE: i64 = 60_000;
-/// How far the day search looks: past the longest gap between two slots
-/// of any satisfiable expression (29 February, skipped in 2100).
-const SEARCH_DAYS: i64 = 366 * 9;
 
 const MONTHS: [&str; 12] = [
     "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
@@ -45,6 +53,8 @@ pub struct CronExpr {
     weekdays: u8,
     dom_star: bool,
     dow_star: bool,
+    /// Boxed: croner's pattern is a few hundred bytes.
+    cron: Box<croner::Cron>,
 }
 
 impl fmt::Debug for CronExpr {
@@ -59,7 +69,7 @@ impl fmt::Display for CronExpr {
     }
 }
 
-impl std::str::FromStr for CronExpr {
+impl FromStr for CronExpr {
     type Err = ScheduleError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         CronExpr::parse(s)
@@ -100,26 +110,52 @@ impl CronExpr {
         let dow_bits = field(dow, "day of week", 0, 7, &WEEKDAYS, 0)?;
         // Bit 7 (Sunday written as 7) joins bit 0.
         let weekdays = ((dow_bits | (dow_bits >> 7)) & 0x7f) as u8;
-        let cron = CronExpr {
+        let (dom_star, dow_star) = (dom.starts_with('*'), dow.starts_with('*'));
+        if dow_star && !dom_star {
+            let possible = (1..=12u32).any(|m| {
+                months & (1 << m) != 0 && (1..=MAX_MONTH_DAYS[m as usize - 1]).any(|d| days & (1 << d) != 0)
+            });
+            if !possible {
+                return Err(err("it never matches: none of its months has that day".to_owned()));
+            }
+        }
+        // croner gets the allowed values spelled out; `*` only where the
+        // field was a plain star, so croner's day rule sees what Vixie's
+        // sees, and `+` (both must match) where a field only starts with one.
+        let star = |text: &str, bits: u64, min: u32, max: u32| {
+            if text == "*" || (text.starts_with('*') && (min..=max).all(|v| bits & (1 << v) != 0)) {
+                "*".to_owned()
+            } else {
+                values(bits, min, max)
+            }
+        };
+        let dom_field = star(dom, u64::from(days), 1, 31);
+        let dow_field = star(dow, u64::from(weekdays), 0, 6);
+        let both = (dom_star || dow_star) && dom_field != "*" && dow_field != "*";
+        let pattern = format!(
+            "{} {} {dom_field} {} {}{dow_field}",
+            values(minutes, 0, 59),
+            values(u64::from(hours), 0, 23),
+            values(u64::from(months), 1, 12),
+            if both { "+" } else { "" },
+        );
+        let cron = croner::parser::CronParser::builder()
+            .seconds(croner::parser::Seconds::Disallowed)
+            .year(croner::parser::Year::Disallowed)
+            .build()
+            .parse(&pattern)
+            .map_err(|e| err(format!("the cron library refused {pattern:?}: {e}")))?;
+        Ok(CronExpr {
             source,
             minutes,
             hours,
             days,
             months,
             weekdays,
-            dom_star: dom.starts_with('*'),
-            dow_star: dow.starts_with('*'),
-        };
-        if cron.dow_star && !cron.dom_star {
-            let possible = (1..=12u32).any(|m| {
-                cron.months & (1 << m) != 0
-                    && (1..=MAX_MONTH_DAYS[m as usize - 1]).any(|d| cron.days & (1 << d) != 0)
-            });
-            if !possible {
-                return Err(err("it never matches: none of its months has that day".to_owned()));
-            }
-        }
-        Ok(cron)
+            dom_star,
+            dow_star,
+            cron: Box::new(cron),
+        })
     }
 
     /// The expression as written (whitespace collapsed).
@@ -127,95 +163,47 @@ impl CronExpr {
         &self.source
     }
 
-    /// Whether the minute containing `t` is a slot, at `offset`.
-    pub fn matches(&self, t: Timestamp, offset: UtcOffset) -> bool {
-        let c = t.civil(offset.minutes());
-        self.day_matches(c.month, c.day, c.weekday)
-            && self.hours & (1 << c.hour) != 0
-            && self.minutes & (1 << c.minute) != 0
+    /// Whether the minute containing `t` is a slot in `zone`.
+    pub fn matches(&self, t: Timestamp, zone: impl Into<TimeZone>) -> bool {
+        let minute = floor_minute(t.as_millis());
+        self.latest_at_or_before(t, zone)
+            .is_some_and(|slot| slot.as_millis() == minute)
     }
 
-    /// The first slot strictly after `t`, at `offset`.
-    pub fn next_after(&self, t: Timestamp, offset: UtcOffset) -> Option<Timestamp> {
-        let from = Timestamp::from_millis(floor_minute(t.as_millis()) + MS_PER_MINUTE);
-        self.scan(from, offset, true)
+    /// The first slot strictly after `t`, in `zone`. `None` when there is
+    /// none before year 5000 (croner's horizon).
+    pub fn next_after(&self, t: Timestamp, zone: impl Into<TimeZone>) -> Option<Timestamp> {
+        let from = zoned(floor_minute(t.as_millis()), &zone.into())?;
+        let next = self.cron.find_next_occurrence(&from, false).ok()?;
+        Some(Timestamp::from_millis(next.timestamp().as_millisecond()))
     }
 
-    /// The last slot at or before `t`, at `offset`.
-    pub fn latest_at_or_before(&self, t: Timestamp, offset: UtcOffset) -> Option<Timestamp> {
-        self.scan(Timestamp::from_millis(floor_minute(t.as_millis())), offset, false)
+    /// The last slot at or before `t`, in `zone`.
+    pub fn latest_at_or_before(&self, t: Timestamp, zone: impl Into<TimeZone>) -> Option<Timestamp> {
+        let ms = t.as_millis();
+        let from = zoned(ms - ms.rem_euclid(1_000), &zone.into())?;
+        let latest = self.cron.find_previous_occurrence(&from, true).ok()?;
+        Some(Timestamp::from_millis(latest.timestamp().as_millisecond()))
     }
+}
 
-    /// The first slot at or after the minute `from` (`forward`), or the
-    /// last one at or before it, searching day by day.
-    fn scan(&self, from: Timestamp, offset: UtcOffset, forward: bool) -> Option<Timestamp> {
-        let c = from.civil(offset.minutes());
-        let step = if forward { 1 } else { -1 };
-        for i in 0..SEARCH_DAYS {
-            let day = Timestamp::from_civil(
-                c.year,
-                c.month,
-                i64::from(c.day) + step * i,
-                0,
-                0,
-                offset.minutes(),
-            );
-            let d = day.civil(offset.minutes());
-            if !self.day_matches(d.month, d.day, d.weekday) {
-                continue;
-            }
-            let time = match (forward, i == 0) {
-                (true, true) => self.first_time_from((c.hour, c.minute)),
-                (true, false) => self.first_time_from((0, 0)),
-                (false, true) => self.last_time_until((c.hour, c.minute)),
-                (false, false) => self.last_time_until((23, 59)),
-            };
-            if let Some((h, m)) = time {
-                return Some(Timestamp::from_millis(
-                    day.as_millis() + i64::from(h) * 3_600_000 + i64::from(m) * MS_PER_MINUTE,
-                ));
-            }
-        }
-        None
-    }
-
-    /// `weekday` counts from Monday (0), as `CivilTime` does.
-    fn day_matches(&self, month: u32, day: u32, weekday: u32) -> bool {
-        if self.months & (1 << month) == 0 {
-            return false;
-        }
-        let dom = self.days & (1 << day) != 0;
-        let dow = self.weekdays & (1 << ((weekday + 1) % 7)) != 0;
-        if self.dom_star || self.dow_star {
-            dom && dow
-        } else {
-            dom || dow
-        }
-    }
-
-    fn first_time_from(&self, (h0, m0): (u32, u32)) -> Option<(u32, u32)> {
-        (h0..24).filter(|h| self.hours & (1 << h) != 0).find_map(|h| {
-            let from = if h == h0 { m0 } else { 0 };
-            (from..60).find(|m| self.minutes & (1 << m) != 0).map(|m| (h, m))
-        })
-    }
-
-    fn last_time_until(&self, (h0, m0): (u32, u32)) -> Option<(u32, u32)> {
-        (0..=h0)
-            .rev()
-            .filter(|h| self.hours & (1 << h) != 0)
-            .find_map(|h| {
-                let to = if h == h0 { m0 } else { 59 };
-                (0..=to)
-                    .rev()
-                    .find(|m| self.minutes & (1 << m) != 0)
-                    .map(|m| (h, m))
-            })
-    }
+/// `ms` in `zone`, if jiff's range holds it.
+fn zoned(ms: i64, zone: &TimeZone) -> Option<jiff::Zoned> {
+    let t = jiff_timestamp(Timestamp::from_millis(ms));
+    (t.as_millisecond() == ms).then(|| t.to_zoned(zone.jiff().clone()))
 }
 
 fn floor_minute(ms: i64) -> i64 {
     ms - ms.rem_euclid(MS_PER_MINUTE)
+}
+
+/// The values of `bits` within `min..=max`, comma-separated.
+fn values(bits: u64, min: u32, max: u32) -> String {
+    (min..=max)
+        .filter(|v| bits & (1 << v) != 0)
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// One field as a bit set of the values it allows.
@@ -287,6 +275,8 @@ mod tests {
     fn cron(s: &str) -> CronExpr {
         CronExpr::parse(s).unwrap()
     }
+
+    use crate::common::UtcOffset;
 
     const UTC: UtcOffset = UtcOffset::UTC;
     const KST: UtcOffset = UtcOffset::KST;

@@ -9,7 +9,8 @@
 //! cron: "0 9 * * mon"           # exactly one of cron / every / at
 //! # every: 30m                  # 90s, 15m, 2h, 1d (1 minute to 366 days)
 //! # at: "2026-12-01T09:00"      # once, local time (or full RFC 3339)
-//! utc_offset: "+09:00"          # default: the scheduler's (+09:00)
+//! time_zone: Asia/Seoul         # an IANA zone; default: the scheduler's
+//! # utc_offset: "+09:00"        # or a fixed offset (not both)
 //! enabled: true                 # default: true
 //! catch_up: latest              # latest (default) | skip
 //! ```
@@ -18,8 +19,9 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 use super::error::ScheduleError;
-use super::trigger::{Trigger, UtcOffset, format_interval, format_local, parse_at, parse_interval};
+use super::trigger::{Trigger, format_interval, parse_at, parse_interval};
 use crate::agent::validate_agent_id;
+use crate::common::{TimeZone, UtcOffset};
 
 /// The directory of job files under `$JARVIS_HOME`.
 pub const SCHEDULES_DIR: &str = "schedules";
@@ -63,8 +65,9 @@ pub struct Job {
     pub prompt: String,
     /// When it is due.
     pub trigger: Trigger,
-    /// The job's time zone, as a fixed offset.
-    pub utc_offset: UtcOffset,
+    /// The job's time zone: an IANA zone (`time_zone:` in its file) or a
+    /// fixed offset (`utc_offset:`).
+    pub time_zone: TimeZone,
     /// Whether it runs at all.
     pub enabled: bool,
     /// The rule for slots missed while the scheduler was down.
@@ -74,9 +77,10 @@ pub struct Job {
 }
 
 impl Job {
-    /// The trigger in words: `cron "0 9 * * 1" (+09:00)`, `every 30m`, …
+    /// The trigger in words: `cron "0 9 * * 1" (+09:00)`, `cron "0 9 * * 1"
+    /// (America/New_York)`, `every 30m`, …
     pub fn describe_trigger(&self) -> String {
-        self.trigger.describe(self.utc_offset)
+        self.trigger.describe(&self.time_zone)
     }
 
     /// Whether it is defined in code rather than in a file.
@@ -90,7 +94,11 @@ impl Job {
         let (cron, every, at) = match &self.trigger {
             Trigger::Cron(c) => (Some(c.to_string()), None, None),
             Trigger::Every(d) => (None, Some(format_interval(*d)), None),
-            Trigger::At(t) => (None, None, Some(format_local(*t, self.utc_offset, 'T'))),
+            Trigger::At(t) => (None, None, Some(self.time_zone.format_local(*t, 'T'))),
+        };
+        let (time_zone, utc_offset) = match self.time_zone.fixed_offset() {
+            Some(offset) => (None, Some(offset.to_string())),
+            None => (Some(self.time_zone.to_string()), None),
         };
         let file = JobFile {
             id: Some(self.id.clone()),
@@ -99,7 +107,8 @@ impl Job {
             cron,
             every,
             at,
-            utc_offset: Some(self.utc_offset.to_string()),
+            time_zone,
+            utc_offset,
             enabled: Some(self.enabled),
             catch_up: Some(self.catch_up),
         };
@@ -121,7 +130,7 @@ pub struct JobSpec {
     /// When.
     pub trigger: Trigger,
     /// Its time zone; the scheduler's default when absent.
-    pub utc_offset: Option<UtcOffset>,
+    pub time_zone: Option<TimeZone>,
     /// The catch-up rule.
     pub catch_up: CatchUp,
     /// Whether it runs.
@@ -136,7 +145,7 @@ impl JobSpec {
             agent: agent.into(),
             prompt: prompt.into(),
             trigger,
-            utc_offset: None,
+            time_zone: None,
             catch_up: CatchUp::default(),
             enabled: true,
         }
@@ -149,9 +158,14 @@ impl JobSpec {
     }
 
     /// Sets the time zone.
-    pub fn with_utc_offset(mut self, offset: UtcOffset) -> Self {
-        self.utc_offset = Some(offset);
+    pub fn with_time_zone(mut self, zone: impl Into<TimeZone>) -> Self {
+        self.time_zone = Some(zone.into());
         self
+    }
+
+    /// Sets the time zone to a fixed offset.
+    pub fn with_utc_offset(self, offset: UtcOffset) -> Self {
+        self.with_time_zone(offset)
     }
 
     /// Sets the catch-up rule.
@@ -176,6 +190,8 @@ struct JobFile {
     every: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    time_zone: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     utc_offset: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -203,11 +219,7 @@ pub fn validate_job_id(id: &str) -> Result<(), ScheduleError> {
 }
 
 /// Parses the job file `path` whose text is `text`.
-pub(crate) fn parse_job_file(
-    path: &Path,
-    text: &str,
-    default_offset: UtcOffset,
-) -> Result<Job, ScheduleError> {
+pub(crate) fn parse_job_file(path: &Path, text: &str, default_zone: &TimeZone) -> Result<Job, ScheduleError> {
     let in_file = |e: ScheduleError| match e {
         ScheduleError::InvalidJob { reason, .. } => ScheduleError::InvalidJob {
             file: Some(path.to_owned()),
@@ -225,13 +237,13 @@ pub(crate) fn parse_job_file(
     })?;
     let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
     let id = file.id.clone().unwrap_or_else(|| stem.to_owned());
-    build(file, id, default_offset, JobOrigin::File(path.to_owned())).map_err(in_file)
+    build(file, id, default_zone, JobOrigin::File(path.to_owned())).map_err(in_file)
 }
 
 fn build(
     file: JobFile,
     id: String,
-    default_offset: UtcOffset,
+    default_zone: &TimeZone,
     origin: JobOrigin,
 ) -> Result<Job, ScheduleError> {
     validate_job_id(&id)?;
@@ -241,14 +253,24 @@ fn build(
     if prompt.is_empty() {
         return Err(ScheduleError::invalid("prompt is empty"));
     }
-    let utc_offset = match &file.utc_offset {
-        Some(text) => UtcOffset::parse(text)?,
-        None => default_offset,
+    let time_zone = match (&file.time_zone, &file.utc_offset) {
+        (Some(_), Some(_)) => {
+            return Err(ScheduleError::invalid(
+                "it gives both time_zone and utc_offset; give one (time_zone: Asia/Seoul, or utc_offset: \"+09:00\")",
+            ));
+        }
+        (Some(name), None) => {
+            TimeZone::named(name).map_err(|e| ScheduleError::invalid(format!("time_zone: {e}")))?
+        }
+        (None, Some(text)) => {
+            TimeZone::fixed(UtcOffset::parse(text).map_err(|e| ScheduleError::invalid(e.to_string()))?)
+        }
+        (None, None) => default_zone.clone(),
     };
     let trigger = match (file.cron, file.every, file.at) {
         (Some(cron), None, None) => Trigger::cron(&cron)?,
         (None, Some(every), None) => Trigger::Every(parse_interval(&every)?),
-        (None, None, Some(at)) => Trigger::At(parse_at(&at, utc_offset)?),
+        (None, None, Some(at)) => Trigger::At(parse_at(&at, &time_zone)?),
         (None, None, None) => {
             return Err(ScheduleError::invalid(
                 "it has no trigger; give exactly one of cron, every, at",
@@ -265,7 +287,7 @@ fn build(
         agent,
         prompt,
         trigger,
-        utc_offset,
+        time_zone,
         enabled: file.enabled.unwrap_or(true),
         catch_up: file.catch_up.unwrap_or_default(),
         origin,
@@ -279,8 +301,12 @@ mod tests {
     use std::time::Duration;
 
     fn parse(text: &str) -> Result<Job, String> {
-        parse_job_file(Path::new("/home/schedules/morning.yaml"), text, UtcOffset::KST)
-            .map_err(|e| e.to_string())
+        parse_job_file(
+            Path::new("/home/schedules/morning.yaml"),
+            text,
+            &UtcOffset::KST.into(),
+        )
+        .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -289,7 +315,7 @@ mod tests {
         assert_eq!(job.id, "morning");
         assert_eq!(job.agent, "main");
         assert_eq!(job.trigger, Trigger::Every(Duration::from_secs(86_400)));
-        assert_eq!(job.utc_offset, UtcOffset::KST);
+        assert_eq!(job.time_zone, UtcOffset::KST);
         assert!(job.enabled);
         assert_eq!(job.catch_up, CatchUp::Latest);
     }
@@ -365,8 +391,8 @@ mod tests {
         fn any_file_text_parses_or_says_why(
             text in "((id|agent|prompt|cron|every|at|utc_offset|enabled|catch_up|[a-z]{1,4}): ?(\"[^\"\n]{0,12}\"|[-+:*/ 0-9a-zA-Z가-힣\\[\\]{}&!|>]{0,14})\n){0,8}"
         ) {
-            if let Ok(job) = parse_job_file(Path::new("/home/schedules/p.yaml"), &text, UtcOffset::KST) {
-                let again = parse_job_file(Path::new("/home/schedules/p.yaml"), &job.to_yaml(), UtcOffset::KST);
+            if let Ok(job) = parse_job_file(Path::new("/home/schedules/p.yaml"), &text, &UtcOffset::KST.into()) {
+                let again = parse_job_file(Path::new("/home/schedules/p.yaml"), &job.to_yaml(), &UtcOffset::KST.into());
                 proptest::prop_assert_eq!(again.ok(), Some(job));
             }
         }

@@ -3,8 +3,13 @@
 //!
 //! - [`job`](Job): the job files `$JARVIS_HOME/schedules/*.yaml` (format in
 //!   README.md, "Schedules") and [`JobSpec`] for new ones;
-//! - [`Trigger`]: cron, interval or one-shot, at a fixed [`UtcOffset`],
-//!   yielding discrete slots; [`CronExpr`] is the cron part;
+//! - [`Trigger`]: cron, interval or one-shot, in the job's
+//!   [`TimeZone`](crate::common::TimeZone) (an IANA zone or a fixed
+//!   offset), yielding discrete slots; [`CronExpr`] is the cron part, and
+//!   its documentation gives the daylight-saving rules (a daily time in a
+//!   spring-forward gap runs at the first instant after the gap, one in a
+//!   fall-back repeat at its first occurrence; `every` counts absolute
+//!   time);
 //! - the run ledger `$JARVIS_HOME/schedule_runs.jsonl` ([`RunRecord`]): a
 //!   slot with any record never starts again, also across a crash;
 //! - [`Scheduler`]: the catch-up rule, [`Scheduler::tick`] (deterministic
@@ -35,6 +40,6 @@ pub use scheduler::{
     BrokenFile, BuiltinJob, DEFAULT_GRACE, DEFAULT_POLL_INTERVAL, JobInfo, JobOutput, JobRunner,
     MAX_SKIPPED_RECORDS, RunOutcome, RunReport, ScheduleTick, Scheduler, SchedulerConfig, SlotRef,
 };
-pub use trigger::{MAX_INTERVAL, MIN_INTERVAL, Trigger, UtcOffset};
+pub use trigger::{MAX_INTERVAL, MIN_INTERVAL, Trigger};
 pub use watch::{DEFAULT_WATCH_INTERVAL, HOUSING_WATCH_JOB, WATCH_AGENT, WatchJob, WatchPass, WatchReporter};
 pub use when::{WHEN_FORMS, When, parse_when};

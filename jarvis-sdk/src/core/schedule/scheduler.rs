@@ -12,7 +12,9 @@
 //! scheduler first saw it, recorded in the ledger), so a brand-new job never
 //! runs slots from before it existed; a job seen disabled and then enabled
 //! is registered again, so its disabled time is not "missed", and so is a
-//! job whose file now gives another trigger or offset. Of the due
+//! job whose file now gives another trigger, or another time zone whose
+//! offset at the job's next slot differs (`utc_offset: "+09:00"` edited to
+//! `time_zone: Asia/Seoul` changes nothing and registers nothing). Of the due
 //! slots, `catch_up: latest` runs the most recent once and records the
 //! older ones `skipped`; `catch_up: skip` runs the most recent only if it is
 //! within the grace window (default 2 minutes, so ordinary ticks are never
@@ -36,10 +38,10 @@ use super::job::{
     CatchUp, Job, JobOrigin, JobSpec, MAX_JOB_FILE_BYTES, SCHEDULES_DIR, parse_job_file, validate_job_id,
 };
 use super::ledger::{LastRun, LedgerLoad, RunLedger, RunRecord, RunState};
-use super::trigger::{Trigger, UtcOffset, check_interval, format_local};
+use super::trigger::{Trigger, check_interval};
 use super::when::{When, parse_when};
 use crate::agent::validate_agent_id;
-use crate::common::{Clock, Timestamp, write_atomic};
+use crate::common::{Clock, TimeZone, Timestamp, UtcOffset, write_atomic};
 use crate::core::commands::ScheduleCommand;
 
 /// How often the driver ticks by default.
@@ -59,9 +61,11 @@ pub struct SchedulerConfig {
     pub poll_interval: Duration,
     /// How late a `catch_up: skip` slot may still run (default 2 minutes).
     pub grace: Duration,
-    /// The time zone of jobs that name none (default `+09:00`: the product
-    /// speaks Korean first, and Korea keeps one offset all year).
-    pub utc_offset: UtcOffset,
+    /// The time zone of jobs that name none, and of `/schedule` times
+    /// (default the fixed `+09:00`: the product speaks Korean first, and
+    /// Korea keeps one offset all year; the app passes the person's zone,
+    /// `Asia/Seoul` unless configured).
+    pub time_zone: TimeZone,
 }
 
 impl Default for SchedulerConfig {
@@ -69,7 +73,7 @@ impl Default for SchedulerConfig {
         Self {
             poll_interval: DEFAULT_POLL_INTERVAL,
             grace: DEFAULT_GRACE,
-            utc_offset: UtcOffset::KST,
+            time_zone: TimeZone::fixed(UtcOffset::KST),
         }
     }
 }
@@ -213,7 +217,7 @@ struct State {
 struct Seen {
     enabled: bool,
     trigger: Trigger,
-    utc_offset: UtcOffset,
+    time_zone: TimeZone,
 }
 
 impl Seen {
@@ -221,8 +225,24 @@ impl Seen {
         Self {
             enabled: job.enabled,
             trigger: job.trigger.clone(),
-            utc_offset: job.utc_offset,
+            time_zone: job.time_zone.clone(),
         }
+    }
+
+    /// Whether `self` (as seen before) and `now` (as seen at `at`) are the
+    /// same job for the ledger: the same state and trigger, and a zone with
+    /// the same offset at the job's next slot (so `+09:00` and `Asia/Seoul`
+    /// are the same job today).
+    fn same_job(&self, now: &Seen, at: Timestamp) -> bool {
+        if self.enabled != now.enabled || self.trigger != now.trigger {
+            return false;
+        }
+        if self.time_zone == now.time_zone {
+            return true;
+        }
+        let next = now.trigger.next_after(at, &now.time_zone).unwrap_or(at);
+        self.time_zone.offset_at(next) == now.time_zone.offset_at(next)
+            && now.trigger.next_after(at, &self.time_zone) == now.trigger.next_after(at, &now.time_zone)
     }
 }
 
@@ -265,7 +285,13 @@ impl ScheduleCommand for Scheduler {
         let job = self.schedule_text(agent_id, spec).map_err(|e| e.to_string())?;
         let next = self
             .next_run_of(&job, self.now())
-            .map(|t| format!("{} ({})", format_local(t, job.utc_offset, ' '), job.utc_offset))
+            .map(|t| {
+                format!(
+                    "{} ({})",
+                    job.time_zone.format_local(t, ' '),
+                    job.time_zone.offset_at(t)
+                )
+            })
             .unwrap_or_else(|| "-".to_owned());
         Ok(format!(
             "예약했어요 (scheduled) {id} [{agent}]: {prompt}\n{trigger}; 다음 실행 (next run) {next}",
@@ -420,9 +446,9 @@ impl Scheduler {
     }
 
     /// Reads a `/schedule` command's `<when> <prompt>` at the clock's time
-    /// and the default offset (see [`parse_when`]).
+    /// in the default time zone (see [`parse_when`]).
     pub fn parse_when(&self, text: &str) -> Result<When, ScheduleError> {
-        parse_when(text, self.now(), self.config.utc_offset)
+        parse_when(text, self.now(), &self.config.time_zone)
     }
 
     /// `/schedule <when> <prompt>` typed in a session of `agent`: the job
@@ -437,7 +463,7 @@ impl Scheduler {
     /// moment run.
     pub fn add_job(&self, spec: JobSpec) -> Result<Job, ScheduleError> {
         let now = self.now();
-        let utc_offset = spec.utc_offset.unwrap_or(self.config.utc_offset);
+        let time_zone = spec.time_zone.unwrap_or_else(|| self.config.time_zone.clone());
         let prompt = spec.prompt.trim().to_owned();
         if prompt.is_empty() {
             return Err(ScheduleError::invalid("prompt is empty"));
@@ -467,7 +493,7 @@ impl Scheduler {
                 id
             }
             None => {
-                let c = now.civil(utc_offset.minutes());
+                let c = time_zone.civil(now);
                 let base = format!(
                     "job-{:04}{:02}{:02}-{:02}{:02}",
                     c.year, c.month, c.day, c.hour, c.minute
@@ -490,7 +516,7 @@ impl Scheduler {
             agent: spec.agent,
             prompt,
             trigger: spec.trigger,
-            utc_offset,
+            time_zone,
             enabled: spec.enabled,
             catch_up: spec.catch_up,
             origin: JobOrigin::File(path.clone()),
@@ -700,15 +726,15 @@ impl Scheduler {
         let mut records = Vec::new();
         for (job, _) in &entries {
             let seen = Seen::of(job);
-            let was = state.seen.insert(job.id.clone(), seen);
+            let same = state.seen.get(&job.id).is_none_or(|was| was.same_job(&seen, now));
+            state.seen.insert(job.id.clone(), seen);
             if !job.enabled {
                 continue;
             }
             let last = self.ledger.last(&job.id);
             // Known from the ledger, unchanged since: no new anchor. A job
-            // enabled again, or given another trigger or offset, starts
+            // enabled again, or given another trigger or time zone, starts
             // afresh from now: what it would have done before is not missed.
-            let same = was.is_none_or(|was| state.seen.get(&job.id) == Some(&was));
             if last.is_some() && same {
                 continue;
             }
@@ -739,7 +765,7 @@ impl Scheduler {
             let path = self.dir.join(name);
             let parsed = read_job_text(&path, *len)
                 .and_then(|text| {
-                    parse_job_file(&path, &text, self.config.utc_offset).map_err(|e| match e {
+                    parse_job_file(&path, &text, &self.config.time_zone).map_err(|e| match e {
                         ScheduleError::InvalidJob { reason, .. } => reason,
                         other => other.to_string(),
                     })
@@ -776,7 +802,7 @@ impl Scheduler {
         if let Some(slot) = plan(job, anchor, now, self.config.grace).run {
             return Some(slot);
         }
-        job.trigger.next_after(anchor.max(now), job.utc_offset)
+        job.trigger.next_after(anchor.max(now), &job.time_zone)
     }
 }
 
@@ -790,8 +816,8 @@ struct Plan {
 
 /// The catch-up rule over the slots in `(anchor, now]`.
 fn plan(job: &Job, anchor: Timestamp, now: Timestamp, grace: Duration) -> Plan {
-    let offset = job.utc_offset;
-    let Some(latest) = job.trigger.latest_at_or_before(now, offset) else {
+    let zone = &job.time_zone;
+    let Some(latest) = job.trigger.latest_at_or_before(now, zone) else {
         return Plan::default();
     };
     if latest <= anchor {
@@ -810,7 +836,7 @@ fn plan(job: &Job, anchor: Timestamp, now: Timestamp, grace: Duration) -> Plan {
     while skipped.len() < MAX_SKIPPED_RECORDS {
         match job
             .trigger
-            .latest_at_or_before(Timestamp::from_millis(t.as_millis() - 1), offset)
+            .latest_at_or_before(Timestamp::from_millis(t.as_millis() - 1), zone)
         {
             Some(slot) if slot > anchor => {
                 skipped.push(slot);
@@ -873,7 +899,7 @@ mod tests {
             agent: "main".into(),
             prompt: "p".into(),
             trigger,
-            utc_offset: UtcOffset::UTC,
+            time_zone: TimeZone::UTC,
             enabled: true,
             catch_up,
             origin: JobOrigin::BuiltIn,

@@ -1,103 +1,30 @@
 //! When a job runs: a [`Trigger`] (cron, interval or one-shot) yields
-//! discrete **slots**, the instants the job is due, at a fixed
-//! [`UtcOffset`].
+//! discrete **slots**, the instants the job is due, in the job's
+//! [`TimeZone`].
 //!
-//! - `cron`: the minutes the expression matches, in local time.
+//! - `cron`: the minutes the expression matches, in local time, with the
+//!   daylight-saving rules of [`CronExpr`](super::CronExpr): a daily time in
+//!   a spring-forward gap runs at the first instant after the gap, one in a
+//!   fall-back repeat at its first occurrence.
 //! - `every`: the multiples of the interval counted from local midnight of
 //!   1970-01-01, so `every: 1d` is due at 00:00 local, `every: 6h` at 00,
 //!   06, 12 and 18, `every: 15m` at :00, :15, :30 and :45, whenever the job
-//!   was written, and the same after a restart.
+//!   was written, and the same after a restart. The count is of absolute
+//!   time: across a daylight-saving change the slots stay 6 hours apart, so
+//!   in summer New York's `every: 1d` is due at 01:00 EDT.
 //! - `at`: one slot.
 
-use std::fmt;
 use std::time::Duration;
 
 use super::cron::CronExpr;
 use super::error::ScheduleError;
-use crate::common::Timestamp;
+use crate::common::{TimeZone, Timestamp};
 
 /// The shortest interval an `every` trigger may have.
 pub const MIN_INTERVAL: Duration = Duration::from_secs(60);
 /// The longest interval an `every` trigger (or an `in …` delay) may have:
 /// 366 days. Anything rarer is a cron expression or a one-shot.
 pub const MAX_INTERVAL: Duration = Duration::from_secs(366 * 86_400);
-const MAX_OFFSET_MINUTES: i32 = 14 * 60;
-
-/// A fixed offset from UTC, in minutes east (`+09:00` is 540).
-///
-/// Jobs use a fixed offset rather than a named time zone: no time-zone
-/// database ships with the SDK, and the product's home, Korea, has had no
-/// daylight-saving time since 1988, so `+09:00` is exact there.
-// ponytail: no named zones; a job in a zone with daylight-saving time needs
-// its offset edited when the clocks change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct UtcOffset(i32);
-
-impl UtcOffset {
-    /// UTC itself.
-    pub const UTC: UtcOffset = UtcOffset(0);
-    /// Korea Standard Time, `+09:00`: the default.
-    pub const KST: UtcOffset = UtcOffset(9 * 60);
-
-    /// The offset `minutes` east of UTC (from -14:00 to +14:00).
-    pub fn from_minutes(minutes: i32) -> Result<Self, ScheduleError> {
-        if (-MAX_OFFSET_MINUTES..=MAX_OFFSET_MINUTES).contains(&minutes) {
-            Ok(UtcOffset(minutes))
-        } else {
-            Err(ScheduleError::invalid(format!(
-                "utc_offset must lie between -14:00 and +14:00, got {minutes} minutes"
-            )))
-        }
-    }
-
-    /// Minutes east of UTC.
-    pub const fn minutes(self) -> i32 {
-        self.0
-    }
-
-    /// Parses `+09:00`, `-05:30`, `+9`, `Z` or `UTC`: a sign, hours (one or
-    /// two digits) and optionally `:` and two digits of minutes.
-    pub fn parse(text: &str) -> Result<Self, ScheduleError> {
-        let bad = || {
-            ScheduleError::invalid(format!(
-                "utc_offset {text:?} is not an offset like \"+09:00\" or \"-05:00\""
-            ))
-        };
-        let t = text.trim();
-        if t.eq_ignore_ascii_case("z") || t.eq_ignore_ascii_case("utc") {
-            return Ok(Self::UTC);
-        }
-        let (sign, rest) = match t.as_bytes().first() {
-            Some(b'+') => (1, &t[1..]),
-            Some(b'-') => (-1, &t[1..]),
-            _ => return Err(bad()),
-        };
-        let (h, m) = rest.split_once(':').unwrap_or((rest, "00"));
-        let number = |s: &str, lengths: std::ops::RangeInclusive<usize>| {
-            (lengths.contains(&s.len()) && s.bytes().all(|b| b.is_ascii_digit()))
-                .then(|| s.parse::<i32>().ok())
-                .flatten()
-        };
-        match (number(h, 1..=2), number(m, 2..=2)) {
-            (Some(h), Some(m)) if m < 60 => Self::from_minutes(sign * (h * 60 + m)).map_err(|_| bad()),
-            _ => Err(bad()),
-        }
-    }
-}
-
-impl Default for UtcOffset {
-    fn default() -> Self {
-        Self::KST
-    }
-}
-
-impl fmt::Display for UtcOffset {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let sign = if self.0 < 0 { '-' } else { '+' };
-        let m = self.0.unsigned_abs();
-        write!(f, "{sign}{:02}:{:02}", m / 60, m % 60)
-    }
-}
 
 /// What makes a job due.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,34 +55,35 @@ impl Trigger {
         matches!(self, Trigger::At(_))
     }
 
-    /// The first slot strictly after `t`.
-    pub fn next_after(&self, t: Timestamp, offset: UtcOffset) -> Option<Timestamp> {
+    /// The first slot strictly after `t`, in `zone`.
+    pub fn next_after(&self, t: Timestamp, zone: impl Into<TimeZone>) -> Option<Timestamp> {
         match self {
-            Trigger::Cron(cron) => cron.next_after(t, offset),
+            Trigger::Cron(cron) => cron.next_after(t, zone),
             Trigger::Every(every) => {
-                let slot = latest_every(*every, t, offset);
+                let slot = latest_every(*every, t, &zone.into());
                 Some(Timestamp::from_millis(slot.saturating_add(every_period(*every))))
             }
             Trigger::At(at) => (*at > t).then_some(*at),
         }
     }
 
-    /// The last slot at or before `t`.
-    pub fn latest_at_or_before(&self, t: Timestamp, offset: UtcOffset) -> Option<Timestamp> {
+    /// The last slot at or before `t`, in `zone`.
+    pub fn latest_at_or_before(&self, t: Timestamp, zone: impl Into<TimeZone>) -> Option<Timestamp> {
         match self {
-            Trigger::Cron(cron) => cron.latest_at_or_before(t, offset),
-            Trigger::Every(every) => Some(Timestamp::from_millis(latest_every(*every, t, offset))),
+            Trigger::Cron(cron) => cron.latest_at_or_before(t, zone),
+            Trigger::Every(every) => Some(Timestamp::from_millis(latest_every(*every, t, &zone.into()))),
             Trigger::At(at) => (*at <= t).then_some(*at),
         }
     }
 
-    /// The trigger in words for lists and the AGENDA: `cron "0 9 * * 1"`,
-    /// `every 30m`, `at 2026-12-01 09:00 (+09:00)`.
-    pub fn describe(&self, offset: UtcOffset) -> String {
+    /// The trigger in words for lists and the AGENDA: `cron "0 9 * * 1"
+    /// (Asia/Seoul)`, `every 30m`, `at 2026-12-01 09:00 (+09:00)`.
+    pub fn describe(&self, zone: impl Into<TimeZone>) -> String {
+        let zone = zone.into();
         match self {
-            Trigger::Cron(cron) => format!("cron \"{cron}\" ({offset})"),
+            Trigger::Cron(cron) => format!("cron \"{cron}\" ({zone})"),
             Trigger::Every(every) => format!("every {}", format_interval(*every)),
-            Trigger::At(at) => format!("at {} ({offset})", format_local(*at, offset, ' ')),
+            Trigger::At(at) => format!("at {} ({zone})", zone.format_local(*at, ' ')),
         }
     }
 }
@@ -166,9 +94,10 @@ fn every_period(every: Duration) -> i64 {
 }
 
 /// The last slot of `every` at or before `t`, in milliseconds: slots are the
-/// multiples of the period from local midnight of 1970-01-01.
-fn latest_every(every: Duration, t: Timestamp, offset: UtcOffset) -> i64 {
-    let origin = -i64::from(offset.minutes()) * 60_000;
+/// multiples of the period from local midnight of 1970-01-01 in `zone` (a
+/// fixed instant, so daylight-saving changes do not move them).
+fn latest_every(every: Duration, t: Timestamp, zone: &TimeZone) -> i64 {
+    let origin = zone.at_local(1970, 1, 1, 0, 0, 0).map_or(0, Timestamp::as_millis);
     let since = t.as_millis().saturating_sub(origin);
     origin.saturating_add(since.saturating_sub(since.rem_euclid(every_period(every))))
 }
@@ -237,36 +166,23 @@ pub(crate) fn format_interval(d: Duration) -> String {
     }
 }
 
-/// `2026-12-01T09:00` (with `sep` between date and time) at `offset`; with
-/// seconds when the time has them.
-pub(crate) fn format_local(t: Timestamp, offset: UtcOffset, sep: char) -> String {
-    let c = t.civil(offset.minutes());
-    let seconds = t.as_millis().rem_euclid(60_000) / 1_000;
-    let mut out = format!(
-        "{:04}-{:02}-{:02}{sep}{:02}:{:02}",
-        c.year, c.month, c.day, c.hour, c.minute
-    );
-    if seconds != 0 {
-        out.push_str(&format!(":{seconds:02}"));
-    }
-    out
-}
-
 /// Parses a one-shot time: a full RFC 3339 date-time (its own offset), or
-/// a local `YYYY-MM-DDTHH:MM[:SS]` (`T` or a space) at `offset`.
-pub(crate) fn parse_at(text: &str, offset: UtcOffset) -> Result<Timestamp, ScheduleError> {
+/// a local `YYYY-MM-DDTHH:MM[:SS]` (`T` or a space) in `zone` (a time in a
+/// spring-forward gap is the first instant after it, a repeated one its
+/// first occurrence).
+pub(crate) fn parse_at(text: &str, zone: &TimeZone) -> Result<Timestamp, ScheduleError> {
     let t = text.trim();
     if let Ok(ts) = Timestamp::parse_rfc3339(t) {
         return Ok(ts);
     }
-    parse_local(t, offset).ok_or_else(|| {
+    parse_local(t, zone).ok_or_else(|| {
         ScheduleError::invalid(format!(
             "at {text:?} is not a time like \"2026-12-01T09:00\" (local) or \"2026-12-01T09:00:00+09:00\""
         ))
     })
 }
 
-fn parse_local(t: &str, offset: UtcOffset) -> Option<Timestamp> {
+fn parse_local(t: &str, zone: &TimeZone) -> Option<Timestamp> {
     let b = t.as_bytes();
     if !(b.len() == 16 || b.len() == 19) {
         return None;
@@ -287,31 +203,28 @@ fn parse_local(t: &str, offset: UtcOffset) -> Option<Timestamp> {
     if b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') || b[13] != b':' {
         return None;
     }
-    if !(1..=12).contains(&mo)
-        || d < 1
-        || d > i64::from(Timestamp::days_in_month(y, mo as u32))
-        || h > 23
-        || mi > 59
-        || s > 59
-    {
+    if d < 1 || d > i64::from(Timestamp::days_in_month(y, u32::try_from(mo).ok()?)) {
         return None;
     }
-    let base = Timestamp::from_civil(y, mo as u32, d, h as u32, mi as u32, offset.minutes());
-    within_years(Timestamp::from_millis(base.as_millis() + s * 1_000))
-}
-
-/// `t` when it lies in years 0000–9999 UTC, the range a [`Timestamp`] is
-/// written and read back in (a local time near either end may fall outside).
-pub(crate) fn within_years(t: Timestamp) -> Option<Timestamp> {
-    (0..=9999).contains(&t.civil(0).year).then_some(t)
+    let field = |n: i64| u32::try_from(n).ok();
+    zone.at_local(y, field(mo)?, d, field(h)?, field(mi)?, field(s)?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::common::UtcOffset;
 
     fn ts(s: &str) -> Timestamp {
         Timestamp::parse_rfc3339(s).unwrap()
+    }
+
+    fn format_local(t: Timestamp, offset: UtcOffset, sep: char) -> String {
+        TimeZone::from(offset).format_local(t, sep)
+    }
+
+    fn parse_at(text: &str, offset: UtcOffset) -> Result<Timestamp, ScheduleError> {
+        super::parse_at(text, &offset.into())
     }
 
     #[test]

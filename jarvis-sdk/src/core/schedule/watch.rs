@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use super::job::{CatchUp, Job, JobOrigin};
 use super::scheduler::{BuiltinJob, JobOutput};
-use super::trigger::{MAX_INTERVAL, MIN_INTERVAL, Trigger, UtcOffset};
-use crate::common::Timestamp;
+use super::trigger::{MAX_INTERVAL, MIN_INTERVAL, Trigger};
+use crate::common::{TimeZone, Timestamp, UtcOffset};
 use crate::core::housing::{
     HousingConfig, Notice, NoticeSource, NoticeWatch, WatchStore, new_notices, sort_newest_first,
 };
@@ -159,7 +159,7 @@ impl BuiltinJob for WatchJob {
             agent: self.agent.clone(),
             prompt: "새 청약 공고 확인 (check housing watches for new notices)".to_owned(),
             trigger: Trigger::Every(self.every),
-            utc_offset: UtcOffset::KST,
+            time_zone: TimeZone::fixed(UtcOffset::KST),
             enabled: true,
             catch_up: CatchUp::Latest,
             origin: JobOrigin::BuiltIn,

@@ -2,14 +2,15 @@
 //! or Korean, turned into a [`Trigger`]; the rest of the text is the
 //! prompt. [`WHEN_FORMS`] lists what is accepted.
 //!
-//! Times of day are in the scheduler's offset. Korean hours without
+//! Times of day are in the scheduler's time zone (a time in a
+//! spring-forward gap is the first instant after it). Korean hours without
 //! 오전/오후 are read on the 24-hour clock (`9시` is 09:00, `21시` 21:00);
 //! 오전/아침/새벽 mean a.m., 오후/낮/저녁/밤 p.m. A trailing `에` (`9시에`,
 //! `2시간 후에`) is allowed.
 
 use super::error::ScheduleError;
-use super::trigger::{MAX_INTERVAL, Trigger, UtcOffset, check_interval, parse_duration, within_years};
-use crate::common::Timestamp;
+use super::trigger::{MAX_INTERVAL, Trigger, check_interval, parse_duration};
+use crate::common::{TimeZone, Timestamp};
 
 /// The accepted forms, shown with every error.
 pub const WHEN_FORMS: &str = "accepted forms (이렇게 써 주세요), followed by what to do:
@@ -31,7 +32,7 @@ pub struct When {
     pub prompt: String,
 }
 
-/// Reads `<when> <prompt>` at `now`, with times of day at `offset`.
+/// Reads `<when> <prompt>` at `now`, with times of day in `zone`.
 ///
 /// ```
 /// use jarvis_sdk::{Timestamp, Trigger, UtcOffset, parse_when};
@@ -42,7 +43,9 @@ pub struct When {
 /// let when = parse_when("내일 오후 3시 회의 준비", now, UtcOffset::KST).unwrap();
 /// assert_eq!(when.trigger, Trigger::At(Timestamp::parse_rfc3339("2026-12-01T15:00:00+09:00").unwrap()));
 /// ```
-pub fn parse_when(input: &str, now: Timestamp, offset: UtcOffset) -> Result<When, ScheduleError> {
+pub fn parse_when(input: &str, now: Timestamp, zone: impl Into<TimeZone>) -> Result<When, ScheduleError> {
+    let zone = zone.into();
+    let offset = &zone;
     let words = Words::new(input);
     let fail = |message: String| ScheduleError::When {
         message: format!("{message}\n{WHEN_FORMS}"),
@@ -107,7 +110,7 @@ type Found = Option<(Trigger, usize)>;
 /// A time of day `(hour, minute)` and the index of the word after it.
 type TimeAt = Option<((u32, u32), usize)>;
 
-fn read(w: &Words<'_>, now: Timestamp, offset: UtcOffset) -> Result<Found, String> {
+fn read(w: &Words<'_>, now: Timestamp, offset: &TimeZone) -> Result<Found, String> {
     let Some(first) = w.get(0) else {
         return Ok(None);
     };
@@ -172,7 +175,7 @@ fn read(w: &Words<'_>, now: Timestamp, offset: UtcOffset) -> Result<Found, Strin
     }
 }
 
-fn read_korean(w: &Words<'_>, now: Timestamp, offset: UtcOffset) -> Result<Found, String> {
+fn read_korean(w: &Words<'_>, now: Timestamp, offset: &TimeZone) -> Result<Found, String> {
     let first = w.get(0).unwrap_or_default();
     let cron_at = |spec: String, next: usize| -> Result<Found, String> {
         let trigger = Trigger::cron(&spec).map_err(|e| e.to_string())?;
@@ -265,9 +268,11 @@ fn after(now: Timestamp, d: std::time::Duration, end: usize) -> Result<Found, St
 }
 
 /// The time `h:m` on the local day `days` after today; an error if passed.
-fn on_day(now: Timestamp, offset: UtcOffset, days: i64, (h, m): (u32, u32)) -> Result<Timestamp, String> {
-    let c = now.civil(offset.minutes());
-    let t = Timestamp::from_civil(c.year, c.month, i64::from(c.day) + days, h, m, offset.minutes());
+fn on_day(now: Timestamp, offset: &TimeZone, days: i64, (h, m): (u32, u32)) -> Result<Timestamp, String> {
+    let c = offset.civil(now);
+    let t = offset
+        .at_local(c.year, c.month, i64::from(c.day) + days, h, m, 0)
+        .ok_or_else(|| "that day is out of range (years 0000 to 9999)".to_owned())?;
     if t <= now {
         return Err(format!(
             "{h:02}:{m:02} today has already passed (이미 지난 시간입니다)"
@@ -550,7 +555,7 @@ fn cron_words(w: &Words<'_>) -> Result<Found, String> {
 
 /// `at 2026-12-01 09:00`, `at 2026-12-01T09:00`, `at <RFC 3339>`, or
 /// `at 21:30` (the next such time).
-fn at_words(w: &Words<'_>, now: Timestamp, offset: UtcOffset) -> Result<Found, String> {
+fn at_words(w: &Words<'_>, now: Timestamp, offset: &TimeZone) -> Result<Found, String> {
     let word = w
         .get(1)
         .ok_or("at needs a date and time, e.g. at 2026-12-01 09:00")?;
@@ -597,14 +602,15 @@ fn date_of(text: &str) -> Option<(i64, u32, i64)> {
     ((1..=12).contains(&m) && d >= 1 && d <= i64::from(Timestamp::days_in_month(y, m))).then_some((y, m, d))
 }
 
-/// A local date and time at `offset`, if a [`Timestamp`] can hold it.
-fn local((y, mo, d): (i64, u32, i64), (h, m): (u32, u32), offset: UtcOffset) -> Option<Timestamp> {
-    within_years(Timestamp::from_civil(y, mo, d, h, m, offset.minutes()))
+/// A local date and time in `zone`, if a [`Timestamp`] can hold it.
+fn local((y, mo, d): (i64, u32, i64), (h, m): (u32, u32), zone: &TimeZone) -> Option<Timestamp> {
+    zone.at_local(y, mo, d, h, m, 0)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::common::UtcOffset;
     use std::time::Duration;
 
     /// Monday 30 November 2026, 12:00 in Seoul.
