@@ -38,6 +38,8 @@ mod sessions_contract;
 mod sessions_crash;
 mod sessions_jsonl;
 mod sessions_postgres;
+#[cfg(feature = "sources")]
+mod sources;
 mod subagents;
 mod support;
 mod team;
