@@ -97,9 +97,13 @@ pub struct ScreenHub {
     inner: Arc<HubInner>,
 }
 
+/// `(id, screen, whether a person looks at it)`: observers (logs, the app's
+/// activity) get every event but do not count as screens.
+type Attached = (u64, Arc<dyn UIAdapter>, bool);
+
 #[derive(Default)]
 struct HubInner {
-    screens: std::sync::Mutex<Vec<(u64, Arc<dyn UIAdapter>)>>,
+    screens: std::sync::Mutex<Vec<Attached>>,
     next: std::sync::atomic::AtomicU64,
     /// Turns started and not ended, and the latest `agent_start`. Held while
     /// a start or an end is delivered and while a screen attaches, so a new
@@ -132,7 +136,7 @@ impl Drop for HubAttachment {
             hub.screens
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .retain(|(id, _)| *id != self.id);
+                .retain(|(id, _, _)| *id != self.id);
         }
     }
 }
@@ -146,6 +150,17 @@ impl ScreenHub {
     /// Attaches `screen` until the returned attachment is dropped; it first
     /// receives the `agent_start` of a turn under way, if one is.
     pub fn attach(&self, screen: Arc<dyn UIAdapter>) -> HubAttachment {
+        self.attach_as(screen, true)
+    }
+
+    /// Attaches an observer: it gets every event like a screen, but
+    /// [`len`](Self::len) does not count it (nobody sees what only an
+    /// observer gets).
+    pub fn attach_observer(&self, observer: Arc<dyn UIAdapter>) -> HubAttachment {
+        self.attach_as(observer, false)
+    }
+
+    fn attach_as(&self, screen: Arc<dyn UIAdapter>, seen: bool) -> HubAttachment {
         let id = self.inner.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let flight = self.inner.flight.lock().unwrap_or_else(|e| e.into_inner());
         if let (1.., Some(start)) = &*flight {
@@ -155,7 +170,7 @@ impl ScreenHub {
             .screens
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push((id, screen));
+            .push((id, screen, seen));
         drop(flight);
         HubAttachment {
             hub: Arc::downgrade(&self.inner),
@@ -163,9 +178,15 @@ impl ScreenHub {
         }
     }
 
-    /// Screens attached now.
+    /// Screens attached now (observers not counted).
     pub fn len(&self) -> usize {
-        self.inner.screens.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.inner
+            .screens
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(_, _, seen)| *seen)
+            .count()
     }
 
     /// Whether no screen is attached.
@@ -175,7 +196,7 @@ impl ScreenHub {
 
     fn screens(&self) -> Vec<Arc<dyn UIAdapter>> {
         let screens = self.inner.screens.lock().unwrap_or_else(|e| e.into_inner());
-        screens.iter().map(|(_, s)| s.clone()).collect()
+        screens.iter().map(|(_, s, _)| s.clone()).collect()
     }
 }
 

@@ -1169,7 +1169,7 @@ impl AppInner {
             built.note_interrupted(note);
         }
         let built = Arc::new(built);
-        let bridge = screens.attach(Arc::new(ObserverBridge {
+        let bridge = screens.attach_observer(Arc::new(ObserverBridge {
             session_id: id.to_string(),
             agent_id: meta.agent_id.clone(),
             observers: self.observers.clone(),
@@ -1281,6 +1281,7 @@ impl AppInner {
             broker,
         )
         .with_usage(self.usage.clone())
+        .with_notifier(self.notifier.clone())
         .with_budget(profile.budget, &self.config.agenda.time_zone);
         if self.config.agenda.open_loops {
             let judge: Arc<dyn LoopJudge> = if self.config.agenda.model_judge {

@@ -28,7 +28,9 @@
 //! body's `message_id` lets a receiver drop the repeat.) A failure (a
 //! refused connection, an HTTP status other than 2xx, an SMTP error) is
 //! logged and tried again after a backoff, 30 s doubling to one hour; it is
-//! never fatal. A channel that can never work here (a desktop channel
+//! never fatal. A background answer (a turn that went on after its
+//! acknowledgement) that ends while no screen is attached to its session
+//! is handed over the same way. A channel that can never work here (a desktop channel
 //! without a session bus) logs that once per message and drops it.
 
 use serde::{Deserialize, Serialize};
@@ -330,7 +332,8 @@ impl Notifier {
         self.queue.len()
     }
 
-    fn now(&self) -> Timestamp {
+    /// The time by the notifier's clock.
+    pub fn now(&self) -> Timestamp {
         Timestamp::from_system_time(self.clock.now())
     }
 

@@ -154,6 +154,8 @@ pub struct AgentSessionParts {
     pub budget: Budget,
     /// The person's time zone: where a budget's day starts.
     pub time_zone: TimeZone,
+    /// Where a background answer goes when no screen is attached to see it.
+    pub notifier: Option<Arc<super::notify::Notifier>>,
 }
 
 impl fmt::Debug for AgentSessionParts {
@@ -192,7 +194,15 @@ impl AgentSessionParts {
             usage: None,
             budget: Budget::default(),
             time_zone: TimeZone::UTC,
+            notifier: None,
         }
+    }
+
+    /// A background answer that ends while no screen is attached goes
+    /// through `notifier`'s channels.
+    pub fn with_notifier(mut self, notifier: Arc<super::notify::Notifier>) -> Self {
+        self.notifier = Some(notifier);
+        self
     }
 
     /// Answers slash commands with `commands`.
@@ -691,15 +701,26 @@ impl AgentSession {
                 .unwrap_or_else(|e| e.into_inner())
                 .retain(|(j, _)| *j != job);
             if let Some(text) = text {
-                let _ = session
-                    .inner
-                    .parts
-                    .screens
-                    .on_event(&AgentEvent::ProactiveMessage {
-                        text,
+                let parts = &session.inner.parts;
+                if parts.screens.is_empty()
+                    && let Some(notifier) = &parts.notifier
+                {
+                    let notification = super::notify::Notification {
+                        message_id: id.clone(),
+                        session_id: parts.id.to_string(),
+                        agent_id: parts.agent_id.clone(),
+                        agent_name: notifier.agent_name(&parts.agent_id),
                         kind: ProactiveKind::Answer,
-                        message_id: id,
-                    });
+                        text: text.clone(),
+                        at: notifier.now(),
+                    };
+                    notifier.notify(&notification).await;
+                }
+                let _ = parts.screens.on_event(&AgentEvent::ProactiveMessage {
+                    text,
+                    kind: ProactiveKind::Answer,
+                    message_id: id,
+                });
             }
         });
         drop(pending);

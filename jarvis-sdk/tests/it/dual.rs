@@ -266,3 +266,46 @@ async fn a_filler_nobody_sees_is_counted_and_one_a_screen_sees_is_not() {
     assert!(matches!(reply, DualReply::Background { .. }));
     assert_eq!(session.fillers_dropped(), 1, "a screen saw the second");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_background_answer_nobody_sees_is_handed_to_the_notification_channels() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join(jarvis_sdk::NOTIFICATIONS_FILE),
+        "channels:\n  - { kind: webhook, url: \"http://127.0.0.1:9/hook\" }\n",
+    )
+    .unwrap();
+    let faux = Arc::new(FauxProvider::from_yaml("fallback: { delay_ms: 10000, text: \"늦은 답\" }").unwrap());
+    let mut config = AppConfig::embedded(home.path()).with_provider(faux);
+    config.dual = DualConfig {
+        after: Some(Duration::from_secs(2)),
+        ..DualConfig::default()
+    };
+    let app = build_app(config).await.unwrap();
+    let session = app
+        .session(&app.create_session(None).await.unwrap().id)
+        .await
+        .unwrap();
+    // No screen is attached.
+    let reply = session
+        .prompt_dual("hello", PromptOptions::from(Caller::Local))
+        .await
+        .unwrap();
+    let DualReply::Background { message_id, .. } = reply else {
+        panic!("the turn went on in the background");
+    };
+    assert_eq!(app.notifier().queued(), 0, "nothing to say yet");
+    // Virtual time: the answer comes 10 s in.
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while app.notifier().queued() == 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the answer is queued for the channels");
+    let queued = std::fs::read_to_string(home.path().join(jarvis_sdk::NOTIFY_OUTBOX_FILE)).unwrap();
+    assert!(
+        queued.contains(&message_id) && queued.contains("늦은 답"),
+        "{queued}"
+    );
+}
