@@ -278,3 +278,29 @@ async fn json_and_page_sources_report_new_items_the_same_way() {
     next_check(&app, &clock).await;
     assert_eq!(reports(&app).await.len(), 2);
 }
+
+#[tokio::test]
+async fn report_existing_reports_what_the_first_check_finds() {
+    let (base, pages) = server().await;
+    let home = tempfile::tempdir().unwrap();
+    let dir = home.path().join("external_sources");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("lh.yaml"),
+        format!("kind: feed\nurl: {base}/feed.xml\nagent: karen\nevery: 30m\nreport_existing: true\n"),
+    )
+    .unwrap();
+    pages
+        .lock()
+        .unwrap()
+        .insert("/feed.xml".into(), (200, rss(&[("n1", "행복주택 청약 공고")])));
+    let clock = clock();
+    let app = app_at(home.path(), clock.clone()).await;
+    app.scheduler().tick().await;
+    next_check(&app, &clock).await;
+    let found = reports(&app).await;
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].1.contains("행복주택 청약 공고"));
+    next_check(&app, &clock).await;
+    assert_eq!(reports(&app).await.len(), 1, "once");
+}

@@ -678,3 +678,59 @@ async fn a_spent_session_budget_answers_the_next_prompt_with_budget_exhausted() 
     );
     assert!(!kinds(&frames).iter().any(|k| k == "agent_start"), "no turn ran");
 }
+
+const FOCUS: &str = r#"
+rules:
+  - when: { agent: main, last_role: user }
+    reply: { tool_calls: [ { name: start_focus, arguments: { title: "이사 준비", plan: ["견적", "계약"] } } ] }
+  - when: { agent: main, last_role: tool }
+    reply: { text: "시작했습니다" }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn focus_changes_stream_and_a_new_socket_opens_with_the_active_task() {
+    let home = TempHome::new();
+    let server = Server::start(app(&home, FOCUS).await, ServerConfig::loopback(0)).await;
+    let url = server.ws_url("session_id=s-focus&agent=main");
+    let mut ws = Ws::connect(&url).await;
+    ws.send(prompt("이사 준비 시작")).await;
+    let frames = ws.until("agent_end").await;
+    let state = frames
+        .iter()
+        .find(|f| f["type"] == "focus_state")
+        .expect("focus_state while the tool runs");
+    assert_eq!(state["task_id"], "f-1");
+    assert_eq!(state["title"], "이사 준비");
+    assert_eq!(
+        state["steps"],
+        json!([{"title": "견적", "status": "active"}, {"title": "계약", "status": "pending"}])
+    );
+    assert_eq!(
+        (
+            state["current"].clone(),
+            state["state"].clone(),
+            state["busy"].clone()
+        ),
+        (json!(0), json!("active"), json!(true))
+    );
+    let panel = frames
+        .iter()
+        .find(|f| f["type"] == "focus_panel")
+        .expect("focus_panel");
+    assert_eq!(panel["area"], "focus");
+    assert!(panel["markdown"].as_str().unwrap().contains("견적"), "{panel}");
+
+    // Another screen opening the session gets the task first, idle.
+    let mut other = Ws::connect(&url).await;
+    let opened = other.until("focus_panel").await;
+    let state = opened.iter().find(|f| f["type"] == "focus_state").unwrap();
+    assert_eq!(
+        (state["task_id"].clone(), state["busy"].clone()),
+        (json!("f-1"), json!(false))
+    );
+    // A session without a task opens without one.
+    let mut plain = Ws::connect(&server.ws_url("session_id=s-plain&agent=main")).await;
+    plain.send(json!({"type": "ping"})).await;
+    let first = plain.until("error").await;
+    assert!(first.iter().all(|f| f["type"] != "focus_state"), "{first:?}");
+}
