@@ -52,6 +52,12 @@ pub struct ToolContext {
 }
 
 impl ToolContext {
+    /// The top-level agent the call acts for: a sub-agent's calls
+    /// (`karen.reader`) act for its parent (`karen`).
+    pub fn top_level_agent(&self) -> &str {
+        self.agent_id.split('.').next().unwrap_or(&self.agent_id)
+    }
+
     /// A context for a call outside a running loop (tests, direct use).
     pub fn new(session_id: impl Into<String>, agent_id: impl Into<String>) -> Self {
         Self {

@@ -681,11 +681,6 @@ fn next_step(task: &FocusTask) -> String {
     }
 }
 
-/// The top-level agent a call acts for (a sub-agent acts for its parent).
-fn owner(ctx: &ToolContext) -> &str {
-    ctx.agent_id.split('.').next().unwrap_or(&ctx.agent_id)
-}
-
 /// Arguments of `start_focus`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub(crate) struct StartFocusArgs {
@@ -755,7 +750,9 @@ impl TypedTool for StartFocus {
     }
 
     async fn run(&self, args: StartFocusArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
-        let result = self.0.start(&ctx.session_id, owner(ctx), &args.title, &args.plan);
+        let result = self
+            .0
+            .start(&ctx.session_id, ctx.top_level_agent(), &args.title, &args.plan);
         answer(ctx, result, |t| {
             format!("Focus task {} started. {}", t.task_id, next_step(t))
         })

@@ -639,12 +639,6 @@ fn read_goal(path: &Path) -> Option<Goal> {
     }
 }
 
-/// The top-level agent a tool call acts for: a sub-agent (`karen.reader`)
-/// acts for its parent.
-fn owner(ctx: &ToolContext) -> &str {
-    ctx.agent_id.split('.').next().unwrap_or(&ctx.agent_id)
-}
-
 /// Tells the screens of the turn that the AGENDA changed.
 fn agenda_changed(ctx: &ToolContext) {
     if let Some(turn) = &ctx.loop_context {
@@ -735,7 +729,7 @@ impl TypedTool for SetGoal {
         let result = self
             .0
             .create(
-                owner(ctx),
+                ctx.top_level_agent(),
                 &args.title,
                 args.why.as_deref().unwrap_or(""),
                 args.due.as_deref(),
@@ -772,7 +766,7 @@ impl TypedTool for UpdateGoal {
         };
         let result = self
             .0
-            .update(owner(ctx), args.id.trim(), patch)
+            .update(ctx.top_level_agent(), args.id.trim(), patch)
             .map(|g| format!("Updated: {}", g.line()));
         if result.is_ok() {
             agenda_changed(ctx);
@@ -803,7 +797,12 @@ impl TypedTool for CloseGoal {
         };
         let result = self
             .0
-            .close(owner(ctx), args.id.trim(), status, args.note.as_deref())
+            .close(
+                ctx.top_level_agent(),
+                args.id.trim(),
+                status,
+                args.note.as_deref(),
+            )
             .map(|g| format!("Closed: {}", g.line()));
         if result.is_ok() {
             agenda_changed(ctx);

@@ -515,7 +515,7 @@ impl SeenStore {
             }
             let mut bytes = Vec::new();
             // A torn last line stays alone on its own line.
-            if std::fs::read(&self.path).is_ok_and(|b| b.last().is_some_and(|c| *c != b'\n')) {
+            if ends_torn(&self.path) {
                 bytes.push(b'\n');
             }
             for key in &fresh {
@@ -540,6 +540,17 @@ impl SeenStore {
             Ok(())
         })
     }
+}
+
+/// Whether the file at `path` ends without a newline: its last byte only
+/// is read (the housing watch appends to the same file).
+fn ends_torn(path: &Path) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let mut last = [0u8; 1];
+    file.seek(SeekFrom::End(-1)).is_ok() && file.read_exact(&mut last).is_ok() && last[0] != b'\n'
 }
 
 /// Tells an agent about a source's new items.
