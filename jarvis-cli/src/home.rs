@@ -10,6 +10,7 @@
 //! names that process.
 
 use anyhow::Context;
+use jarvis_sdk::packs::housing::HousingPack;
 use jarvis_sdk::{AppAssembly, AppConfig, AppError, ReembedPhase, build_app};
 use jarvis_server::client::Client;
 use std::time::Duration;
@@ -40,9 +41,15 @@ pub(crate) async fn assemble(config: AppConfig) -> anyhow::Result<AppAssembly> {
     }
 }
 
+/// The environment's configuration with the packs the `jarvis` binary
+/// ships: KAREN's housing pack.
+pub(crate) fn config_from_env() -> anyhow::Result<AppConfig> {
+    Ok(AppConfig::from_env()?.with_pack(std::sync::Arc::new(HousingPack::from_env())))
+}
+
 /// The home of the environment's configuration: remote when a server runs.
 pub(crate) async fn open() -> anyhow::Result<Home> {
-    let config = AppConfig::from_env()?;
+    let config = config_from_env()?;
     if let Some(client) = running_server(&config).await {
         eprintln!("jarvis: talking to the server at {}", client.base_url());
         return Ok(Home::Remote(client));

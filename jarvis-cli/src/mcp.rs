@@ -10,7 +10,6 @@
 //! MCP messages only: every log line and notice goes to stderr.
 
 use clap::Subcommand;
-use jarvis_sdk::AppConfig;
 use std::process::ExitCode;
 
 use crate::home;
@@ -37,7 +36,7 @@ pub(crate) async fn run(command: McpCommand) -> anyhow::Result<ExitCode> {
 
 /// `jarvis mcp serve`: until the client closes stdin, or Ctrl-C / SIGTERM.
 async fn serve() -> anyhow::Result<ExitCode> {
-    let config = AppConfig::from_env()?;
+    let config = home::config_from_env()?;
     if let Some(client) = home::running_server(&config).await {
         tracing::info!(
             server = client.base_url(),

@@ -6,7 +6,7 @@
 
 use anyhow::{Context, bail};
 use clap::Args;
-use jarvis_sdk::{AppAssembly, AppConfig, SessionId, SessionMeta};
+use jarvis_sdk::{AppAssembly, SessionId, SessionMeta};
 use jarvis_server::client::Client;
 use jarvis_server::{DEMO_HELP, Server, ServerConfig, ServerState, check_bind};
 use std::path::PathBuf;
@@ -45,7 +45,7 @@ pub(crate) struct ServeArgs {
 
 /// Runs the server until Ctrl-C or SIGTERM.
 pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let mut app_config = AppConfig::from_env()?;
+    let mut app_config = crate::home::config_from_env()?;
     let mut server_config = ServerConfig::from_env().map_err(anyhow::Error::msg)?;
     if let Some(host) = args.host.clone() {
         server_config.host = host;

@@ -22,9 +22,10 @@
 //! or `-- subagent` (no scenario runs both; add `--smoke` for a quick check
 //! that it works).
 
+use jarvis_sdk::packs::housing::{HousingPack, KAREN_DEFINITION};
 use jarvis_sdk::{
-    AgentEvent, AppAssembly, AppConfig, BUILTIN_TEAM, Caller, ChatRequest, FauxProvider, HousingConfig,
-    LlmConfig, Provider, ProviderKind, ProviderStream, SessionId, UIAdapter, build_app,
+    AgentEvent, AppAssembly, AppConfig, Caller, ChatRequest, FauxProvider, LlmConfig, Provider, ProviderKind,
+    ProviderStream, SessionId, UIAdapter, build_app,
 };
 use std::ops::ControlFlow;
 use std::pin::Pin;
@@ -104,9 +105,9 @@ impl UIAdapter for ToolCounter {
 
 async fn app(home: &std::path::Path, provider: Arc<dyn Provider>) -> AppAssembly {
     let mut config = AppConfig::embedded(home)
-        .with_definition("karen", BUILTIN_TEAM[0].1)
+        .with_definition("karen", KAREN_DEFINITION)
         .with_provider(provider);
-    config.housing = HousingConfig::in_memory();
+    config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
     build_app(config).await.expect("the app builds")
 }
 

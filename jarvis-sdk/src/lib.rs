@@ -13,8 +13,9 @@
 //! | `model` | the [`Provider`] trait, [`ChatRequest`], [`ProviderEvent`], the shared [`ResponseAssembler`], the OpenAI-compatible, Anthropic and Ollama providers, [`FauxProvider`], the [`Embedder`] trait, the offline [`HashEmbedder`] and the embedder chosen from `JARVIS_EMBED__*` ([`EmbedConfig`]), token counts ([`Usage`], [`estimate_tokens`]) and the [`PriceTable`] |
 //! | `memory` | [`MemoryService`] (working memory; semantic, episodic and procedural long-term memory; agent scopes; recall), the one injection point [`MemoryContext`], the [`MemoryStore`] trait with [`InMemoryMemoryStore`], `SqliteMemoryStore` and `PostgresMemoryStore` |
 //! | `agent` | [`run_agent_loop`] with the overflow resume, [`AgentEvent`], [`UIAdapter`], [`Tool`], the tool-call gate ([`ToolGate`]), sessions ([`SessionStore`]: [`JsonlSessionStore`], [`MemorySessionStore`], `PostgresSessionStore`), the turn [`Harness`], the thinking slot ([`ThoughtEngine`]) and open loops ([`OpenLoops`]) |
-//! | `core` | [`AgentSession`] (security → thinking → harness → loop), the [`SecurityPipeline`], the [`ApprovalBroker`] with [`LayeredApprovalRules`], the per-session [`Sandbox`] the [`builtin_tools`] and the [`memory_tools`], KAREN's housing tools ([`housing_tools`]), the [`Scheduler`], the [`UsageLedger`] of every turn's tokens and cost |
-//! | `app` | [`AgentProfile`], team definitions, the [`AgentRegistry`], [`build_app`] and [`AppAssembly`] |
+//! | `core` | [`AgentSession`] (security → thinking → harness → loop), the [`SecurityPipeline`], the [`ApprovalBroker`] with [`LayeredApprovalRules`], the per-session [`Sandbox`] the [`builtin_tools`] and the [`memory_tools`], goals and Focus tasks, the [`Scheduler`], the [`UsageLedger`] of every turn's tokens and cost |
+//! | `app` | [`AgentProfile`], team definitions, the [`AgentRegistry`], the [`Pack`] plug point, [`build_app`] and [`AppAssembly`] |
+//! | `packs` | domain packs over the public API only, each behind its own feature |
 //!
 //! The plugin points are small object-safe traits held as `Arc<dyn …>`:
 //! [`Provider`] (a model service), [`UIAdapter`] (a screen), [`Tool`],
@@ -62,6 +63,9 @@
 //! | `sqlite` | yes | `SqliteMemoryStore`: memory in `$JARVIS_HOME/memory.sqlite3` (SQLite compiled in), the assembled app's default |
 //! | `postgres` | no | `PostgresSessionStore`, `PostgresMemoryStore` and `PostgresOpenLoopStore` (tokio-postgres with a deadpool pool) |
 //! | `test-utils` | no | [`testing`]: a recording [`UIAdapter`], closure tools, a fixed approver, a throwaway Postgres cluster |
+//! | `sources` | no | external sources watched on a schedule (`external_sources/*.yaml`: feeds, JSON, pages) |
+//! | `email` | no | email notification channels (`notifications.yaml`, over SMTP with `lettre`) |
+//! | one per pack | no | a domain pack under [`packs`], named like its folder ([`Pack`]) |
 //! | `mcp` | no | tools from MCP servers (`McpHub`), the team as an MCP server (`McpTeamServer`, `serve_mcp_stdio`) and the stdio bridge to a running server's `/mcp` (`bridge_mcp_stdio`), over the official Rust SDK `rmcp` |
 //!
 //! The default build has no HTTP server, no terminal UI and no database
@@ -74,6 +78,7 @@ mod core;
 mod memory;
 mod model;
 
+pub mod packs;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod testing;
 
@@ -116,11 +121,11 @@ pub use agent::{
 pub use agent::{PostgresOpenLoopStore, PostgresSessionStore};
 pub use app::{
     ALWAYS_ATTACHED, AgendaSettings, AgentProfile, AgentRegistry, AppAssembly, AppConfig, AppError,
-    BUILTIN_TEAM, BrandConfig, DEFAULT_MAX_LOADED_SESSIONS, EMBEDDER_FILE, EmbedderChoice,
-    JARVIS_SYSTEM_PROMPT, MAIN_AGENT, MemoryBackend, MemorySettings, Palette, REFLECTION_TEMPLATE_FILE,
-    ReflectionSettings, SessionObserver, Skipped, StoreBackend, THOUGHT_TEMPLATE_FILE, TeamContext,
-    ThinkingSettings, build_app, load_team, parse_definition, parse_utc_offset, seed_team_dir,
-    valid_agent_id, wordmark,
+    BrandConfig, DEFAULT_MAX_LOADED_SESSIONS, EMBEDDER_FILE, EmbedderChoice, JARVIS_SYSTEM_PROMPT,
+    MAIN_AGENT, MemoryBackend, MemorySettings, Pack, PackContext, PackParts, Palette,
+    REFLECTION_TEMPLATE_FILE, ReflectionSettings, SessionObserver, Skipped, StoreBackend,
+    THOUGHT_TEMPLATE_FILE, TeamContext, ThinkingSettings, build_app, load_team, parse_definition,
+    parse_utc_offset, seed_team_dir, valid_agent_id, wordmark,
 };
 #[cfg(feature = "mcp")]
 pub use app::{
@@ -134,26 +139,14 @@ pub use app::{
 pub use common::{
     CivilTime, Clock, DEFAULT_TIME_ZONE, Extensions, HOME_LOCK_FILE, HomeLock, HomeLockError, IdSource,
     LockHolder, ManualClock, SequentialIds, SystemClock, TimeZone, TimeZoneError, Timestamp, TimestampError,
-    UniqueIds, UtcOffset, char_len, lock_file_path, truncate_chars, truncate_with_marker, update_file_locked,
-    write_atomic,
-};
-pub use core::{
-    AGENT_ONLY_TOOLS, DEFAULT_NOTICE_LIMIT, DEFAULT_REFERENCE_RATE, FileProfileStore, FileWatchStore,
-    FixtureNoticeSource, HOUSING_MODE_ENV, HOUSING_REFERENCE_RATE_ENV, HOUSING_TIMEOUT_ENV, HOUSING_TOOLS,
-    HOUSING_WATCH_EVERY_ENV, HousingBudgetArgs, HousingBudgetTool, HousingConfig, HousingError,
-    HousingLoanArgs, HousingLoanTool, HousingProfile, HousingProfileArgs, HousingProfileTool,
-    HousingWatchArgs, HousingWatchTool, IncomeBand, LoanMonth, LoanSchedule, LoanTerms, MAX_NOTICE_LIMIT,
-    MAX_PRINCIPAL, MAX_YEARS, MemoryProfileStore, MemoryWatchStore, Notice, NoticeAgency, NoticeArgs,
-    NoticeError, NoticeQuery, NoticeSource, NoticeTool, NoticeWatch, PROFILE_FILE, ProfileAction,
-    ProfileStore, REFERENCE_LOAN_YEARS, RepaymentMethod, SH_NOT_CONFIGURED, SH_URL_ENV, ShFeed,
-    ShNoticeSource, UnconfiguredSource, WATCHES_FILE, WatchAdded, WatchStore, amortize, check_watch,
-    housing_tools, normalize_watch_text, sort_newest_first,
+    UniqueIds, UtcOffset, char_len, fnv1a64, lock_file_path, truncate_chars, truncate_with_marker,
+    update_file_locked, write_atomic,
 };
 pub use core::{
     AgendaItem, AgendaKind, AgendaSource, AgentStance, COMMANDS, CommandContext, CountingFeedback,
     DEFAULT_OUTBOX_CAPACITY, FeedbackLearner, OUTBOX_FILE, Outbox, OutboxError, OutboxItem, ProactiveConfig,
-    ProactiveDaemon, ProactiveSessions, ProactiveTarget, Reaction, ScheduleCommand, SlashCommands,
-    StandardCommands, TickReport, parse_command, reminder_id, reminder_text,
+    ProactiveDaemon, ProactiveSessions, ProactiveSink, ProactiveTarget, Reaction, ScheduleCommand,
+    SlashCommands, StandardCommands, TickReport, parse_command, reminder_id, reminder_text,
 };
 pub use core::{
     AgentApprover, AgentDirectory, AgentSession, AgentSessionParts, AgentToolPolicy, ApprovalBroker,
@@ -165,13 +158,11 @@ pub use core::{
     TurnError, Validation, ValidationConfig, bigram_jaccard, html_escape, is_bounce,
 };
 pub use core::{
-    BrokenFile, BuiltinJob, CatchUp, CronExpr, DEFAULT_GRACE, DEFAULT_JOB_AGENT, DEFAULT_POLL_INTERVAL,
-    DEFAULT_WATCH_INTERVAL, EXTERNAL_SEEN_FILE, HOUSING_WATCH_JOB, Job, JobInfo, JobOrigin, JobOutput,
-    JobRunner, JobSpec, LastRun, LedgerLoad, MAX_INTERVAL, MAX_JOB_FILE_BYTES, MAX_JOB_ID_LEN,
-    MAX_SKIPPED_RECORDS, MIN_INTERVAL, RunOutcome, RunRecord, RunReport, RunState, SCHEDULE_RUNS_FILE,
-    SCHEDULES_DIR, ScheduleError, ScheduleTick, Scheduler, SchedulerConfig, SlotRef, Trigger, WATCH_AGENT,
-    WHEN_FORMS, WatchJob, WatchPass, WatchReporter, When, new_notices, parse_when, validate_job_id,
-    watch_report,
+    BrokenFile, BuiltinJob, CatchUp, CronExpr, DEFAULT_GRACE, DEFAULT_JOB_AGENT, DEFAULT_POLL_INTERVAL, Job,
+    JobInfo, JobOrigin, JobOutput, JobRunner, JobSpec, LastRun, LedgerLoad, MAX_INTERVAL, MAX_JOB_FILE_BYTES,
+    MAX_JOB_ID_LEN, MAX_SKIPPED_RECORDS, MIN_INTERVAL, RunOutcome, RunRecord, RunReport, RunState,
+    SCHEDULE_RUNS_FILE, SCHEDULES_DIR, ScheduleError, ScheduleTick, Scheduler, SchedulerConfig, SlotRef,
+    Trigger, WHEN_FORMS, When, parse_when, validate_job_id,
 };
 pub use core::{
     BuiltinConfig, Confinement, DEFAULT_COMMAND_TIMEOUT, DEFAULT_LIST_CAP, DEFAULT_OUTPUT_CAP,
@@ -204,10 +195,9 @@ pub use core::{
 #[cfg(feature = "sources")]
 pub use core::{
     JsonShape, PageShape, SEEN_FILE, SOURCE_JOB_PREFIX, SOURCES_DIR, SeenStore, Source, SourceFile,
-    SourceHealth, SourceItem, SourceJob, SourceKind, SourceReporter, SourceStatus, load_sources,
+    SourceHealth, SourceItem, SourceJob, SourceKind, SourceReader, SourceReporter, SourceStatus, SourceType,
+    load_sources,
 };
-#[cfg(feature = "http")]
-pub use core::{LH_BASE_URL, LH_BASE_URL_ENV, LH_NOTICE_PATH, LH_SERVICE_KEY_ENV, LhConfig, LhNoticeSource};
 #[cfg(feature = "mcp")]
 pub use core::{
     MCP_FIRST_BACKOFF, MCP_MAX_BACKOFF, MCP_START_TIMEOUT, McpHub, McpServeError, McpServer, McpServerState,
@@ -242,8 +232,8 @@ pub use model::{
 };
 #[cfg(feature = "http")]
 pub use model::{
-    ApiKey, HttpSettings, NdjsonError, NdjsonParser, RetryPolicy, Sleeper, SseError, SseEvent, SseParser,
-    StreamDecoder, TokioSleeper, decode_chunks,
+    ApiKey, HttpClient, HttpSettings, NdjsonError, NdjsonParser, RetryPolicy, Sleeper, SseError, SseEvent,
+    SseParser, StreamDecoder, TokioSleeper, decode_chunks, join_url,
 };
 pub use model::{
     AssistantMessage, ChatRequest, DEMO_SCRIPT, Embedder, EmbedderExt, FAUX_REQUEST_LOG_ENV, FAUX_SCRIPT_ENV,

@@ -21,7 +21,8 @@
 mod browser;
 
 use browser::{Browser, BrowserOptions};
-use jarvis_sdk::{AppConfig, FauxProvider, HousingConfig, build_app};
+use jarvis_sdk::packs::housing::HousingPack;
+use jarvis_sdk::{AppConfig, FauxProvider, build_app};
 use jarvis_server::{ServerConfig, ServerState, serve};
 use std::sync::Arc;
 
@@ -54,7 +55,7 @@ async fn main() -> anyhow::Result<()> {
     let home = tempfile::tempdir()?;
     let mut config =
         AppConfig::for_home(home.path()).with_provider(Arc::new(FauxProvider::from_yaml(SCRIPT)?));
-    config.housing = HousingConfig::in_memory();
+    config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
     let app = build_app(config).await?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);

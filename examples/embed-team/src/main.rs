@@ -1,10 +1,12 @@
 //! Embeds a team of two agents defined by YAML strings, and runs one
 //! delegation: JARVIS asks ADA, ADA uses her own tool, JARVIS relays the
-//! answer. A scripted model makes it run offline; every event of both
-//! sessions is printed.
+//! answer. ADA's loan tool comes from the housing pack, added in one line.
+//! A scripted model makes it run offline; every event of both sessions is
+//! printed.
 //!
 //! Run with `cargo run -p example-embed-team`.
 
+use jarvis_sdk::packs::housing::HousingPack;
 use jarvis_sdk::{AgentEvent, AppConfig, Caller, FauxProvider, MessageDelta, UIAdapter, build_app};
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -61,6 +63,7 @@ impl UIAdapter for Printer {
 async fn main() -> anyhow::Result<()> {
     let home = std::env::temp_dir().join(format!("example-embed-team-{}", std::process::id()));
     let config = AppConfig::embedded(&home)
+        .with_pack(Arc::new(HousingPack::in_memory()))
         .with_definition("ada", ADA)
         .with_provider(Arc::new(FauxProvider::from_yaml(SCRIPT)?));
     let app = build_app(config).await?;

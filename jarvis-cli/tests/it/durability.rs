@@ -11,10 +11,13 @@
 //!   due promises, a scheduled job and a watch report loses and doubles
 //!   nothing.
 
-use jarvis_sdk::{
-    Agents, FileWatchStore, FixtureNoticeSource, Layer, LoopKind, MEMORY_DB_FILE, MemoryFilter, MemoryStore,
-    MemoryWatchStore, NoticeSource, OpenLoop, SqliteMemoryStore, Timestamp, WATCHES_FILE, WatchStore,
+use jarvis_sdk::packs::housing::{
+    FileWatchStore, FixtureNoticeSource, MemoryWatchStore, NoticeSource, WATCHES_FILE, WatchStore,
     new_notices,
+};
+use jarvis_sdk::{
+    Agents, Layer, LoopKind, MEMORY_DB_FILE, MemoryFilter, MemoryStore, OpenLoop, SqliteMemoryStore,
+    Timestamp,
 };
 use jarvis_server::client::{Client, Connection, Incoming};
 use jarvis_server::protocol::{ClientDecision, ClientMessage};

@@ -168,6 +168,14 @@ pub trait Tool: Send + Sync {
     fn requires_approval(&self) -> bool {
         false
     }
+    /// Whether only agents that list the tool by name are given it
+    /// (R-DEF-7, SPEC.md §17.3 #5): an agent-only tool is never part of the
+    /// "whole registry" an agent without a `tools` list gets, so JARVIS has
+    /// none unless his `main.yaml` names them. Tools that reach far
+    /// (`web_fetch`) or belong to one agent's domain (a pack's) say yes.
+    fn agent_only(&self) -> bool {
+        false
+    }
     /// Names of the arguments that are paths relative to the session's
     /// sandbox. Before the gate, each one present as a string is normalised
     /// lexically ([`normalize_sandbox_path`]) and replaced by its normal
@@ -210,6 +218,10 @@ pub trait TypedTool: Send + Sync + 'static {
     fn description(&self) -> &str;
     /// Whether a person must approve a call unless a rule allows it.
     fn requires_approval(&self) -> bool {
+        false
+    }
+    /// See [`Tool::agent_only`].
+    fn agent_only(&self) -> bool {
         false
     }
     /// See [`Tool::sandbox_path_arguments`].
@@ -259,6 +271,9 @@ impl<T: TypedTool> Tool for Typed<T> {
     }
     fn requires_approval(&self) -> bool {
         self.inner.requires_approval()
+    }
+    fn agent_only(&self) -> bool {
+        self.inner.agent_only()
     }
     fn sandbox_path_arguments(&self) -> &[&str] {
         self.inner.sandbox_path_arguments()

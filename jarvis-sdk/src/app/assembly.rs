@@ -28,19 +28,18 @@ use crate::agent::{
 use crate::common::{Extensions, HomeLock};
 use crate::common::{TimeZone, Timestamp};
 use crate::core::{
-    AGENT_ONLY_TOOLS, AgendaItem, AgendaKind, AgendaSource, AgentDirectory, AgentSession, AgentSessionParts,
-    AgentToolPolicy, ApprovalBroker, AskAgentTool, Boundaries, BuiltinConfig, Caller, CountingFeedback,
+    AgendaItem, AgendaKind, AgendaSource, AgentDirectory, AgentSession, AgentSessionParts, AgentToolPolicy,
+    ApprovalBroker, AskAgentTool, Boundaries, BuiltinConfig, Caller, CountingFeedback,
     DEFAULT_OUTBOX_CAPACITY, Delegation, DelegationError, DirectoryLink, LayeredApprovalRules, OUTBOX_FILE,
     Outbox, OutboxItem, PEER_REQUEST_RULE, ProactiveDaemon, ProactiveSessions, ProactiveTarget,
     PromptOptions, RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, Reaction, RosterEntry, SandboxSettings,
     SecurityPipeline, SessionPolicy, StandardCommands, TokenAuth, TurnError, Validation, WEB_FETCH_TOOL,
-    WEB_SEARCH_TOOL, builtin_tools, housing_tools, kernel_confinement, memory_tools,
+    WEB_SEARCH_TOOL, builtin_tools, kernel_confinement, memory_tools,
 };
 use crate::core::{
-    AgentStance, FocusStore, Goal, GoalStore, Job, JobOutput, JobRunner, Notice, NoticeWatch, Notifier,
-    Scheduler, SchedulerConfig, Supervisor, TaskHealth, TaskStatus, USAGE_FILE, UsageBy, UsageLedger,
-    UsageMeter, UsageSummary, WATCH_AGENT, WatchJob, WatchReporter, focus_tools, goal_items, goal_tools,
-    watch_report,
+    AgentStance, FocusStore, Goal, GoalStore, Job, JobOutput, JobRunner, Notifier, ProactiveSink, Scheduler,
+    SchedulerConfig, Supervisor, TaskHealth, TaskStatus, USAGE_FILE, UsageBy, UsageLedger, UsageMeter,
+    UsageSummary, focus_tools, goal_items, goal_tools,
 };
 use crate::memory::{
     InMemoryMemoryStore, MemoryRead, MemoryScope, MemoryService, MemoryStore, ReembedPhase, ScopeResolver,
@@ -110,13 +109,14 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
             ));
         }
     };
+    let team_files = config.packs.iter().flat_map(|p| p.team_files());
     if config.seed_team
-        && seed_team_dir(&config.team_dir).map_err(|source| AppError::Io {
+        && seed_team_dir(&config.team_dir, team_files).map_err(|source| AppError::Io {
             what: format!("create the team directory {}", config.team_dir.display()),
             source,
         })?
     {
-        tracing::info!(dir = %config.team_dir.display(), "team directory created with the built-in team");
+        tracing::info!(dir = %config.team_dir.display(), "team directory created with the packs' team files");
     }
 
     write_if_missing(&config.home.join(THOUGHT_TEMPLATE_FILE), DEFAULT_THOUGHT_TEMPLATE)?;
@@ -155,7 +155,34 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         config.agenda.time_zone.clone(),
     ));
 
-    // Tools: the built-in ones, KAREN's, and ask_agent once the team is known.
+    // The scheduler runs jobs through the app, and packs' jobs report to its
+    // daemon; both reach the app through a link set once it exists.
+    let app_link: Arc<OnceLock<Weak<AppInner>>> = Arc::default();
+    // The packs' parts: tools, jobs and source kinds.
+    let env = |name: &str| std::env::var(name).ok();
+    let mut pack_tools = Vec::new();
+    let mut pack_jobs = Vec::new();
+    #[cfg(feature = "sources")]
+    let mut source_kinds = Vec::new();
+    for pack in &config.packs {
+        let cx = super::PackContext {
+            home: &config.home,
+            clock: config.clock.clone(),
+            time_zone: config.agenda.time_zone.clone(),
+            demo: config.is_demo(),
+            env: &env,
+            sink: Arc::new(AppJobs(app_link.clone())),
+        };
+        let parts = pack
+            .build(&cx)
+            .map_err(|e| AppError::Config(format!("pack {}: {e}", pack.name())))?;
+        pack_tools.extend(parts.tools);
+        pack_jobs.extend(parts.jobs);
+        #[cfg(feature = "sources")]
+        source_kinds.extend(parts.source_kinds);
+    }
+
+    // Tools: the built-in ones, the packs', and ask_agent once the team is known.
     let confinement = kernel_confinement();
     if let Some(note) = confinement.note() {
         if config.require_sandbox {
@@ -174,7 +201,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     let mut tools = ToolRegistry::new();
     for tool in builtin(&SandboxSettings::default())
         .into_iter()
-        .chain(housing_tools(&config.housing))
+        .chain(pack_tools)
         .chain(web_tools(&config)?)
         .chain(goal_tools(goals.clone()))
         .chain(focus_tools(focus.clone()))
@@ -195,9 +222,12 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         names.insert(RECALL_EPISODES_TOOL.to_owned());
     }
 
-    let agent_only: BTreeSet<String> = AGENT_ONLY_TOOLS.iter().map(|t| (*t).to_owned()).collect();
+    let agent_only: BTreeSet<String> = tools
+        .names()
+        .filter(|name| tools.get(name).is_some_and(|t| t.agent_only()))
+        .map(str::to_owned)
+        .collect();
     let mut main = main_profile(&config, &names, &agent_only);
-    let env = |name: &str| std::env::var(name).ok();
     let team = TeamContext {
         main: &main.clone(),
         app_tools: &names,
@@ -309,11 +339,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         .agenda
         .open_loops
         .then(|| Arc::new(open_loops(&config, loops.clone(), Arc::new(RuleJudge))));
-    // The scheduler runs jobs through the app and reports watches to its
-    // daemon; both reach the app through a link set once it exists.
-    let app_link: Arc<OnceLock<Weak<AppInner>>> = Arc::default();
-
-    let scheduler = Scheduler::new(
+    let mut scheduler = Scheduler::new(
         &config.home,
         config.clock.clone(),
         Arc::new(AppJobs(app_link.clone())),
@@ -321,18 +347,17 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
             time_zone: config.agenda.time_zone.clone(),
             ..SchedulerConfig::default()
         },
-    )?
-    .with_builtin(Arc::new(
-        WatchJob::from_housing(&config.housing, Arc::new(AppJobs(app_link.clone())))
-            .with_agent(watch_agent(&registry)),
-    ));
+    )?;
+    for job in pack_jobs {
+        scheduler = scheduler.with_builtin(job);
+    }
     #[cfg(feature = "sources")]
     let source_status = crate::core::SourceStatus::default();
     #[cfg(feature = "sources")]
     let scheduler = {
         let seen = Arc::new(crate::core::SeenStore::new(&config.home));
         let mut scheduler = scheduler;
-        for source in crate::core::load_sources(&config.home) {
+        for source in crate::core::load_sources(&config.home, &source_kinds) {
             if !registry.contains(&source.file.agent) {
                 tracing::warn!(source = %source.id, agent = %source.file.agent, "external source skipped: its agent is not in the team");
                 continue;
@@ -407,7 +432,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     let directory: Arc<dyn AgentDirectory> = inner.clone();
     link.connect(Arc::downgrade(&directory));
     inner.recover(pending_turns).await;
-    inner.reconcile_watch_reports().await;
+    inner.recover_reports().await;
     Ok(AppAssembly { inner })
 }
 
@@ -719,7 +744,8 @@ struct AppInner {
     focus: Arc<FocusStore>,
     /// The reflection daemon; it sees the open sessions through a weak link.
     proactive: Arc<ProactiveDaemon>,
-    /// The scheduler (`$JARVIS_HOME/schedules/`, `housing_watch`).
+    /// The scheduler (`$JARVIS_HOME/schedules/`, the packs' jobs, the
+    /// external sources).
     scheduler: Arc<Scheduler>,
     notice: Option<String>,
     demo: bool,
@@ -944,8 +970,8 @@ impl AppAssembly {
         self.proactive().feedback(message_id, reaction)
     }
 
-    /// The scheduler: job files in `$JARVIS_HOME/schedules/` and the
-    /// built-in `housing_watch`; each file job runs in the session
+    /// The scheduler: job files in `$JARVIS_HOME/schedules/` and the jobs
+    /// defined in code (the packs', the external sources); each file job runs in the session
     /// `sched-<agent>-<job>` of its agent, and its answer reaches that
     /// agent's open screens as `proactive_message {kind: "answer"}`. It runs
     /// once [`AppAssembly::spawn_background`] starts it; tests call its `tick`.
@@ -1468,15 +1494,6 @@ fn least_used_idle(sessions: &mut HashMap<String, Loaded>, max: usize) -> Vec<Se
     gone
 }
 
-/// KAREN, who hears of `housing_watch`, or JARVIS in a team without her.
-fn watch_agent(registry: &AgentRegistry) -> &'static str {
-    if registry.contains(WATCH_AGENT) {
-        WATCH_AGENT
-    } else {
-        MAIN_AGENT
-    }
-}
-
 /// Open loops over the app's `store`, judged by `judge`.
 fn open_loops(config: &AppConfig, store: Arc<dyn OpenLoopStore>, judge: Arc<dyn LoopJudge>) -> OpenLoops {
     OpenLoops::new(store, judge, config.clock.clone(), config.ids.clone())
@@ -1603,31 +1620,24 @@ impl JobRunner for AppJobs {
 }
 
 #[async_trait]
-impl WatchReporter for AppJobs {
-    /// Queues the report, durably, for the watch agent's `default-<agent>`
-    /// session; the daemon records it there exactly once and shows it
-    /// (unless the agent is `proactive: false`). The message id comes from
-    /// the watch and the notices, so a report repeated after a crash is
-    /// the same message.
-    async fn report(&self, watch: &NoticeWatch, notices: &[Notice]) -> Result<(), String> {
+impl ProactiveSink for AppJobs {
+    /// Queues `item`, durably; the daemon records it in its session exactly
+    /// once (unless the agent is `proactive: false`).
+    async fn enqueue(&self, item: OutboxItem) -> Result<(), String> {
         let app = self.app()?;
-        let agent = watch_agent(&app.registry);
-        let keys: Vec<String> = notices.iter().map(Notice::key).collect();
-        let item = OutboxItem {
-            message_id: format!(
-                "watch-{}-{:016x}",
-                watch.id,
-                crate::common::fnv1a64(keys.join("\n").as_bytes())
-            ),
-            session_id: format!("default-{agent}"),
-            agent_id: agent.to_owned(),
-            kind: ProactiveKind::Proactive,
-            text: watch_report(watch, notices),
-            at: Timestamp::from_system_time(app.config.clock.now()),
-            meta: serde_json::json!({ "watch_id": watch.id, "keys": keys }),
-        };
         app.proactive.enqueue(item).await.map_err(|e| e.to_string())?;
         Ok(())
+    }
+
+    fn has_agent(&self, agent_id: &str) -> bool {
+        self.app().is_ok_and(|app| app.registry.contains(agent_id))
+    }
+
+    fn now(&self) -> Timestamp {
+        match self.app() {
+            Ok(app) => Timestamp::from_system_time(app.config.clock.now()),
+            Err(_) => Timestamp::from_system_time(std::time::SystemTime::now()),
+        }
     }
 }
 
@@ -1654,29 +1664,14 @@ impl crate::core::SourceReporter for AppJobs {
 }
 
 impl AppInner {
-    /// A watch's notices count as reported once their report is in the
-    /// outbox; a crash between the two leaves them unmarked, so at start
-    /// every report the outbox holds marks its notices (again: marking is
-    /// idempotent), and then the outbox forgets what it delivered.
-    async fn reconcile_watch_reports(&self) {
-        let watches = &self.config.housing.watches;
-        for item in self.proactive.outbox().logged() {
-            let Some(watch_id) = item.meta.get("watch_id").and_then(|w| w.as_str()) else {
-                continue;
-            };
-            let keys: Vec<String> = item
-                .meta
-                .get("keys")
-                .and_then(|k| k.as_array())
-                .map(|keys| {
-                    keys.iter()
-                        .filter_map(|k| k.as_str().map(str::to_owned))
-                        .collect()
-                })
-                .unwrap_or_default();
-            if let Err(error) = watches.mark_seen(watch_id, keys).await {
-                tracing::warn!(watch = %watch_id, %error, "a queued watch report's notices could not be marked");
-            }
+    /// Reports a job queued before a stop or a crash may be unrecorded by
+    /// the job: each built-in job sees every message the outbox still holds
+    /// and finishes its records ([`BuiltinJob::recover`](crate::core::BuiltinJob::recover)),
+    /// then the outbox forgets what it delivered.
+    async fn recover_reports(&self) {
+        let queued = self.proactive.outbox().logged();
+        for job in self.scheduler.builtins() {
+            job.recover(&queued).await;
         }
         self.proactive.outbox().compact();
     }

@@ -9,8 +9,8 @@ use super::error::AppError;
 use crate::agent::{AgentLoopConfig, BeforeToolCall, Durability};
 use crate::common::{Clock, IdSource, SystemClock, TimeZone, UniqueIds, UtcOffset};
 use crate::core::{
-    DEFAULT_APPROVAL_TIMEOUT, DEFAULT_ASK_TIMEOUT, HOUSING_MODE_ENV, HousingConfig, SH_URL_ENV,
-    SandboxSettings, SecurityStage, WebFetchSettings, WebSearchSettings,
+    DEFAULT_APPROVAL_TIMEOUT, DEFAULT_ASK_TIMEOUT, SandboxSettings, SecurityStage, WebFetchSettings,
+    WebSearchSettings,
 };
 use crate::memory::{DEFAULT_USER, MemoryConfig, MemoryStore};
 use crate::model::{EmbedConfig, Embedder, LlmConfig, Provider, ProviderKind};
@@ -256,12 +256,9 @@ pub struct AppConfig {
     /// is next used. A session with a running turn, a pending approval or
     /// an attached screen is never unloaded.
     pub max_loaded_sessions: usize,
-    /// KAREN's notice sources and stores.
-    pub housing: HousingConfig,
-    /// The sources the environment configures, kept while the demo's
-    /// sample notices stand in for them; they take over when a local model
-    /// is found at start ([`AppConfig::discover_local`]).
-    pub housing_without_demo: Option<HousingConfig>,
+    /// The domain packs whose tools, jobs, source kinds and team files the
+    /// app has ([`AppConfig::with_pack`]); none by default.
+    pub packs: Vec<Arc<dyn super::Pack>>,
     /// How `web_fetch` reads pages: timeout, size caps, and whether it may
     /// reach private addresses (`JARVIS_WEB_FETCH__ALLOW_PRIVATE`, default
     /// off: loopback, private and link-local addresses are refused).
@@ -307,13 +304,14 @@ impl std::fmt::Debug for AppConfig {
             .field("require_sandbox", &self.require_sandbox)
             .field("web_fetch", &self.web_fetch)
             .field("web_search", &self.web_search)
+            .field("packs", &self.packs)
             .finish_non_exhaustive()
     }
 }
 
 impl AppConfig {
     /// Defaults under `home`: the offline demo model (no discovery of a
-    /// local one), JSONL sessions, sample notices.
+    /// local one), JSONL sessions, no packs.
     pub fn for_home(home: impl Into<PathBuf>) -> Self {
         let home = home.into();
         #[allow(unused_mut)] // only discovery (feature `http`) needs a change
@@ -346,8 +344,7 @@ impl AppConfig {
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
             ask_timeout: DEFAULT_ASK_TIMEOUT,
             max_loaded_sessions: DEFAULT_MAX_LOADED_SESSIONS,
-            housing: HousingConfig::fixture(&home),
-            housing_without_demo: None,
+            packs: Vec::new(),
             web_fetch: WebFetchSettings::default(),
             web_search: None,
             sandbox: SandboxSettings::default(),
@@ -581,59 +578,31 @@ impl AppConfig {
                 }
             }
         }
-        // The offline demo finds notices on a fresh machine: with the demo
-        // model playing and no housing source configured, the bundled sample
-        // notices (each marked as a sample) stand in for LH and SH. A local
-        // model found at start ends the demo, and the configured sources
-        // take over (`AppConfig::discover_local`).
-        let demo = config.is_demo();
-        let housing_configured = [HOUSING_MODE_ENV, SH_URL_ENV, "JARVIS_HOUSING__LH_SERVICE_KEY"]
-            .iter()
-            .any(|name| var(name).is_some());
-        let configured =
-            HousingConfig::from_vars(&config.home, &get).map_err(|e| AppError::Config(e.to_string()))?;
-        if demo && !housing_configured {
-            config.housing = HousingConfig::from_vars(&config.home, |name| {
-                if name == HOUSING_MODE_ENV {
-                    Some("fixture".to_owned())
-                } else {
-                    get(name)
-                }
-            })
-            .map_err(|e| AppError::Config(e.to_string()))?;
-            config.housing_without_demo = Some(configured);
-        } else {
-            config.housing = configured;
-        }
         Ok(config)
     }
 
     /// Looks for a local model server when no provider is configured
-    /// ([`LlmConfig::discover_local`]); when one is found, the demo ends and
-    /// the housing sources the environment configures replace the sample
-    /// notices. Returns whether a model was found.
+    /// ([`LlmConfig::discover_local`]); when one is found, the demo ends.
+    /// Returns whether a model was found.
     #[cfg(feature = "http")]
     pub async fn discover_local(&mut self) -> bool {
         if self.provider.is_some() || !self.llm.discover_local().await {
             return false;
         }
-        self.demo_ended();
         true
-    }
-
-    /// A local model was found: the housing sources the environment
-    /// configures replace the demo's sample notices.
-    #[cfg(feature = "http")]
-    pub(crate) fn demo_ended(&mut self) {
-        if let Some(housing) = self.housing_without_demo.take() {
-            self.housing = housing;
-        }
     }
 
     /// Whether the built-in offline demo will play: no provider given in
     /// code, `faux` chosen (or nothing configured) and no script named.
     pub fn is_demo(&self) -> bool {
         self.provider.is_none() && self.llm.provider == ProviderKind::Faux && self.llm.faux_script.is_none()
+    }
+
+    /// Adds the domain pack `pack` (its tools, jobs, source kinds and team
+    /// files); packs are built in the order they were added.
+    pub fn with_pack(mut self, pack: Arc<dyn super::Pack>) -> Self {
+        self.packs.push(pack);
+        self
     }
 
     /// Uses `provider` instead of the configured model.

@@ -36,9 +36,6 @@ use crate::core::SandboxSettings;
 use crate::core::{is_mcp_name, parse_agent_servers};
 use crate::memory::MemoryRead;
 
-/// The built-in team, written into a new team directory on first start.
-pub const BUILTIN_TEAM: [(&str, &str); 1] = [("karen.yaml", include_str!("../../../team/karen.yaml"))];
-
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DefinitionFile {
@@ -416,14 +413,24 @@ pub fn load_team(dir: &Path, team: &TeamContext<'_>) -> (Vec<AgentProfile>, Vec<
     (profiles, skipped)
 }
 
-/// Creates `dir` with the built-in team when it does not exist yet;
-/// existing directories and files are left alone. Returns whether it seeded.
-pub fn seed_team_dir(dir: &Path) -> std::io::Result<bool> {
+/// Creates `dir` with `files` (`<agent id>.yaml`, text: the packs' team
+/// files) when it does not exist yet; existing directories and files are
+/// left alone, and a name that is not `<agent id>.yaml` is passed over with
+/// a warning. Returns whether it seeded.
+pub fn seed_team_dir<'a>(
+    dir: &Path,
+    files: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> std::io::Result<bool> {
     if dir.exists() {
         return Ok(false);
     }
     std::fs::create_dir_all(dir)?;
-    for (name, text) in BUILTIN_TEAM {
+    for (name, text) in files {
+        let id = name.strip_suffix(".yaml").unwrap_or_default();
+        if !valid_agent_id(id) {
+            tracing::warn!(file = %name, "a team file whose name is not <agent id>.yaml was not written");
+            continue;
+        }
         let path = dir.join(name);
         if !path.exists() {
             crate::common::write_atomic(&path, text.as_bytes())?;

@@ -196,7 +196,6 @@ pub(super) async fn choose_at_start(config: &mut AppConfig) -> Result<Option<Cho
             };
             if chat_targets.is_some() && config.llm.use_discovered(&among(&chat_targets)) {
                 tracing::info!("model: {}", config.llm.notice.as_deref().unwrap_or_default());
-                config.demo_ended();
             }
             if embed_targets.is_some() {
                 embed.use_discovered(&among(&embed_targets));

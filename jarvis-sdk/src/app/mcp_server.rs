@@ -567,12 +567,12 @@ mod tests {
 
     #[test]
     fn every_agent_gets_a_tool_with_a_request_argument() {
-        let tool = ask_tool("karen", "K.A.R.E.N.", "주거 (housing)").unwrap();
+        let tool = ask_tool("karen", "K.A.R.E.N.", "주거 (homes)").unwrap();
         assert_eq!(tool.name, "ask_karen");
         let schema = serde_json::to_value(&*tool.input_schema).unwrap();
         assert_eq!(schema["required"], json!(["request"]));
         assert_eq!(schema["properties"]["request"]["type"], "string");
-        assert!(tool.description.unwrap().contains("K.A.R.E.N. (주거 (housing))"));
+        assert!(tool.description.unwrap().contains("K.A.R.E.N. (주거 (homes))"));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! settings), team definitions, the [`AgentRegistry`], [`build_app`] and
 //! [`AppAssembly`], the one assembly result every screen receives. Screens
 //! never assemble agents themselves. With the feature `mcp`,
-//! [`McpTeamServer`] serves the team to MCP clients.
+//! [`McpTeamServer`] serves the team to MCP clients. Domain packs plug in
+//! through [`Pack`].
 //!
 //! It is the top layer of the SDK and may use every layer below it.
 
@@ -13,6 +14,7 @@ mod embedder;
 mod error;
 #[cfg(feature = "mcp")]
 mod mcp_server;
+mod pack;
 mod profile;
 mod registry;
 mod subagent;
@@ -27,13 +29,14 @@ pub use config::{
     MemorySettings, ReflectionSettings, StoreBackend, parse_utc_offset,
 };
 pub use definition::{
-    ALWAYS_ATTACHED, BUILTIN_TEAM, MAIN_DEFINITION_KEYS, Skipped, TeamContext, apply_main_definition,
-    load_team, parse_definition, seed_team_dir, valid_agent_id,
+    ALWAYS_ATTACHED, MAIN_DEFINITION_KEYS, Skipped, TeamContext, apply_main_definition, load_team,
+    parse_definition, seed_team_dir, valid_agent_id,
 };
 pub use embedder::{EMBEDDER_FILE, EmbedderChoice};
 pub use error::AppError;
 #[cfg(feature = "mcp")]
 pub use mcp_server::{ASK_TOOL_PREFIX, MCP_SHUTDOWN_GRACE, McpConnection, McpTeamServer, serve_mcp_stdio};
+pub use pack::{Pack, PackContext, PackParts};
 pub use profile::{AgentProfile, MAIN_AGENT, Palette, ThinkingSettings, wordmark};
 pub use registry::AgentRegistry;
 pub use subagent::{

@@ -23,8 +23,8 @@ pub use clock::{Clock, IdSource, ManualClock, SequentialIds, SystemClock, Unique
 pub use extensions::Extensions;
 pub use fs::{lock_file_path, update_file_locked, write_atomic};
 pub use lock::{HOME_LOCK_FILE, HomeLock, HomeLockError, LockHolder};
-pub use text::{bigram_jaccard, char_len, truncate_chars, truncate_with_marker};
-pub(crate) use text::{error_chain, fnv1a64, one_line};
+pub use text::{bigram_jaccard, char_len, fnv1a64, truncate_chars, truncate_with_marker};
+pub(crate) use text::{error_chain, one_line};
 pub use time::{CivilTime, Timestamp, TimestampError};
 pub(crate) use zone::jiff_timestamp;
 pub use zone::{DEFAULT_TIME_ZONE, TimeZone, TimeZoneError, UtcOffset};

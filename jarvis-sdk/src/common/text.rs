@@ -56,7 +56,7 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
 
 /// 64-bit FNV-1a of `bytes`: a fixed, platform-independent hash for ids and
 /// digests (not a cryptographic one).
-pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for &byte in bytes {
         hash ^= u64::from(byte);

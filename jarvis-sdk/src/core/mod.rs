@@ -1,16 +1,15 @@
 //! The core layer: `AgentSession` directs one turn (security pipeline →
 //! thinking → harness → loop); the input [`security`] pipeline, the real
 //! tool-gate stages (the per-agent [`AgentToolPolicy`] and the per-session
-//! [`ApprovalBroker`] with layered rules) and KAREN's agent-only
-//! [`housing`] tools live here, and so do the tools that read the web
-//! (`web_fetch`, `web_search`).
+//! [`ApprovalBroker`] with layered rules) live here, and so do the tools
+//! that read the web (`web_fetch`, `web_search`).
 //!
 //! It sits above `agent` and below `app`: it may use `agent`, `memory`,
 //! `model` and `common`, never `app`. The per-session [`Sandbox`] and the
 //! built-in tools ([`builtin_tools`]) live here too, and so do the memory
 //! tools every agent gets ([`memory_tools`]). The [`schedule`] module is the
-//! scheduler: job files, the run ledger, the catch-up rule and the housing
-//! watch job. The [`UsageLedger`] keeps every turn's tokens and cost.
+//! scheduler: job files, the run ledger, the catch-up rule and the jobs
+//! defined in code. The [`UsageLedger`] keeps every turn's tokens and cost.
 
 mod agenda;
 pub(crate) mod approval;
@@ -18,7 +17,6 @@ mod ask;
 mod commands;
 mod focus;
 mod goals;
-pub(crate) mod housing;
 mod mcp;
 mod memory_tools;
 mod notify;
@@ -56,23 +54,6 @@ pub use goals::{
     MAX_GOAL_TEXT_CHARS, MAX_GOAL_TITLE_CHARS, SET_GOAL_TOOL, UPDATE_GOAL_TOOL, goal_command, goal_items,
     goal_reminder_id, goal_reminder_text, goal_tools, parse_due,
 };
-pub use housing::{
-    DEFAULT_NOTICE_LIMIT, DEFAULT_REFERENCE_RATE, FileProfileStore, FileWatchStore, FixtureNoticeSource,
-    HOUSING_MODE_ENV, HOUSING_REFERENCE_RATE_ENV, HOUSING_TIMEOUT_ENV, HOUSING_TOOLS,
-    HOUSING_WATCH_EVERY_ENV, HousingBudgetArgs, HousingBudgetTool, HousingConfig, HousingError,
-    HousingLoanArgs, HousingLoanTool, HousingProfile, HousingProfileArgs, HousingProfileTool,
-    HousingWatchArgs, HousingWatchTool, IncomeBand, LoanMonth, LoanSchedule, LoanTerms, MAX_NOTICE_LIMIT,
-    MAX_PRINCIPAL, MAX_YEARS, MemoryProfileStore, MemoryWatchStore, Notice, NoticeAgency, NoticeArgs,
-    NoticeError, NoticeQuery, NoticeSource, NoticeTool, NoticeWatch, PROFILE_FILE, ProfileAction,
-    ProfileStore, REFERENCE_LOAN_YEARS, RepaymentMethod, SH_NOT_CONFIGURED, SH_URL_ENV, ShFeed,
-    ShNoticeSource, UnconfiguredSource, WATCHES_FILE, WatchAdded, WatchStore, amortize, check_watch,
-    housing_tools, normalize_watch_text, sort_newest_first,
-};
-pub use housing::{EXTERNAL_SEEN_FILE, new_notices, watch_report};
-#[cfg(feature = "http")]
-pub use housing::{
-    LH_BASE_URL, LH_BASE_URL_ENV, LH_NOTICE_PATH, LH_SERVICE_KEY_ENV, LhConfig, LhNoticeSource,
-};
 pub use mcp::{
     DEFAULT_MCP_CALL_TIMEOUT, MAX_TOOL_NAME, MCP_CONFIG_FILE, McpApproval, McpServerConfig, McpTransport,
     assign_tool_names, is_mcp_name, load_mcp_file, mcp_tool_name, parse_agent_servers, parse_mcp_file,
@@ -93,19 +74,18 @@ pub use notify::{
 pub use outbox::{DEFAULT_OUTBOX_CAPACITY, OUTBOX_FILE, Outbox, OutboxError, OutboxItem};
 pub use proactive::{
     AgentStance, CountingFeedback, FeedbackLearner, ProactiveConfig, ProactiveDaemon, ProactiveSessions,
-    ProactiveTarget, Reaction, TickReport, reminder_id, reminder_text,
+    ProactiveSink, ProactiveTarget, Reaction, TickReport, reminder_id, reminder_text,
 };
 pub use sandbox::{
     DirEntryInfo, DirListing, EntryKind, FileContent, MAX_COMPONENT_LEN, MAX_PATH_LEN, Sandbox, SandboxError,
     validate_session_id,
 };
 pub use schedule::{
-    BrokenFile, BuiltinJob, CatchUp, CronExpr, DEFAULT_GRACE, DEFAULT_JOB_AGENT, DEFAULT_POLL_INTERVAL,
-    DEFAULT_WATCH_INTERVAL, HOUSING_WATCH_JOB, Job, JobInfo, JobOrigin, JobOutput, JobRunner, JobSpec,
-    LastRun, LedgerLoad, MAX_INTERVAL, MAX_JOB_FILE_BYTES, MAX_JOB_ID_LEN, MAX_SKIPPED_RECORDS, MIN_INTERVAL,
-    RunOutcome, RunRecord, RunReport, RunState, SCHEDULE_RUNS_FILE, SCHEDULES_DIR, ScheduleError,
-    ScheduleTick, Scheduler, SchedulerConfig, SlotRef, Trigger, WATCH_AGENT, WHEN_FORMS, WatchJob, WatchPass,
-    WatchReporter, When, parse_when, validate_job_id,
+    BrokenFile, BuiltinJob, CatchUp, CronExpr, DEFAULT_GRACE, DEFAULT_JOB_AGENT, DEFAULT_POLL_INTERVAL, Job,
+    JobInfo, JobOrigin, JobOutput, JobRunner, JobSpec, LastRun, LedgerLoad, MAX_INTERVAL, MAX_JOB_FILE_BYTES,
+    MAX_JOB_ID_LEN, MAX_SKIPPED_RECORDS, MIN_INTERVAL, RunOutcome, RunRecord, RunReport, RunState,
+    SCHEDULE_RUNS_FILE, SCHEDULES_DIR, ScheduleError, ScheduleTick, Scheduler, SchedulerConfig, SlotRef,
+    Trigger, WHEN_FORMS, When, parse_when, validate_job_id,
 };
 pub use security::{
     Caller, SecurityError, SecurityInput, SecurityPipeline, SecurityStage, SessionPolicy, Slot, TokenAuth,
@@ -118,10 +98,11 @@ pub use session::{
 #[cfg(feature = "sources")]
 pub use sources::{
     JsonShape, PageShape, SEEN_FILE, SOURCE_JOB_PREFIX, SOURCES_DIR, SeenStore, Source, SourceFile,
-    SourceHealth, SourceItem, SourceJob, SourceKind, SourceReporter, SourceStatus, load_sources,
+    SourceHealth, SourceItem, SourceJob, SourceKind, SourceReader, SourceReporter, SourceStatus, SourceType,
+    load_sources,
 };
 pub use supervise::{Supervisor, TaskHealth, TaskStatus};
-pub use tool_policy::{AGENT_ONLY_TOOLS, AgentToolPolicy, Boundaries};
+pub use tool_policy::{AgentToolPolicy, Boundaries};
 pub use tools::{
     BuiltinConfig, Confinement, DEFAULT_COMMAND_TIMEOUT, DEFAULT_LIST_CAP, DEFAULT_OUTPUT_CAP,
     DEFAULT_READ_CAP, DEFAULT_WRITE_CAP, SandboxSettings, builtin_tools, kernel_confinement,

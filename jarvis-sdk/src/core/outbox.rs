@@ -193,9 +193,9 @@ impl Outbox {
     }
 
     /// Every message put since the log was last compacted, delivered or
-    /// not: a producer that must know what it queued before a crash (the
-    /// housing watch, whose notices count as reported once queued) reads it
-    /// at start, before [`Outbox::compact`].
+    /// not: a producer that must know what it queued before a crash (a
+    /// built-in job whose items count as reported once queued) reads it at
+    /// start, before [`Outbox::compact`].
     pub fn logged(&self) -> Vec<OutboxItem> {
         self.state().logged.clone()
     }

@@ -41,6 +41,7 @@
 //! Time comes from the injected clock; [`ProactiveDaemon::spawn`] drives
 //! `tick` at an interval, and tests call `tick` themselves.
 
+use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fmt;
@@ -151,6 +152,22 @@ pub struct AgentStance {
     pub proactive: bool,
     /// Its feedback learner.
     pub feedback: Arc<dyn FeedbackLearner>,
+}
+
+/// Where code outside a turn (a built-in job, a pack) leaves a message for
+/// an agent: the app's reflection daemon, which queues it durably and
+/// records it in its session exactly once per message id (a message built
+/// again after a crash, with the same id, is not shown twice). The assembly
+/// layer implements it.
+#[async_trait]
+pub trait ProactiveSink: Send + Sync + fmt::Debug {
+    /// Queues `item` for its session (`default-<agent>` for reports); an
+    /// error means it was not queued, so the caller tries again later.
+    async fn enqueue(&self, item: OutboxItem) -> Result<(), String>;
+    /// Whether the team has an agent `agent_id`.
+    fn has_agent(&self, agent_id: &str) -> bool;
+    /// The time now, on the app's clock.
+    fn now(&self) -> Timestamp;
 }
 
 /// The open sessions of people and the agents' stances; the assembly layer

@@ -37,8 +37,13 @@
 //! from the source and the items), which the outbox and the session record
 //! only once. The first check of a source records what is there without
 //! reporting it (a baseline, marked by a line with an empty `key`) unless
-//! `report_existing: true`. Lines of other writers (`housing_watch`) are
-//! left alone.
+//! `report_existing: true`. Lines of other writers (a pack's own watches)
+//! are left alone.
+//!
+//! **Kinds from packs.** A [`Pack`](crate::app::Pack) may add kinds of its
+//! own ([`SourceType`]): `kind: <its name>`, no `url`, and its settings in a
+//! member named like the kind (`<name>: {…}`), read by the pack; its items
+//! then go through the same filter, baseline, report and record.
 //!
 //! **Failures.** A source that cannot be fetched or parsed is logged, shown
 //! as failing on the AGENDA, and skipped for 1, 2, 4 … up to 16 of its slots
@@ -73,7 +78,7 @@ const REPORT_ITEMS: usize = 10;
 /// The most slots a failing source is skipped for.
 const MAX_SKIPPED_SLOTS: u32 = 16;
 
-/// What a source is.
+/// The kinds of source fetched over HTTP by the SDK itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SourceKind {
@@ -83,6 +88,36 @@ pub enum SourceKind {
     Json,
     /// An HTML page.
     Page,
+}
+
+impl SourceKind {
+    /// The built-in kind named `name` (`feed`, `json`, `page`).
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "feed" => Some(Self::Feed),
+            "json" => Some(Self::Json),
+            "page" => Some(Self::Page),
+            _ => None,
+        }
+    }
+}
+
+/// A kind of source a pack adds: `kind: <name>` in a source file, with the
+/// pack's settings in the file's member `<name>`.
+pub trait SourceType: Send + Sync + std::fmt::Debug {
+    /// The `kind:` it answers to; never `feed`, `json` or `page`.
+    fn kind(&self) -> &str;
+    /// Checks `settings` (the file's `<kind>` member; null when absent) and
+    /// answers what reads the source's items; an error says what is wrong.
+    fn open(&self, settings: &serde_yaml::Value) -> Result<Arc<dyn SourceReader>, String>;
+}
+
+/// Reads the current items of one source of a pack's kind.
+#[async_trait]
+pub trait SourceReader: Send + Sync + std::fmt::Debug {
+    /// Every item there is now, in the source's order; an error counts as a
+    /// failed check (retried with backoff, shown on the AGENDA).
+    async fn items(&self) -> Result<Vec<SourceItem>, String>;
 }
 
 /// Where the items of a JSON source are.
@@ -120,9 +155,10 @@ pub struct PageShape {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SourceFile {
-    /// Feed, JSON or page.
-    pub kind: SourceKind,
-    /// Where to fetch it.
+    /// `feed`, `json`, `page`, or a kind a pack adds.
+    pub kind: String,
+    /// Where to fetch it (the built-in kinds).
+    #[serde(default)]
     pub url: String,
     /// Whose default session hears about new items.
     pub agent: String,
@@ -155,11 +191,20 @@ pub struct Source {
     pub file: SourceFile,
     trigger: Trigger,
     filter: Option<Regex>,
+    /// The reader of a pack's kind; `None` for the built-in kinds.
+    reader: Option<Arc<dyn SourceReader>>,
 }
 
 impl Source {
-    /// Reads the source `id` from its YAML; an error says what is wrong.
+    /// Reads the source `id` from its YAML (a built-in kind); an error says
+    /// what is wrong.
     pub fn parse(id: &str, yaml: &str) -> Result<Self, String> {
+        Self::parse_with(id, yaml, &[])
+    }
+
+    /// Reads the source `id` from its YAML, of a built-in kind or one of
+    /// `kinds`; an error says what is wrong.
+    pub fn parse_with(id: &str, yaml: &str, kinds: &[Arc<dyn SourceType>]) -> Result<Self, String> {
         let valid_id = !id.is_empty()
             && id.len() <= 56
             && id
@@ -170,9 +215,35 @@ impl Source {
                 "{id:?} is not a source id (a-z, 0-9, '-', '_'; at most 56)"
             ));
         }
-        let file: SourceFile = serde_yaml::from_str(yaml).map_err(|e| e.to_string())?;
-        if !(file.url.starts_with("http://") || file.url.starts_with("https://")) {
-            return Err(format!("url {:?} is not http(s)", file.url));
+        let mut map: serde_yaml::Mapping = serde_yaml::from_str(yaml).map_err(|e| e.to_string())?;
+        let kind_name = map
+            .get("kind")
+            .and_then(serde_yaml::Value::as_str)
+            .ok_or("say what the source is: `kind`")?
+            .to_owned();
+        let builtin = SourceKind::parse(&kind_name);
+        let reader = match builtin {
+            Some(_) => None,
+            None => {
+                let kind = kinds.iter().find(|k| k.kind() == kind_name).ok_or_else(|| {
+                    let mut known = vec!["feed", "json", "page"];
+                    known.extend(kinds.iter().map(|k| k.kind()));
+                    format!("kind {kind_name:?} is not one of {}", known.join(", "))
+                })?;
+                let settings = map.remove(kind_name.as_str()).unwrap_or_default();
+                Some(kind.open(&settings).map_err(|e| format!("{kind_name}: {e}"))?)
+            }
+        };
+        let file: SourceFile =
+            serde_yaml::from_value(serde_yaml::Value::Mapping(map)).map_err(|e| e.to_string())?;
+        match builtin {
+            Some(_) if !(file.url.starts_with("http://") || file.url.starts_with("https://")) => {
+                return Err(format!("url {:?} is not http(s)", file.url));
+            }
+            None if !file.url.is_empty() => {
+                return Err(format!("a {kind_name} source has no `url`"));
+            }
+            _ => {}
         }
         let trigger = match (&file.every, &file.cron) {
             (Some(every), None) => Trigger::every(every).map_err(|e| e.to_string())?,
@@ -185,12 +256,12 @@ impl Source {
             .as_deref()
             .map(|f| Regex::new(f).map_err(|e| format!("filter: {e}")))
             .transpose()?;
-        match file.kind {
-            SourceKind::Json => {
+        match builtin {
+            Some(SourceKind::Json) => {
                 let shape = file.json.as_ref().ok_or("a json source needs `json`")?;
                 parse_path(&shape.items)?;
             }
-            SourceKind::Page => {
+            Some(SourceKind::Page) => {
                 let shape = file.page.as_ref().ok_or("a page source needs `page`")?;
                 for selector in [Some(&shape.selector), Some(&shape.link), shape.title.as_ref()]
                     .into_iter()
@@ -199,13 +270,14 @@ impl Source {
                     scraper::Selector::parse(selector).map_err(|e| format!("selector {selector:?}: {e}"))?;
                 }
             }
-            SourceKind::Feed => {}
+            Some(SourceKind::Feed) | None => {}
         }
         Ok(Self {
             id: id.to_owned(),
             file,
             trigger,
             filter,
+            reader,
         })
     }
 
@@ -214,19 +286,26 @@ impl Source {
         format!("{SOURCE_JOB_PREFIX}{}", self.id)
     }
 
-    /// The items of a fetched `body`, in the source's order, filtered.
+    /// The items of a fetched `body` of a built-in kind, in the source's
+    /// order, filtered.
     pub fn items(&self, body: &[u8]) -> Result<Vec<SourceItem>, String> {
-        let items = match self.file.kind {
-            SourceKind::Feed => feed_items(body)?,
-            SourceKind::Json => json_items(body, self.file.json.as_ref().ok_or("no json shape")?)?,
-            SourceKind::Page => page_items(
+        let items = match SourceKind::parse(&self.file.kind) {
+            Some(SourceKind::Feed) => feed_items(body)?,
+            Some(SourceKind::Json) => json_items(body, self.file.json.as_ref().ok_or("no json shape")?)?,
+            Some(SourceKind::Page) => page_items(
                 body,
                 &self.file.url,
                 self.file.page.as_ref().ok_or("no page shape")?,
             )?,
+            None => return Err(format!("a {} source is not fetched over HTTP", self.file.kind)),
         };
+        Ok(self.filtered(items))
+    }
+
+    /// `items` without repeats and with the filter applied.
+    fn filtered(&self, items: Vec<SourceItem>) -> Vec<SourceItem> {
         let mut seen = HashSet::new();
-        Ok(items
+        items
             .into_iter()
             .filter(|i| seen.insert(i.id.clone()))
             .filter(|i| {
@@ -234,13 +313,23 @@ impl Source {
                     f.is_match(&i.title) || i.summary.as_deref().is_some_and(|s| f.is_match(s))
                 })
             })
-            .collect())
+            .collect()
+    }
+
+    /// Where the source's items come from, for a report.
+    pub fn origin(&self) -> &str {
+        if self.file.url.is_empty() {
+            &self.file.kind
+        } else {
+            &self.file.url
+        }
     }
 }
 
-/// Every source in `home/external_sources/`, by id; files that cannot be
-/// read are skipped with a warning naming them.
-pub fn load_sources(home: &Path) -> Vec<Source> {
+/// Every source in `home/external_sources/`, by id, of a built-in kind or
+/// one of `kinds`; files that cannot be read are skipped with a warning
+/// naming them.
+pub fn load_sources(home: &Path, kinds: &[Arc<dyn SourceType>]) -> Vec<Source> {
     let dir = home.join(SOURCES_DIR);
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return Vec::new();
@@ -253,7 +342,7 @@ pub fn load_sources(home: &Path) -> Vec<Source> {
             let id = path.file_stem()?.to_str()?.to_owned();
             let parsed = std::fs::read_to_string(&path)
                 .map_err(|e| e.to_string())
-                .and_then(|yaml| Source::parse(&id, &yaml));
+                .and_then(|yaml| Source::parse_with(&id, &yaml, kinds));
             match parsed {
                 Ok(source) => Some(source),
                 Err(reason) => {
@@ -484,7 +573,7 @@ impl SeenStore {
             let Ok(value) = serde_json::from_slice::<Value>(line) else {
                 continue;
             };
-            // Lines of other writers (the housing watch: `watch_id`) are theirs.
+            // Lines of other writers (a pack's watches: `watch_id`) are theirs.
             if value.get("watch_id").is_some() {
                 continue;
             }
@@ -543,7 +632,7 @@ impl SeenStore {
 }
 
 /// Whether the file at `path` ends without a newline: its last byte only
-/// is read (the housing watch appends to the same file).
+/// is read (a pack's watches may append to the same file).
 fn ends_torn(path: &Path) -> bool {
     use std::io::{Read, Seek, SeekFrom};
     let Ok(mut file) = std::fs::File::open(path) else {
@@ -639,7 +728,10 @@ impl SourceJob {
     /// many items were reported (or recorded as the baseline).
     pub async fn check(&self) -> Result<String, String> {
         let id = &self.source.id;
-        let items = self.source.items(&self.fetch().await?)?;
+        let items = match &self.source.reader {
+            Some(reader) => self.source.filtered(reader.items().await?),
+            None => self.source.items(&self.fetch().await?)?,
+        };
         let now = Timestamp::from_system_time(self.clock.now());
         let baseline = !self.seen.has_baseline(id);
         let fresh: Vec<&SourceItem> = items.iter().filter(|i| !self.seen.contains(id, &i.id)).collect();
@@ -707,7 +799,7 @@ impl BuiltinJob for SourceJob {
         Job {
             id: self.source.job_id(),
             agent: self.source.file.agent.clone(),
-            prompt: format!("{} 확인 (check {})", self.source.id, self.source.file.url),
+            prompt: format!("{} 확인 (check {})", self.source.id, self.source.origin()),
             trigger: self.source.trigger.clone(),
             time_zone: self.time_zone.clone(),
             enabled: true,

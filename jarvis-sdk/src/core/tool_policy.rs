@@ -1,29 +1,15 @@
 //! [`AgentToolPolicy`]: the first stage of the tool gate, the per-agent
 //! allow-list and the `never` list of an agent's `boundaries`; MCP tools
 //! (`<server>__<tool>`) pass by the agent's MCP patterns
-//! ([`AgentToolPolicy::with_mcp_tools`]), since servers list them later;
-//! and [`AGENT_ONLY_TOOLS`], the tools only agents that list them are given.
+//! ([`AgentToolPolicy::with_mcp_tools`]), since servers list them later.
+//! Which tools only agents that list them are given is each tool's own
+//! [`Tool::agent_only`](crate::agent::Tool::agent_only).
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
 use super::mcp::{SEPARATOR, pattern_matches};
 use crate::agent::{GateDecision, ToolCallInfo, ToolPolicy};
-
-/// The agent-only tools: visible only to agents that list them (R-DEF-7,
-/// SPEC.md §17.3 #5), never part of the "whole registry" default, so
-/// JARVIS has none of them: KAREN's housing tools
-/// ([`HOUSING_TOOLS`](crate::core::HOUSING_TOOLS)) and `web_fetch`, which
-/// reaches any page on the web.
-pub const AGENT_ONLY_TOOLS: [&str; 7] = [
-    "lh_notice",
-    "sh_notice",
-    "housing_loan",
-    "housing_budget",
-    "housing_profile",
-    "housing_watch",
-    super::tools::WEB_FETCH_TOOL,
-];
 
 /// The `boundaries` of an agent definition: `ask` tools always need a
 /// person's approval; `never` tools are refused.
@@ -142,11 +128,5 @@ mod tests {
             panic!("never wins")
         };
         assert!(reason.contains("never allowed"));
-    }
-
-    #[test]
-    fn the_agent_only_tools_are_the_housing_tools_and_web_fetch() {
-        assert_eq!(AGENT_ONLY_TOOLS[..6], crate::core::HOUSING_TOOLS);
-        assert_eq!(AGENT_ONLY_TOOLS[6], "web_fetch");
     }
 }

@@ -61,7 +61,10 @@ pub use http::ndjson::{NdjsonError, NdjsonParser};
 #[cfg(feature = "http")]
 pub use http::sse::{SseError, SseEvent, SseParser};
 #[cfg(feature = "http")]
-pub use http::{ApiKey, HttpSettings, RetryPolicy, Sleeper, StreamDecoder, TokioSleeper, decode_chunks};
+pub use http::{
+    ApiKey, HttpClient, HttpSettings, RetryPolicy, Sleeper, StreamDecoder, TokioSleeper, decode_chunks,
+    join_url,
+};
 pub use message::{
     AssistantMessage, Message, Role, ThinkingBlock, ToolCall, ToolResultMessage, Usage, UserMessage,
 };

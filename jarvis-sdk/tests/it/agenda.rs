@@ -3,10 +3,9 @@
 //! cancellation closes it only in that session; slash commands answer
 //! without the model and leave no trace in the session.
 
+use jarvis_sdk::packs::housing::HousingPack;
 use jarvis_sdk::testing::ChannelAdapter;
-use jarvis_sdk::{
-    AgendaKind, AgentEvent, AppAssembly, AppConfig, Caller, FauxProvider, HousingConfig, build_app,
-};
+use jarvis_sdk::{AgendaKind, AgentEvent, AppAssembly, AppConfig, Caller, FauxProvider, build_app};
 use std::sync::Arc;
 
 struct Home(std::path::PathBuf);
@@ -28,7 +27,7 @@ async fn app() -> (Home, AppAssembly, Arc<FauxProvider>) {
     let home = Home(tempfile::tempdir().unwrap().keep());
     let faux = Arc::new(FauxProvider::from_yaml(SCRIPT).unwrap());
     let mut config = AppConfig::for_home(&home.0).with_provider(faux.clone());
-    config.housing = HousingConfig::in_memory();
+    config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
     let app = build_app(config).await.unwrap();
     (home, app, faux)
 }

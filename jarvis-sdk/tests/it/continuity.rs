@@ -13,12 +13,13 @@
 //!   closed as interrupted and the first screen is told.
 
 use async_trait::async_trait;
+use jarvis_sdk::packs::housing::{HousingPack, KAREN_DEFINITION};
 use jarvis_sdk::{
-    AgentEvent, AgentSession, AppAssembly, AppConfig, ApprovalDecision, ApprovalRequest, BUILTIN_TEAM,
-    Caller, DualConfig, DualReply, Durability, EntryBody, FauxProvider, Harness, HousingConfig,
-    INTERRUPTED_RESULT, JsonlSessionStore, LoopContext, LoopState, ManualClock, MemorySessionStore, Message,
-    NewSession, PromptOptions, SessionAttachment, SessionEntry, SessionError, SessionId, SessionMeta,
-    SessionStore, StopReason, StoreBackend, TURN_JOURNAL_FILE, TurnBegin, TurnJournal, UIAdapter, build_app,
+    AgentEvent, AgentSession, AppAssembly, AppConfig, ApprovalDecision, ApprovalRequest, Caller, DualConfig,
+    DualReply, Durability, EntryBody, FauxProvider, Harness, INTERRUPTED_RESULT, JsonlSessionStore,
+    LoopContext, LoopState, ManualClock, MemorySessionStore, Message, NewSession, PromptOptions,
+    SessionAttachment, SessionEntry, SessionError, SessionId, SessionMeta, SessionStore, StopReason,
+    StoreBackend, TURN_JOURNAL_FILE, TurnBegin, TurnJournal, UIAdapter, build_app,
 };
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -115,11 +116,11 @@ fallback: { text: "네." }
 async fn app_at(home: &Path, script: &str, clock: Arc<ManualClock>) -> (AppAssembly, Arc<FauxProvider>) {
     let faux = Arc::new(FauxProvider::from_yaml(script).unwrap());
     let mut config = AppConfig::embedded(home)
-        .with_definition("karen", BUILTIN_TEAM[0].1)
+        .with_definition("karen", KAREN_DEFINITION)
         .with_provider(faux.clone());
     config.store = StoreBackend::Jsonl;
     config.durability = Durability::Never;
-    config.housing = HousingConfig::in_memory();
+    config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
     config.agenda.model_judge = false;
     config.approval_timeout = Duration::from_secs(60);
     config.clock = clock;
@@ -539,7 +540,7 @@ fallback: { text: "세 번째 답" }
 "#;
     let faux = Arc::new(FauxProvider::from_yaml(script).unwrap());
     let mut config = AppConfig::embedded(home.path()).with_provider(faux.clone());
-    config.housing = HousingConfig::in_memory();
+    config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
     config.agenda.model_judge = false;
     config.memory.enabled = false;
     config.dual = DualConfig {

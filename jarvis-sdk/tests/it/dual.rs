@@ -2,10 +2,11 @@
 //! talking, and the answer arrives as `proactive_message {kind: "answer"}`;
 //! a delegation waits for a callee that goes background; abort cancels.
 
+use jarvis_sdk::packs::housing::{HousingPack, KAREN_DEFINITION};
 use jarvis_sdk::testing::ChannelAdapter;
 use jarvis_sdk::{
-    AgentEvent, AppAssembly, AppConfig, BUILTIN_TEAM, Caller, DualConfig, DualReply, FauxProvider,
-    HousingConfig, Message, ProactiveKind, PromptOptions, build_app,
+    AgentEvent, AppAssembly, AppConfig, Caller, DualConfig, DualReply, FauxProvider, Message, ProactiveKind,
+    PromptOptions, build_app,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,9 +21,9 @@ async fn app(
     let home = tempfile::tempdir().unwrap();
     let faux = Arc::new(FauxProvider::from_yaml(script).unwrap());
     let mut config = AppConfig::embedded(home.path())
-        .with_definition("karen", BUILTIN_TEAM[0].1)
+        .with_definition("karen", KAREN_DEFINITION)
         .with_provider(faux.clone());
-    config.housing = HousingConfig::in_memory();
+    config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
     config.thinking.enabled = thinking;
     config.dual = DualConfig {
         after,

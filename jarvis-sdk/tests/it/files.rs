@@ -6,6 +6,9 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use jarvis_sdk::packs::housing::{
+    FileProfileStore, FileWatchStore, HousingProfile, ProfileStore, WatchStore,
+};
 use jarvis_sdk::{Timestamp, UserModelFile, update_file_locked};
 
 const COUNTER_ENV: &str = "JARVIS_LOCKED_COUNTER";
@@ -105,7 +108,6 @@ fn two_user_model_files_updating_at_once_keep_both_updates() {
 
 #[test]
 fn two_housing_stores_on_one_home_keep_every_update() {
-    use jarvis_sdk::{FileProfileStore, FileWatchStore, HousingProfile, ProfileStore, WatchStore};
     let home = tempfile::tempdir().unwrap();
     // Two stores on the same files behave as two processes would: each has
     // its own in-process lock, so only the file's lock orders them.

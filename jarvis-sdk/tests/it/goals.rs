@@ -2,9 +2,10 @@
 //! commands, the `[목표]` section in the next request (memory off and on),
 //! the AGENDA, and the reminder of a due goal, once across a restart.
 
+use jarvis_sdk::packs::housing::{HousingPack, KAREN_DEFINITION};
 use jarvis_sdk::{
-    AgendaKind, AppAssembly, AppConfig, BUILTIN_TEAM, Caller, ChatRequest, Durability, EntryBody,
-    FauxProvider, HousingConfig, ManualClock, Message, SessionId, StoreBackend, build_app,
+    AgendaKind, AppAssembly, AppConfig, Caller, ChatRequest, Durability, EntryBody, FauxProvider,
+    ManualClock, Message, SessionId, StoreBackend, build_app,
 };
 use serde_json::Value;
 use std::path::Path;
@@ -34,11 +35,11 @@ fn clock() -> Arc<ManualClock> {
 async fn app_at(home: &Path, memory: bool, clock: Arc<ManualClock>) -> (AppAssembly, Arc<FauxProvider>) {
     let faux = Arc::new(FauxProvider::from_yaml(SCRIPT).unwrap());
     let mut config = AppConfig::embedded(home)
-        .with_definition("karen", BUILTIN_TEAM[0].1)
+        .with_definition("karen", KAREN_DEFINITION)
         .with_provider(faux.clone());
     config.store = StoreBackend::Jsonl;
     config.durability = Durability::Never;
-    config.housing = HousingConfig::in_memory();
+    config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
     config.memory.enabled = memory;
     config.clock = clock;
     (build_app(config).await.unwrap(), faux)

@@ -4,14 +4,14 @@
 //! profile and watch stores on disk, the budget rule, and one agent turn in
 //! which the model calls `sh_notice` on the sample source.
 
-use jarvis_sdk::{
-    ApiKey, FileProfileStore, FileWatchStore, FixtureNoticeSource, HOUSING_TOOLS, HousingBudgetTool,
-    HousingConfig, HousingError, HousingLoanTool, HousingProfile, HousingProfileTool, HousingWatchTool,
-    HttpSettings, LhConfig, LhNoticeSource, LoanTerms, MemoryProfileStore, Message, Notice, NoticeAgency,
-    NoticeError, NoticeQuery, NoticeSource, NoticeTool, ProfileStore, RepaymentMethod, SH_NOT_CONFIGURED,
-    ShFeed, ShNoticeSource, Tool, ToolContext, ToolResult, Typed, WatchStore, amortize, check_watch,
-    housing_tools,
+use jarvis_sdk::packs::housing::{
+    FileProfileStore, FileWatchStore, FixtureNoticeSource, HOUSING_TOOLS, HousingBudgetTool, HousingConfig,
+    HousingError, HousingLoanTool, HousingProfile, HousingProfileTool, HousingWatchTool, LhConfig,
+    LhNoticeSource, LoanTerms, MemoryProfileStore, Notice, NoticeAgency, NoticeError, NoticeQuery,
+    NoticeSource, NoticeTool, ProfileStore, RepaymentMethod, SH_NOT_CONFIGURED, ShFeed, ShNoticeSource,
+    WatchStore, amortize, check_watch, housing_tools,
 };
+use jarvis_sdk::{ApiKey, HttpSettings, Message, Tool, ToolContext, ToolResult, Typed};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -135,7 +135,12 @@ fn titles(notices: &[Notice]) -> Vec<&str> {
 
 // ------------------------------------------------------------- loan maths
 
-fn schedule(principal: f64, rate: f64, years: f64, method: RepaymentMethod) -> jarvis_sdk::LoanSchedule {
+fn schedule(
+    principal: f64,
+    rate: f64,
+    years: f64,
+    method: RepaymentMethod,
+) -> jarvis_sdk::packs::housing::LoanSchedule {
     amortize(&LoanTerms::new(principal, rate, years, method).unwrap())
 }
 

@@ -4,10 +4,11 @@
 //! screens, the AGENDA lists it with the agent's label, and `housing_watch`
 //! results reach KAREN's session through the reflection daemon.
 
+use jarvis_sdk::packs::housing::{HousingConfig, HousingPack, KAREN_DEFINITION};
 use jarvis_sdk::testing::{ChannelAdapter, EventStream};
 use jarvis_sdk::{
-    AgendaKind, AppAssembly, AppConfig, BUILTIN_TEAM, Caller, Clock, FauxProvider, HousingConfig,
-    ManualClock, ProactiveKind, RunOutcome, SessionId, Timestamp, build_app,
+    AgendaKind, AppAssembly, AppConfig, Caller, Clock, FauxProvider, ManualClock, ProactiveKind, RunOutcome,
+    SessionId, Timestamp, build_app,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,9 +41,9 @@ async fn fixture(housing: HousingConfig) -> Fixture {
     let clock = Arc::new(ManualClock::new(monday_morning().to_system_time()));
     let faux = Arc::new(FauxProvider::from_yaml(SCRIPT).unwrap());
     let mut config = AppConfig::embedded(home.path())
-        .with_definition("karen", BUILTIN_TEAM[0].1)
+        .with_definition("karen", KAREN_DEFINITION)
         .with_provider(faux.clone());
-    config.housing = housing;
+    config.packs = vec![Arc::new(HousingPack::with_config(housing))];
     config.agenda.model_judge = false;
     config.clock = clock.clone();
     Fixture {

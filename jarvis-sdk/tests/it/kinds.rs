@@ -4,10 +4,11 @@
 //! an app holds at most its limit of sessions in memory, never unloading one
 //! in use.
 
+use jarvis_sdk::packs::housing::{HousingPack, KAREN_DEFINITION};
 use jarvis_sdk::testing::ChannelAdapter;
 use jarvis_sdk::{
-    AppConfig, BUILTIN_TEAM, Caller, Durability, FauxProvider, HousingConfig, JsonlSessionStore, NewSession,
-    SessionId, SessionKind, SessionStore, StoreBackend, TurnError, build_app,
+    AppConfig, Caller, Durability, FauxProvider, JsonlSessionStore, NewSession, SessionId, SessionKind,
+    SessionStore, StoreBackend, TurnError, build_app,
 };
 use std::sync::Arc;
 
@@ -90,10 +91,10 @@ fallback: { text: "네." }
     let faux = Arc::new(FauxProvider::from_yaml(script).unwrap());
     let mut config = AppConfig::embedded(home)
         .with_provider(faux)
-        .with_definition("karen", BUILTIN_TEAM[0].1);
+        .with_definition("karen", KAREN_DEFINITION);
     config.store = StoreBackend::Jsonl;
     config.durability = Durability::Never;
-    config.housing = HousingConfig::in_memory();
+    config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
     config.memory.enabled = false;
     config.agenda.model_judge = false;
     config.max_loaded_sessions = max_loaded;

@@ -1,6 +1,8 @@
 //! The layer rule of DESIGN.md §3: a module of jarvis-sdk imports only from
-//! layers below it (and `common`, which imports no layer). This scans the
-//! sources for upward paths in every form, and proves the scanner on samples.
+//! layers below it (and `common`, which imports no layer), and a domain pack
+//! (`src/packs/`) uses only what `lib.rs` exports publicly, as a third
+//! party's pack would. This scans the sources for upward and inward paths in
+//! every form, and proves the scanner on samples.
 
 use std::path::{Path, PathBuf};
 
@@ -212,14 +214,10 @@ fn resolve(here: &[String], path: &[String]) -> Option<Vec<String>> {
     Some(abs)
 }
 
-/// Upward references in one file's source; `module` is the file's module path.
-fn violations(module: &[String], src: &str) -> Vec<String> {
-    let Some(own) = module.first().map(String::as_str) else {
-        return Vec::new();
-    };
-    if own != "common" && rank(own).is_none() {
-        return Vec::new(); // the crate root and `testing` are not layers
-    }
+/// Every `crate::`, `super::` or `self::` path in a file's source, resolved:
+/// `(the module it appears in, the absolute path it names)`; `module` is the
+/// file's module path.
+fn resolved_paths(module: &[String], src: &str) -> Vec<(Vec<String>, Vec<String>)> {
     let toks = tokenize(src);
     let mut found = Vec::new();
     let mut scope: Vec<(String, i32)> = Vec::new();
@@ -274,23 +272,102 @@ fn violations(module: &[String], src: &str) -> Vec<String> {
             _ => i += 1,
         }
         for path in paths {
-            let Some(abs) = resolve(&here, &path) else {
-                continue;
-            };
-            let Some(target) = abs.first().map(String::as_str) else {
-                continue;
-            };
-            let upward = match (own, rank(target)) {
-                ("common", Some(_)) => true,
-                (_, Some(t)) => rank(own).is_some_and(|o| t > o),
-                _ => false,
-            };
-            if upward {
-                found.push(format!("{} -> {}", here.join("::"), abs.join("::")));
+            if let Some(abs) = resolve(&here, &path) {
+                found.push((here.clone(), abs));
             }
         }
     }
     found
+}
+
+/// Upward references in one file's source; `module` is the file's module path.
+fn violations(module: &[String], src: &str) -> Vec<String> {
+    let Some(own) = module.first().map(String::as_str) else {
+        return Vec::new();
+    };
+    if own != "common" && rank(own).is_none() {
+        return Vec::new(); // the crate root, `packs` and `testing` are not layers
+    }
+    resolved_paths(module, src)
+        .into_iter()
+        .filter(|(_, abs)| {
+            let Some(target) = abs.first().map(String::as_str) else {
+                return false;
+            };
+            match (own, rank(target)) {
+                ("common", Some(_)) => true,
+                (_, Some(t)) => rank(own).is_some_and(|o| t > o),
+                _ => false,
+            }
+        })
+        .map(|(here, abs)| format!("{} -> {}", here.join("::"), abs.join("::")))
+        .collect()
+}
+
+/// The names `lib.rs` exports publicly: `pub use` items (their last
+/// segment, or their alias) and `pub mod` modules.
+fn root_exports(lib: &str) -> std::collections::BTreeSet<String> {
+    let toks = tokenize(lib);
+    let mut names = std::collections::BTreeSet::new();
+    let mut i = 0;
+    while i < toks.len() {
+        let public = toks[i] == Tok::Ident("pub".into());
+        match toks.get(i + 1) {
+            Some(Tok::Ident(k)) if public && k == "use" => {
+                let start = i + 2;
+                let mut j = start;
+                let mut paths = Vec::new();
+                use_tree(&toks, &mut j, Vec::new(), &mut paths);
+                // An alias (`Name as Alias`) exports the alias only.
+                let mut aliased = std::collections::BTreeSet::new();
+                for w in start..j {
+                    if toks[w] == Tok::Ident("as".into())
+                        && let (Some(Tok::Ident(name)), Some(Tok::Ident(alias))) =
+                            (toks.get(w - 1), toks.get(w + 1))
+                    {
+                        aliased.insert(name.clone());
+                        names.insert(alias.clone());
+                    }
+                }
+                names.extend(
+                    paths
+                        .into_iter()
+                        .filter_map(|p| p.last().cloned())
+                        .filter(|n| !aliased.contains(n)),
+                );
+                i = j;
+            }
+            Some(Tok::Ident(k)) if public && k == "mod" => {
+                if let Some(Tok::Ident(name)) = toks.get(i + 2) {
+                    names.insert(name.clone());
+                }
+                i += 3;
+            }
+            _ => i += 1,
+        }
+    }
+    names
+}
+
+/// Paths in a pack's file (`module` starts with `packs`) that reach into
+/// the crate other than through `exports` (the crate root's public names)
+/// or the pack modules themselves.
+fn pack_violations(
+    module: &[String],
+    src: &str,
+    exports: &std::collections::BTreeSet<String>,
+) -> Vec<String> {
+    if module.first().map(String::as_str) != Some("packs") {
+        return Vec::new();
+    }
+    resolved_paths(module, src)
+        .into_iter()
+        .filter(|(_, abs)| match abs.first().map(String::as_str) {
+            None | Some("packs") => false,
+            Some(name) => !exports.contains(name),
+        })
+        .map(|(here, abs)| format!("{} -> {}", here.join("::"), abs.join("::")))
+        .collect()
 }
 
 /// The module path of a file under `src/`.
@@ -403,6 +480,109 @@ fn the_scanner_allows_downward_paths_and_ignores_text() {
     );
     // A path through a lower layer that merely has a module named like a layer is not upward.
     assert!(at("agent/x.rs", "use crate::model::core::X;").is_empty());
+}
+
+#[test]
+fn the_pack_scanner_allows_only_public_root_names() {
+    let exports = root_exports(
+        "mod core; pub mod packs; pub use core::{Tool, ToolContext as Context}; pub(crate) use core::Hidden; pub use common::{a::B, C};",
+    );
+    let names: Vec<&str> = exports.iter().map(String::as_str).collect();
+    assert_eq!(names, ["B", "C", "Context", "Tool", "packs"]);
+    let at = |path: &str, src: &str| pack_violations(&module_of(Path::new(path)), src, &exports);
+    assert!(
+        at(
+            "packs/p/x.rs",
+            "use crate::{Tool, Context}; use super::y::Z; fn f() { crate::C::new(); }"
+        )
+        .is_empty()
+    );
+    assert!(
+        at(
+            "packs/p/x.rs",
+            "use crate::packs::p::y::Z; use serde::Deserialize;"
+        )
+        .is_empty()
+    );
+    assert_eq!(
+        at("packs/p/x.rs", "use crate::core::Tool;"),
+        ["packs::p::x -> core::Tool"]
+    );
+    assert_eq!(
+        at("packs/p/x.rs", "use crate::Hidden;"),
+        ["packs::p::x -> Hidden"]
+    );
+    assert_eq!(
+        at("packs/p/x.rs", "fn f() { super::super::super::core::g() }"),
+        ["packs::p::x -> core::g"]
+    );
+    assert_eq!(
+        at("packs/p/mod.rs", "mod t { use super::super::super::agent::Y; }"),
+        ["packs::p::t -> agent::Y"]
+    );
+    assert!(
+        at("core/x.rs", "use crate::core::Tool;").is_empty(),
+        "only packs are held to it"
+    );
+}
+
+#[test]
+fn packs_use_only_the_public_api() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let exports = root_exports(&std::fs::read_to_string(src.join("lib.rs")).unwrap());
+    assert!(exports.contains("Pack") && exports.contains("Tool") && exports.contains("packs"));
+    let mut files = Vec::new();
+    rust_files(&src.join("packs"), &mut files);
+    assert!(files.len() > 10, "the housing pack's files are scanned");
+    let mut all = Vec::new();
+    for file in &files {
+        let rel = file.strip_prefix(&src).unwrap();
+        let text = std::fs::read_to_string(file).unwrap();
+        all.extend(
+            pack_violations(&module_of(rel), &text, &exports)
+                .into_iter()
+                .map(|v| format!("{}: {v}", rel.display())),
+        );
+    }
+    assert!(
+        all.is_empty(),
+        "packs reaching past the public API:\n{}",
+        all.join("\n")
+    );
+}
+
+/// With the default features, the SDK compiles no domain: no source file
+/// outside a pack's own folder names the housing domain.
+#[test]
+fn no_file_outside_the_housing_pack_names_housing() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let pack = src.join("packs").join("housing");
+    let mut files = Vec::new();
+    fn all_files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                all_files(&path, out);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    all_files(&src, &mut files);
+    let naming: Vec<String> = files
+        .iter()
+        .filter(|f| !f.starts_with(&pack))
+        .filter(|f| {
+            std::fs::read(f)
+                .map(|b| String::from_utf8_lossy(&b).to_lowercase().contains("housing"))
+                .unwrap_or(false)
+        })
+        .map(|f| f.strip_prefix(&src).unwrap().display().to_string())
+        .collect();
+    assert!(
+        naming.is_empty(),
+        "files outside packs/housing naming it: {naming:?}"
+    );
 }
 
 #[test]

@@ -27,6 +27,7 @@ mod mcp;
 mod memory;
 mod notify;
 mod openloop;
+mod packs;
 mod pg;
 mod proactive;
 mod providers;

@@ -3,10 +3,11 @@
 //! hours, retried after a failure, kept across a restart), and to an SMTP
 //! server played here; a message a screen shows goes nowhere else.
 
+use jarvis_sdk::packs::housing::{HousingPack, KAREN_DEFINITION};
 use jarvis_sdk::testing::RecordingAdapter;
 use jarvis_sdk::{
-    AppAssembly, AppConfig, BUILTIN_TEAM, Durability, FauxProvider, HousingConfig, ManualClock, OutboxItem,
-    ProactiveKind, StoreBackend, Timestamp, build_app,
+    AppAssembly, AppConfig, Durability, FauxProvider, ManualClock, OutboxItem, ProactiveKind, StoreBackend,
+    Timestamp, build_app,
 };
 use serde_json::Value;
 use std::path::Path;
@@ -77,11 +78,11 @@ fn clock() -> Arc<ManualClock> {
 async fn app_at(home: &Path, clock: Arc<ManualClock>) -> AppAssembly {
     let faux = Arc::new(FauxProvider::from_yaml("fallback: { text: 네 }").unwrap());
     let mut config = AppConfig::embedded(home)
-        .with_definition("karen", BUILTIN_TEAM[0].1)
+        .with_definition("karen", KAREN_DEFINITION)
         .with_provider(faux);
     config.store = StoreBackend::Jsonl;
     config.durability = Durability::Never;
-    config.housing = HousingConfig::in_memory();
+    config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
     config.memory.enabled = false;
     config.clock = clock;
     build_app(config).await.unwrap()

@@ -4,11 +4,11 @@
 //! running turn, the per-session rate limit holds, and dismissals widen an
 //! agent's gap while answers do not.
 
+use jarvis_sdk::packs::housing::{HousingPack, KAREN_DEFINITION};
 use jarvis_sdk::testing::{ChannelAdapter, EventStream};
 use jarvis_sdk::{
-    AgentEvent, AgentSession, AppAssembly, AppConfig, BUILTIN_TEAM, Caller, EntryBody, FauxProvider,
-    HousingConfig, LoopFilter, LoopKind, ManualClock, OpenLoop, OutboxItem, ProactiveKind, Reaction,
-    SessionId, Timestamp, build_app, reminder_id,
+    AgentEvent, AgentSession, AppAssembly, AppConfig, Caller, EntryBody, FauxProvider, LoopFilter, LoopKind,
+    ManualClock, OpenLoop, OutboxItem, ProactiveKind, Reaction, SessionId, Timestamp, build_app, reminder_id,
 };
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -31,10 +31,10 @@ async fn fixture(script: &str) -> Fixture {
     ));
     let faux = Arc::new(FauxProvider::from_yaml(script).unwrap());
     let mut config = AppConfig::embedded(home.path())
-        .with_definition("karen", BUILTIN_TEAM[0].1)
+        .with_definition("karen", KAREN_DEFINITION)
         .with_definition("quiet", QUIET)
         .with_provider(faux);
-    config.housing = HousingConfig::in_memory();
+    config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
     config.agenda.model_judge = false;
     config.reflection.daemon.min_gap = MIN_GAP;
     config.reflection.daemon.ignore_after = IGNORE_AFTER;
@@ -453,11 +453,11 @@ async fn the_daemon_starts_only_when_enabled_and_everything_stops_on_cancel() {
 async fn app_at(home: &std::path::Path, clock: Arc<ManualClock>) -> AppAssembly {
     let faux = Arc::new(FauxProvider::from_yaml(FALLBACK).unwrap());
     let mut config = AppConfig::embedded(home)
-        .with_definition("karen", BUILTIN_TEAM[0].1)
+        .with_definition("karen", KAREN_DEFINITION)
         .with_provider(faux);
     config.store = jarvis_sdk::StoreBackend::Jsonl;
     config.durability = jarvis_sdk::Durability::Never;
-    config.housing = HousingConfig::in_memory();
+    config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
     config.agenda.model_judge = false;
     config.reflection.daemon.min_gap = Duration::ZERO;
     config.clock = clock;

@@ -4,11 +4,14 @@
 //! Every test moves a `ManualClock` and calls `tick()`; nothing sleeps.
 
 use async_trait::async_trait;
+use jarvis_sdk::packs::housing::{
+    EXTERNAL_SEEN_FILE, FileWatchStore, FixtureNoticeSource, HOUSING_WATCH_JOB, NoticeSource, WatchJob,
+    WatchStore,
+};
 use jarvis_sdk::{
-    CatchUp, CommandContext, CronExpr, EXTERNAL_SEEN_FILE, FileWatchStore, FixtureNoticeSource,
-    HOUSING_WATCH_JOB, Job, JobOutput, JobRunner, JobSpec, ManualClock, Notice, NoticeSource, NoticeWatch,
-    RunOutcome, RunState, SCHEDULE_RUNS_FILE, ScheduleError, Scheduler, SchedulerConfig, SlashCommands,
-    StandardCommands, Timestamp, Trigger, UtcOffset, WatchJob, WatchReporter, WatchStore, parse_when,
+    CatchUp, CommandContext, CronExpr, Job, JobOutput, JobRunner, JobSpec, ManualClock, OutboxItem,
+    ProactiveSink, RunOutcome, RunState, SCHEDULE_RUNS_FILE, ScheduleError, Scheduler, SchedulerConfig,
+    SlashCommands, StandardCommands, Timestamp, Trigger, UtcOffset, parse_when,
 };
 use proptest::prelude::*;
 use serde_json::Value;
@@ -984,35 +987,43 @@ async fn the_scheduler_reads_when_at_its_own_clock_and_offset() {
 
 // ---------------------------------------------------------- housing watch
 
-/// Records what was reported; fails while `failing` is set.
+/// Records the reports queued (a team with KAREN); fails while `failing`
+/// is set.
 #[derive(Debug, Default)]
 struct Reports {
-    seen: Mutex<Vec<(String, Vec<String>)>>,
+    seen: Mutex<Vec<OutboxItem>>,
     failing: Mutex<bool>,
 }
 
 impl Reports {
-    fn titles(&self) -> Vec<String> {
+    /// The notice keys of every report, in order.
+    fn keys(&self) -> Vec<String> {
         self.seen
             .lock()
             .unwrap()
             .iter()
-            .flat_map(|(_, titles)| titles.clone())
+            .flat_map(|item| item.meta["keys"].as_array().unwrap().clone())
+            .map(|k| k.as_str().unwrap().to_owned())
             .collect()
     }
 }
 
 #[async_trait]
-impl WatchReporter for Reports {
-    async fn report(&self, watch: &NoticeWatch, notices: &[Notice]) -> Result<(), String> {
+impl ProactiveSink for Reports {
+    async fn enqueue(&self, item: OutboxItem) -> Result<(), String> {
         if *self.failing.lock().unwrap() {
             return Err("no screen open".into());
         }
-        self.seen.lock().unwrap().push((
-            watch.id.clone(),
-            notices.iter().map(|n| n.title.clone()).collect(),
-        ));
+        self.seen.lock().unwrap().push(item);
         Ok(())
+    }
+
+    fn has_agent(&self, agent_id: &str) -> bool {
+        agent_id == "karen"
+    }
+
+    fn now(&self) -> Timestamp {
+        Timestamp::parse_rfc3339("2026-11-30T00:00:00Z").unwrap()
     }
 }
 
@@ -1061,14 +1072,18 @@ async fn housing_watch_reports_a_new_notice_once_and_never_again_after_a_restart
     let report = s.tick().await;
     assert_eq!(report.runs.len(), 1);
     assert_eq!(
-        reports.titles().len(),
+        reports.keys().len(),
         expected,
         "every matching sample is new at first"
     );
-    assert_eq!(reports.seen.lock().unwrap()[0].0, watch.id);
+    let first = reports.seen.lock().unwrap()[0].clone();
+    assert_eq!(first.meta["watch_id"], watch.id.as_str());
+    assert_eq!(first.session_id, "default-karen");
+    assert_eq!(first.agent_id, "karen");
+    assert!(first.message_id.starts_with(&format!("watch-{}-", watch.id)));
     set(&clock, "2026-11-30T09:00");
     s.tick().await;
-    assert_eq!(reports.titles().len(), expected, "nothing new: nothing reported");
+    assert_eq!(reports.keys().len(), expected, "nothing new: nothing reported");
 
     let seen: Vec<Value> = std::fs::read_to_string(home.path().join(EXTERNAL_SEEN_FILE))
         .unwrap()
@@ -1089,7 +1104,7 @@ async fn housing_watch_reports_a_new_notice_once_and_never_again_after_a_restart
     set(&clock, "2026-11-30T09:30");
     assert_eq!(s.tick().await.runs.len(), 1);
     assert!(
-        reports.titles().is_empty(),
+        reports.keys().is_empty(),
         "nothing is reported again after a restart"
     );
 
@@ -1106,7 +1121,8 @@ async fn housing_watch_reports_a_new_notice_once_and_never_again_after_a_restart
     let s = watch_scheduler(home.path(), &clock, with_a_new_notice(&samples), &reports);
     set(&clock, "2026-11-30T10:00");
     s.tick().await;
-    assert_eq!(reports.titles(), [NEW_NOTICE_TITLE]);
+    assert_eq!(reports.keys(), ["SH:sample-sh-2025-07"]);
+    assert!(reports.seen.lock().unwrap()[0].text.contains(NEW_NOTICE_TITLE));
     assert!(
         logs.warned(&["external_seen", "damaged line"]),
         "{:?}",
@@ -1114,7 +1130,7 @@ async fn housing_watch_reports_a_new_notice_once_and_never_again_after_a_restart
     );
     set(&clock, "2026-11-30T10:30");
     s.tick().await;
-    assert_eq!(reports.titles().len(), 1);
+    assert_eq!(reports.keys().len(), 1);
     let text = std::fs::read_to_string(&seen_path).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), expected + 2, "{text}");
@@ -1131,7 +1147,7 @@ async fn housing_watch_reports_a_new_notice_once_and_never_again_after_a_restart
     let s = watch_scheduler(home.path(), &clock, with_a_new_notice(&samples), &reports);
     set(&clock, "2026-11-30T11:00");
     assert_eq!(s.tick().await.runs.len(), 1);
-    assert!(reports.titles().is_empty(), "{:?}", reports.titles());
+    assert!(reports.keys().is_empty(), "{:?}", reports.keys());
 }
 
 #[tokio::test]
@@ -1161,9 +1177,12 @@ async fn a_failed_watch_report_is_tried_again_at_the_next_run() {
     *reports.failing.lock().unwrap() = false;
     let pass = job.check().await.unwrap();
     assert!(pass.reported > 0 && pass.problems.is_empty(), "{pass:?}");
-    let titles = reports.titles();
-    assert_eq!(titles.len(), pass.reported);
-    assert!(titles.iter().all(|t| t.contains("행복주택")), "{titles:?}");
+    assert_eq!(reports.keys().len(), pass.reported);
+    for item in reports.seen.lock().unwrap().iter() {
+        let listed: Vec<&str> = item.text.lines().filter(|l| l.contains("공고")).collect();
+        assert!(item.text.contains("행복주택"), "{}", item.text);
+        assert!(!listed.is_empty(), "{}", item.text);
+    }
     assert_eq!(job.check().await.unwrap().reported, 0);
 }
 

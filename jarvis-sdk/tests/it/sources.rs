@@ -3,9 +3,10 @@
 //! jobs; new items reach KAREN's `default-karen` once, across a restart,
 //! and a failing source shows on the AGENDA.
 
+use jarvis_sdk::packs::housing::{HousingPack, KAREN_DEFINITION};
 use jarvis_sdk::{
-    AgendaKind, AppAssembly, AppConfig, BUILTIN_TEAM, Durability, EntryBody, FauxProvider, HousingConfig,
-    ManualClock, SessionId, StoreBackend, build_app,
+    AgendaKind, AppAssembly, AppConfig, Durability, EntryBody, FauxProvider, ManualClock, SessionId,
+    StoreBackend, build_app,
 };
 use std::collections::HashMap;
 use std::path::Path;
@@ -78,18 +79,18 @@ fn clock() -> Arc<ManualClock> {
 async fn app_at(home: &Path, clock: Arc<ManualClock>) -> AppAssembly {
     let faux = Arc::new(FauxProvider::from_yaml("fallback: { text: 네 }").unwrap());
     let mut config = AppConfig::embedded(home)
-        .with_definition("karen", BUILTIN_TEAM[0].1)
+        .with_definition("karen", KAREN_DEFINITION)
         .with_provider(faux);
     config.store = StoreBackend::Jsonl;
     config.durability = Durability::Never;
-    config.housing = HousingConfig::in_memory();
+    config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
     config.memory.enabled = false;
     config.clock = clock;
     build_app(config).await.unwrap()
 }
 
-/// The reports KAREN got, as `(message id, text)`.
-async fn reports(app: &AppAssembly) -> Vec<(String, String)> {
+/// The source reports KAREN got, as `(message id, text)`.
+pub(crate) async fn reports(app: &AppAssembly) -> Vec<(String, String)> {
     let id = SessionId::new("default-karen").unwrap();
     app.store()
         .entries(&id)

@@ -2,11 +2,12 @@
 //! registry, the assembled app, and `ask_agent` delegation (§12) end to end
 //! on FauxProvider.
 
+use jarvis_sdk::packs::housing::{HOUSING_TOOLS, HousingPack, KAREN_DEFINITION};
 use jarvis_sdk::testing::RecordingAdapter;
 use jarvis_sdk::{
-    AgentProfile, AppAssembly, AppConfig, ApprovalDecision, ApprovalRequest, BUILTIN_TEAM, Caller,
-    ChatRequest, FauxProvider, HousingConfig, MAIN_AGENT, Message, PEER_REQUEST_RULE, SessionId, SessionKind,
-    StopReason, TeamContext, UIAdapter, build_app, parse_definition,
+    AgentProfile, AppAssembly, AppConfig, ApprovalDecision, ApprovalRequest, Caller, ChatRequest,
+    FauxProvider, MAIN_AGENT, Message, PEER_REQUEST_RULE, SessionId, SessionKind, StopReason, TeamContext,
+    UIAdapter, build_app, parse_definition,
 };
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -34,7 +35,7 @@ impl Drop for TempHome {
 async fn app(home: &TempHome, script: &str) -> (AppAssembly, Arc<FauxProvider>) {
     let faux = Arc::new(FauxProvider::from_yaml(script).unwrap());
     let mut config = AppConfig::for_home(&home.0).with_provider(faux.clone());
-    config.housing = HousingConfig::in_memory();
+    config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
     (build_app(config).await.unwrap(), faux)
 }
 
@@ -163,7 +164,7 @@ fn definition_rules_each_with_its_failing_case() {
     assert!(!listed.proactive);
     assert_eq!(listed.model, "small", "model overrides the name only");
     // The shipped KAREN parses, lists the housing tools and is proactive.
-    let (_, karen_yaml) = BUILTIN_TEAM[0];
+    let karen_yaml = KAREN_DEFINITION;
     let karen = parse("karen", karen_yaml).unwrap();
     assert!(karen.proactive && karen.has_tool("sh_notice") && karen.has_tool("lh_notice"));
     assert_eq!(karen.palette.primary, "#97BC62");
@@ -241,7 +242,7 @@ async fn the_app_loads_the_team_skipping_bad_files_in_a_fixed_order() {
     let home = TempHome::new();
     home.team("main.yaml", "name: IMPOSTOR\n");
     home.team("zed.yaml", "name: Z.E.D.\ndescription: last by name\n");
-    home.team("karen.yaml", BUILTIN_TEAM[0].1);
+    home.team("karen.yaml", KAREN_DEFINITION);
     home.team("broken.yaml", "tools: [oops\n");
     home.team("Upper.yaml", "name: X\n");
     home.team("notes.txt", "not a definition");
@@ -261,8 +262,9 @@ async fn the_app_loads_the_team_skipping_bad_files_in_a_fixed_order() {
     );
     let main = app.registry().main();
     assert_eq!(main.name, "J.A.R.V.I.S.");
-    for housing in jarvis_sdk::AGENT_ONLY_TOOLS {
-        assert!(!main.has_tool(housing), "JARVIS does not see {housing}");
+    let agent_only: Vec<&str> = HOUSING_TOOLS.iter().copied().chain(["web_fetch"]).collect();
+    for tool in agent_only {
+        assert!(!main.has_tool(tool), "JARVIS does not see {tool}");
     }
     assert!(main.has_tool("ask_agent") && main.has_tool("run_command"));
     let roster = app.registry().roster();
@@ -283,7 +285,7 @@ async fn a_new_home_is_seeded_with_the_built_in_team_and_files_are_never_overwri
     assert_eq!(app.registry().ids().collect::<Vec<_>>(), ["main", "karen"]);
     assert_eq!(
         std::fs::read_to_string(home.0.join("team/karen.yaml")).unwrap(),
-        BUILTIN_TEAM[0].1
+        KAREN_DEFINITION
     );
     drop(app);
     // An existing team directory is left as it is, even without KAREN.
@@ -472,11 +474,11 @@ fn a_definitions_model_is_a_name_or_a_map_and_bad_settings_are_refused() {
 #[tokio::test]
 async fn a_definitions_model_settings_reach_only_its_agents_requests() {
     let home = TempHome::new();
-    let karen = BUILTIN_TEAM[0].1.replace(
+    let karen = KAREN_DEFINITION.replace(
         "model: null ",
         "model: { name: karen-small, max_tokens: 256, temperature: 0.3 } ",
     );
-    assert_ne!(karen, BUILTIN_TEAM[0].1);
+    assert_ne!(karen, KAREN_DEFINITION);
     home.team("karen.yaml", &karen);
     let (app, faux) = app(&home, DELEGATION).await;
     let jarvis = app.default_session("main").await.unwrap();
@@ -634,7 +636,7 @@ async fn a_peer_session_opened_by_a_person_stays_read_only() {
 /// A three-agent team for the chain rules.
 async fn three(script: &str) -> (TempHome, AppAssembly, Arc<FauxProvider>) {
     let home = TempHome::new();
-    home.team("karen.yaml", BUILTIN_TEAM[0].1);
+    home.team("karen.yaml", KAREN_DEFINITION);
     home.team(
         "bob.yaml",
         "name: B.O.B.\ndescription: 계산 담당\ntools: [read_file]\n",
@@ -873,7 +875,7 @@ async fn every_agent_has_the_memory_tools_unless_memory_is_off() {
     let off = TempHome::new();
     let faux = Arc::new(FauxProvider::from_yaml(DELEGATION).unwrap());
     let mut config = AppConfig::for_home(&off.0).with_provider(faux).without_memory();
-    config.housing = HousingConfig::in_memory();
+    config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
     let app = build_app(config).await.unwrap();
     assert!(app.memory().is_none());
     assert!(app.tools().get("recall_episodes").is_none());
@@ -984,10 +986,12 @@ impl UIAdapter for AnswerAll {
 #[tokio::test]
 async fn the_offline_demo_answers_uses_tools_and_delegates_to_karen_on_sample_notices() {
     let home = TempHome::new();
-    // Nothing configured: the demo model, the built-in team, sample notices.
+    // Nothing configured: the demo model, the housing pack's team, sample
+    // notices (as the `jarvis` binary assembles it).
     let vars = [("JARVIS_HOME", home.0.to_str().unwrap())];
-    let config =
-        AppConfig::from_lookup(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())).unwrap();
+    let config = AppConfig::from_lookup(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()))
+        .unwrap()
+        .with_pack(Arc::new(HousingPack::from_env()));
     assert!(config.is_demo());
     let app = build_app(config).await.unwrap();
     assert!(app.is_demo());
@@ -1052,7 +1056,7 @@ async fn the_offline_demo_answers_uses_tools_and_delegates_to_karen_on_sample_no
 }
 
 #[test]
-fn store_durability_and_the_demo_housing_source_come_from_the_environment() {
+fn store_durability_and_the_demo_come_from_the_environment() {
     let lookup = |vars: &'static [(&'static str, &'static str)]| {
         AppConfig::from_lookup(move |k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()))
     };

@@ -4,9 +4,10 @@
 //! delegated turn writes its own row in its peer session, and turns that
 //! never reach the model write none.
 
+use jarvis_sdk::packs::housing::HousingPack;
 use jarvis_sdk::{
-    AppConfig, Caller, FauxProvider, HousingConfig, ManualClock, PRICES_FILE, SessionId, SessionKind, Spent,
-    Timestamp, USAGE_FILE, Usage, UsageBy, UsageLedger, UsageSummary, build_app,
+    AppConfig, Caller, FauxProvider, ManualClock, PRICES_FILE, SessionId, SessionKind, Spent, Timestamp,
+    USAGE_FILE, Usage, UsageBy, UsageLedger, UsageSummary, build_app,
 };
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -61,7 +62,7 @@ const NOW: i64 = 1_795_966_200_000;
 async fn app(home: &TempHome, script: &str) -> jarvis_sdk::AppAssembly {
     let faux = Arc::new(FauxProvider::from_yaml(script).unwrap());
     let mut config = AppConfig::for_home(&home.0).with_provider(faux).without_memory();
-    config.housing = HousingConfig::in_memory();
+    config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
     config.llm.model = "lead-model".into();
     config.clock = Arc::new(ManualClock::new(Timestamp::from_millis(NOW).to_system_time()));
     build_app(config).await.unwrap()
@@ -193,7 +194,7 @@ async fn a_model_without_a_name_is_recorded_under_its_providers_name() {
             .unwrap(),
     );
     let mut config = AppConfig::for_home(&home.0).with_provider(faux).without_memory();
-    config.housing = HousingConfig::in_memory();
+    config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
     let app = build_app(config).await.unwrap();
     let session = app
         .session(&app.create_session(None).await.unwrap().id)

@@ -22,10 +22,10 @@ use std::time::Duration;
 
 use crate::housing::{assert_error, assert_ok, call};
 
+use jarvis_sdk::packs::housing::{HousingPack, KAREN_DEFINITION};
 use jarvis_sdk::{
-    AGENT_ONLY_TOOLS, AppConfig, AppError, BUILTIN_TEAM, Caller, FauxProvider, HousingConfig, Message,
-    SearchProvider, Tool, ToolContext, WebFetchSettings, WebSearchSettings, build_app, web_fetch_tool,
-    web_search_tool,
+    AppConfig, AppError, Caller, FauxProvider, Message, SearchProvider, Tool, ToolContext, WebFetchSettings,
+    WebSearchSettings, build_app, web_fetch_tool, web_search_tool,
 };
 
 // ------------------------------------------------------------- helpers
@@ -718,7 +718,7 @@ impl TempHome {
     }
     fn config(&self, faux: Arc<FauxProvider>) -> AppConfig {
         let mut config = AppConfig::for_home(self.0.path()).with_provider(faux);
-        config.housing = HousingConfig::in_memory();
+        config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
         config
     }
 }
@@ -734,7 +734,7 @@ async fn without_a_backend_karen_lists_web_search_quietly_and_has_web_fetch_alon
     let karen = app.registry().get("karen").unwrap();
     assert!(karen.has_tool("web_fetch"));
     assert!(!karen.has_tool("web_search"));
-    assert!(BUILTIN_TEAM[0].1.contains("web_search") && BUILTIN_TEAM[0].1.contains("web_fetch"));
+    assert!(KAREN_DEFINITION.contains("web_search") && KAREN_DEFINITION.contains("web_fetch"));
     assert!(
         !logs
             .warnings()
@@ -744,7 +744,7 @@ async fn without_a_backend_karen_lists_web_search_quietly_and_has_web_fetch_alon
         logs.warnings()
     );
     let main = app.registry().main();
-    assert!(AGENT_ONLY_TOOLS.contains(&"web_fetch"));
+    assert!(app.tools().get("web_fetch").is_some_and(|t| t.agent_only()));
     assert!(!main.has_tool("web_fetch"), "web_fetch is agent-only");
     assert!(!main.has_tool("web_search"));
     // A name nobody knows is still warned about.

@@ -19,7 +19,8 @@
 //! summary ends the run.
 
 use futures::{SinkExt, StreamExt};
-use jarvis_sdk::{AppConfig, Durability, FauxProvider, HousingConfig, build_app};
+use jarvis_sdk::packs::housing::HousingPack;
+use jarvis_sdk::{AppConfig, Durability, FauxProvider, build_app};
 use jarvis_server::protocol::{CLOSE_CODES, CLOSE_INVALID_UTF8, CLOSE_TOO_BIG, ClientMessage, codes};
 use jarvis_server::{Limits, ServerConfig, ServerState, serve};
 use serde_json::{Value, json};
@@ -827,7 +828,7 @@ fn a_hundred_thousand_generated_frames_get_documented_answers_and_the_server_sti
         let mut config = AppConfig::for_home(&home.0).with_provider(Arc::new(
             FauxProvider::from_yaml("fallback: { text: fuzzed }").unwrap(),
         ));
-        config.housing = HousingConfig::in_memory();
+        config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
         // Thousands of turns: an fsync each would measure the disk.
         config.durability = Durability::Never;
         let app = build_app(config).await.unwrap();

@@ -3,6 +3,7 @@
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use jarvis_sdk::Caller;
+use jarvis_sdk::packs::housing::HousingPack;
 use jarvis_server::{Limits, ServerConfig, ServerState, router};
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -412,7 +413,7 @@ async fn without_a_token_only_loopback_host_names_are_answered() {
 async fn the_page_is_embedded_and_says_when_the_demo_plays() {
     let home = TempHome::new();
     let mut config = jarvis_sdk::AppConfig::for_home(&home.0);
-    config.housing = jarvis_sdk::HousingConfig::in_memory();
+    config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
     let demo = jarvis_sdk::build_app(config).await.unwrap();
     assert!(demo.is_demo());
     let state = ServerState::new(demo, ServerConfig::loopback(0));
@@ -521,7 +522,7 @@ async fn usage_is_summed_by_agent_session_and_day_and_unknown_costs_are_null() {
     .unwrap();
     let faux = std::sync::Arc::new(jarvis_sdk::FauxProvider::from_yaml(PRICED).unwrap());
     let mut config = jarvis_sdk::AppConfig::for_home(&home.0).with_provider(faux);
-    config.housing = jarvis_sdk::HousingConfig::in_memory();
+    config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
     config.llm.model = "lead-model".into();
     // 2026-11-29T15:30:00Z: already the 30th in the person's zone (+09:00).
     config.clock = std::sync::Arc::new(jarvis_sdk::ManualClock::new(

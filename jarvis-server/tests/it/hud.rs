@@ -13,6 +13,7 @@ use fantoccini::actions::{
 };
 use fantoccini::key::Key;
 use futures::StreamExt;
+use jarvis_sdk::packs::housing::HousingPack;
 use jarvis_sdk::{
     AgentEvent, ChatRequest, FauxProvider, NewSession, OpenLoop, Provider, ProviderStream, UIAdapter,
 };
@@ -1025,7 +1026,7 @@ async fn the_demos_note_is_said_once_and_scrolls_with_the_conversation() {
     // for no local model).
     let home = TempHome::new();
     let mut config = jarvis_sdk::AppConfig::for_home(&home.0);
-    config.housing = jarvis_sdk::HousingConfig::in_memory();
+    config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
     let app = jarvis_sdk::build_app(config).await.unwrap();
     assert!(app.is_demo());
     let server = Server::start(app, ServerConfig::loopback(0)).await;

@@ -3,7 +3,8 @@
 //! waits on frames with timeouts, never on sleeps.
 
 use futures::{SinkExt, StreamExt};
-use jarvis_sdk::{AppAssembly, AppConfig, FauxProvider, HousingConfig, Provider, build_app};
+use jarvis_sdk::packs::housing::HousingPack;
+use jarvis_sdk::{AppAssembly, AppConfig, FauxProvider, Provider, build_app};
 use jarvis_server::{ServerConfig, ServerState, serve};
 use serde_json::Value;
 use std::net::SocketAddr;
@@ -53,7 +54,7 @@ pub(crate) async fn app_with(home: &TempHome, script: &str, token: Option<&str>)
 /// An app in `home` on `provider`, requiring `token` from web callers.
 pub(crate) async fn app_on(home: &TempHome, provider: Arc<dyn Provider>, token: Option<&str>) -> AppAssembly {
     let mut config = AppConfig::for_home(&home.0).with_provider(provider);
-    config.housing = HousingConfig::in_memory();
+    config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
     config.web_token = token.map(str::to_owned);
     build_app(config).await.unwrap()
 }

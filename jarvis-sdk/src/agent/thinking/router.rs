@@ -261,7 +261,7 @@ mod tests {
         ("어떤 순서로 청약을 준비해야 하는지 단계별로 계획을 짜 줘", true),
         ("What are the pros and cons of equal principal repayment?", true),
         (
-            "Search for housing notices in Busan and compare them with Seoul's",
+            "Search for rental notices in Busan and compare them with Seoul's",
             true,
         ),
         ("먼저 예산을 정리하고 그다음에 맞는 공고를 찾아 줘", true),

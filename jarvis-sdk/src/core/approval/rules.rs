@@ -10,7 +10,7 @@
 //! - { tool: run_command, args: { program: "git" }, decision: allow }
 //! - { tool: write_file, args: { path: "notes/*" }, decision: allow }
 //! - { tool: run_command, args: { program: "rm" }, decision: deny }
-//! - { tool: housing_watch, decision: allow }
+//! - { tool: web_fetch, decision: allow }
 //! ```
 //!
 //! `tool` and each value in `args` are glob patterns (`*`, `?`, `\` to

@@ -2,8 +2,8 @@
 //! file, read strictly (an unknown key is an error).
 //!
 //! ```yaml
-//! # $JARVIS_HOME/schedules/weekly-housing.yaml
-//! id: weekly-housing            # default: the file name without .yaml
+//! # $JARVIS_HOME/schedules/weekly-notices.yaml
+//! id: weekly-notices            # default: the file name without .yaml
 //! agent: karen                  # default: main (R-SCHED-1)
 //! prompt: 이번 주 서울 청약 공고를 정리해 줘
 //! cron: "0 9 * * mon"           # exactly one of cron / every / at
@@ -49,7 +49,7 @@ pub enum CatchUp {
 pub enum JobOrigin {
     /// A file under `$JARVIS_HOME/schedules/`.
     File(PathBuf),
-    /// Code (a [`BuiltinJob`](super::BuiltinJob), such as the housing watch).
+    /// Code (a [`BuiltinJob`](super::BuiltinJob): an external source, a pack's job).
     BuiltIn,
 }
 
@@ -323,11 +323,11 @@ mod tests {
     #[test]
     fn every_field_is_read() {
         let job = parse(
-            "id: weekly-housing\nagent: karen\nprompt: 공고 정리\ncron: \"0 9 * * mon\"\n\
+            "id: weekly-notices\nagent: karen\nprompt: 공고 정리\ncron: \"0 9 * * mon\"\n\
              utc_offset: \"-05:00\"\nenabled: false\ncatch_up: skip\n",
         )
         .unwrap();
-        assert_eq!(job.id, "weekly-housing");
+        assert_eq!(job.id, "weekly-notices");
         assert_eq!(job.agent, "karen");
         assert_eq!(job.describe_trigger(), "cron \"0 9 * * mon\" (-05:00)");
         assert!(!job.enabled);
@@ -400,7 +400,7 @@ mod tests {
 
     #[test]
     fn ids_follow_the_rule() {
-        for ok in ["a", "0", "weekly-housing", "a_b-c", &"x".repeat(64)] {
+        for ok in ["a", "0", "weekly-notices", "a_b-c", &"x".repeat(64)] {
             assert!(validate_job_id(ok).is_ok(), "{ok}");
         }
         for bad in ["", "-a", "_a", "A", "a.b", "a b", "가", &"x".repeat(65)] {

@@ -2,8 +2,8 @@
 //! of what happened to each slot of each job, one JSON line per event:
 //!
 //! ```json
-//! {"v":1,"job":"weekly-housing","slot":"2026-11-30T00:00:00.000Z","state":"started","at":"2026-11-30T00:00:04.112Z"}
-//! {"v":1,"job":"weekly-housing","slot":"2026-11-30T00:00:00.000Z","state":"done","at":"2026-11-30T00:00:31.907Z","session_id":"sched-weekly-housing"}
+//! {"v":1,"job":"weekly-notices","slot":"2026-11-30T00:00:00.000Z","state":"started","at":"2026-11-30T00:00:04.112Z"}
+//! {"v":1,"job":"weekly-notices","slot":"2026-11-30T00:00:00.000Z","state":"done","at":"2026-11-30T00:00:31.907Z","session_id":"sched-weekly-notices"}
 //! ```
 //!
 //! `state` is `registered` (the job was first seen; its `slot` is that

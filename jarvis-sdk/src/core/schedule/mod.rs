@@ -16,9 +16,7 @@
 //!   on the injected clock) and the background driver
 //!   ([`Scheduler::spawn`]); file jobs run through the app's [`JobRunner`],
 //!   jobs defined in code implement [`BuiltinJob`];
-//! - [`parse_when`]: the `<when>` of `/schedule <when> <prompt>` (R-SCHED-2);
-//! - [`WatchJob`]: `housing_watch` on the scheduler, reporting each new
-//!   notice once through a [`WatchReporter`].
+//! - [`parse_when`]: the `<when>` of `/schedule <when> <prompt>` (R-SCHED-2).
 
 mod cron;
 mod error;
@@ -26,7 +24,6 @@ mod job;
 mod ledger;
 mod scheduler;
 mod trigger;
-mod watch;
 mod when;
 
 pub use cron::CronExpr;
@@ -41,5 +38,4 @@ pub use scheduler::{
     MAX_SKIPPED_RECORDS, RunOutcome, RunReport, ScheduleTick, Scheduler, SchedulerConfig, SlotRef,
 };
 pub use trigger::{MAX_INTERVAL, MIN_INTERVAL, Trigger};
-pub use watch::{DEFAULT_WATCH_INTERVAL, HOUSING_WATCH_JOB, WATCH_AGENT, WatchJob, WatchPass, WatchReporter};
 pub use when::{WHEN_FORMS, When, parse_when};

@@ -100,9 +100,10 @@ pub trait JobRunner: Send + Sync + fmt::Debug {
     async fn run(&self, job: &Job, slot: Timestamp) -> Result<JobOutput, String>;
 }
 
-/// A job defined in code (the housing watch): it has no file, cannot be
-/// removed, and runs itself instead of going through the [`JobRunner`].
-/// It follows the same slots, ledger and catch-up rule as file jobs.
+/// A job defined in code (an external source, a pack's watch): it has no
+/// file, cannot be removed, and runs itself instead of going through the
+/// [`JobRunner`]. It follows the same slots, ledger and catch-up rule as
+/// file jobs.
 #[async_trait]
 pub trait BuiltinJob: Send + Sync + fmt::Debug {
     /// The job as lists show it (`origin` is [`JobOrigin::BuiltIn`]); its id
@@ -110,6 +111,12 @@ pub trait BuiltinJob: Send + Sync + fmt::Debug {
     fn job(&self) -> Job;
     /// One run, for slot `slot`.
     async fn run(&self, slot: Timestamp) -> Result<JobOutput, String>;
+    /// Called once at start, before the first run, with every proactive
+    /// message the outbox still holds (queued before a stop or a crash, some
+    /// of them delivered): a job that reports through the outbox and records
+    /// what it reported afterwards finishes the records of its own messages
+    /// here (recognised by their `meta`). The default does nothing.
+    async fn recover(&self, _queued: &[crate::core::OutboxItem]) {}
 }
 
 /// A job file that could not be loaded.
@@ -343,6 +350,11 @@ impl Scheduler {
     pub fn with_builtin(mut self, job: Arc<dyn BuiltinJob>) -> Self {
         self.builtins.push(job);
         self
+    }
+
+    /// The jobs defined in code, in the order they were added.
+    pub fn builtins(&self) -> &[Arc<dyn BuiltinJob>] {
+        &self.builtins
     }
 
     /// The settings.

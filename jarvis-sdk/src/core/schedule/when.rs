@@ -647,9 +647,9 @@ mod tests {
             ("weekdays 9:15am standup", cron("15 9 * * 1-5"), "standup"),
             ("weekends noon brunch", cron("0 12 * * 0,6"), "brunch"),
             (
-                "weekly mon 09:00 housing report",
+                "weekly mon 09:00 notices report",
                 cron("0 9 * * 1"),
-                "housing report",
+                "notices report",
             ),
             ("weekly Monday,thu 18:30 gym", cron("30 18 * * 1,4"), "gym"),
             ("weekly mon-fri 08:00 commute", cron("0 8 * * 1-5"), "commute"),

@@ -79,7 +79,7 @@ pub const FAUX_REQUEST_LOG_ENV: &str = "JARVIS_FAUX__REQUEST_LOG";
 /// scripted tour. Anything said gets J.A.R.V.I.S.'s introduction (the
 /// fallback); a message about tools or files makes him use `list_dir`; a
 /// note or memo makes him ask to `write_file` (an approval request); a
-/// message about housing notices makes him delegate to K.A.R.E.N. with
+/// message about notices (청약, 공고) makes him delegate to K.A.R.E.N. with
 /// `ask_agent`, who looks the notices up with `sh_notice` (the bundled sample
 /// source in the demo) and answers from the result. K.A.R.E.N.'s own
 /// sessions look notices up whatever is said. No answer restates a tool
@@ -104,7 +104,7 @@ rules:
       text: "K.A.R.E.N. 입니다. SH 공고 출처에서 서울 청약 공고를 찾았습니다. 공고 목록은 제 세션의 sh_notice 결과에 있고, 데모에서는 샘플 데이터입니다. (K.A.R.E.N. here: the Seoul notices are in the sh_notice result of my session; in the demo they are sample data.)"
       chunks: 8
   # J.A.R.V.I.S., after a tool: one answer per path of the tour.
-  - when: { agent: main, last_role: tool, last_user: "(?i)청약|공고|주택|집|카렌|karen|notice|housing" }
+  - when: { agent: main, last_role: tool, last_user: "(?i)청약|공고|주택|집|카렌|karen|notice" }
     reply:
       text: "K.A.R.E.N. 에게 맡겼습니다. 그녀의 답은 위 ask_agent 결과에 있고, 그녀가 찾은 공고 목록은 세션 peer-main-karen 에서 볼 수 있습니다. (I asked K.A.R.E.N.: her answer is the ask_agent result above; the notices she found are in the session peer-main-karen.) 실제 모델을 쓰려면 JARVIS_LLM__PROVIDER 와 키를 설정하세요."
       chunks: 8
@@ -117,7 +117,7 @@ rules:
       text: "이 세션의 샌드박스 폴더를 list_dir 로 살펴봤습니다. 결과는 위에 있습니다. (I looked at this session's sandbox with list_dir; the listing is above.)"
       chunks: 6
   # J.A.R.V.I.S., on a new message: delegate, ask to write, or use a tool.
-  - when: { agent: main, last_role: user, last_user: "(?i)청약|공고|주택|집|카렌|karen|notice|housing" }
+  - when: { agent: main, last_role: user, last_user: "(?i)청약|공고|주택|집|카렌|karen|notice" }
     reply:
       thinking: "청약 공고는 K.A.R.E.N. 의 일이다. ask_agent 로 맡긴다."
       tool_calls: [ { name: ask_agent, arguments: { agent: karen, request: "서울 청약 공고를 찾아 줘" } } ]
@@ -128,7 +128,7 @@ rules:
     reply:
       tool_calls: [ { name: list_dir, arguments: { path: "." } } ]
 fallback:
-  text: "안녕하세요, J.A.R.V.I.S. 오프라인 데모입니다. 아직 모델이 설정되지 않아 짧은 각본으로 답합니다. 이렇게 말해 보세요: \"도구 써 봐\" (도구 사용), \"메모 남겨 줘\" (승인 요청), \"청약 공고 찾아 줘\" (K.A.R.E.N. 에게 위임). (Offline demo: no model is configured. Try \"use a tool\", \"save a note\" or \"find housing notices\". Set JARVIS_LLM__PROVIDER and an API key to talk to a real model.)"
+  text: "안녕하세요, J.A.R.V.I.S. 오프라인 데모입니다. 아직 모델이 설정되지 않아 짧은 각본으로 답합니다. 이렇게 말해 보세요: \"도구 써 봐\" (도구 사용), \"메모 남겨 줘\" (승인 요청), \"청약 공고 찾아 줘\" (K.A.R.E.N. 에게 위임). (Offline demo: no model is configured. Try \"use a tool\", \"save a note\" or \"ask KAREN for notices\". Set JARVIS_LLM__PROVIDER and an API key to talk to a real model.)"
   chunks: 12
 "#;
 

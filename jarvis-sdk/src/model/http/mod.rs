@@ -1,5 +1,5 @@
-//! HTTP plumbing shared by the real providers (and the housing notice
-//! sources of `core`): one client with connect and read timeouts, retries with exponential backoff and jitter (only before
+//! HTTP plumbing shared by the real providers (and by packs' look-ups,
+//! through [`HttpClient`]): one client with connect and read timeouts, retries with exponential backoff and jitter (only before
 //! the first byte of a response body), error bodies turned into short
 //! messages, secrets kept out of logs, and the adapter that turns a response
 //! body into a [`ProviderStream`] through a sans-IO [`StreamDecoder`].
@@ -134,9 +134,12 @@ pub fn decode_chunks<D: StreamDecoder>(
     Ok(out)
 }
 
-/// The HTTP client of one provider.
+/// The HTTP client of one provider or look-up service: timeouts, retries
+/// with jittered backoff on transient failures, and error messages that never
+/// carry the URL (a key sent in the query stays out of logs). Packs use it
+/// for their own services.
 #[derive(Debug)]
-pub(crate) struct HttpClient {
+pub struct HttpClient {
     provider: &'static str,
     client: reqwest::Client,
     settings: HttpSettings,
@@ -144,7 +147,8 @@ pub(crate) struct HttpClient {
 }
 
 impl HttpClient {
-    pub(crate) fn new(provider: &'static str, settings: HttpSettings) -> Result<Self, ProviderError> {
+    /// A client for `provider` (named in its errors) with `settings`.
+    pub fn new(provider: &'static str, settings: HttpSettings) -> Result<Self, ProviderError> {
         let client = reqwest::Client::builder()
             .connect_timeout(settings.connect_timeout)
             .read_timeout(settings.read_timeout)
@@ -164,6 +168,10 @@ impl HttpClient {
     }
 
     /// POSTs `body` as JSON, retrying per the policy until a success status.
+    #[cfg_attr(
+        not(any(feature = "openai", feature = "anthropic", feature = "ollama")),
+        allow(dead_code)
+    )]
     pub(crate) async fn post_json(
         &self,
         url: &str,
@@ -190,11 +198,7 @@ impl HttpClient {
     /// GETs `url` with `query` appended (percent-encoded), retrying per the
     /// policy until a success status. Error messages never contain the URL,
     /// so a key sent in the query stays out of logs.
-    pub(crate) async fn get(
-        &self,
-        url: &str,
-        query: &[(&str, String)],
-    ) -> Result<reqwest::Response, ProviderError> {
+    pub async fn get(&self, url: &str, query: &[(&str, String)]) -> Result<reqwest::Response, ProviderError> {
         self.send_with_retries(|| Ok(self.client.get(url).query(query)))
             .await
     }
@@ -247,7 +251,7 @@ impl HttpClient {
     }
 
     /// Reads a whole success body, refusing one longer than `limit` bytes.
-    pub(crate) async fn read_body(
+    pub async fn read_body(
         &self,
         response: reqwest::Response,
         limit: usize,
@@ -296,6 +300,10 @@ impl HttpClient {
     }
 
     /// A stream of events from a response that `send` will produce.
+    #[cfg_attr(
+        not(any(feature = "openai", feature = "anthropic", feature = "ollama")),
+        allow(dead_code)
+    )]
     pub(crate) fn event_stream<D: StreamDecoder>(
         self: &Arc<Self>,
         url: String,
@@ -315,6 +323,10 @@ impl HttpClient {
     }
 }
 
+#[cfg_attr(
+    not(any(feature = "openai", feature = "anthropic", feature = "ollama")),
+    allow(dead_code)
+)]
 enum State<D> {
     Start {
         client: Arc<HttpClient>,
@@ -333,6 +345,10 @@ enum State<D> {
     Done,
 }
 
+#[cfg_attr(
+    not(any(feature = "openai", feature = "anthropic", feature = "ollama")),
+    allow(dead_code)
+)]
 async fn next_event<D: StreamDecoder>(
     mut state: State<D>,
 ) -> Option<(Result<ProviderEvent, ProviderError>, State<D>)> {
@@ -452,7 +468,7 @@ pub(crate) fn excerpt(text: &str, max: usize) -> String {
 }
 
 /// Joins a base URL and a path without doubling or losing the slash.
-pub(crate) fn join_url(base: &str, path: &str) -> String {
+pub fn join_url(base: &str, path: &str) -> String {
     format!("{}/{}", base.trim_end_matches('/'), path.trim_start_matches('/'))
 }
 

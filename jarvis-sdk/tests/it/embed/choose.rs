@@ -10,9 +10,10 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::{get, post};
+use jarvis_sdk::packs::housing::HousingPack;
 use jarvis_sdk::{
-    AppAssembly, AppConfig, Caller, EMBEDDER_FILE, EmbedderChoice, FauxProvider, HousingConfig, Layer,
-    MemoryFilter, MemoryScope, MemoryService, ReembedPhase, SectionKind, build_app,
+    AppAssembly, AppConfig, Caller, EMBEDDER_FILE, EmbedderChoice, FauxProvider, Layer, MemoryFilter,
+    MemoryScope, MemoryService, ReembedPhase, SectionKind, build_app,
 };
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -186,7 +187,7 @@ async fn start(home: &Path, vars: &[(&str, &str)]) -> AppAssembly {
     let mut config = AppConfig::from_lookup(|name| env.get(name).cloned())
         .unwrap()
         .with_provider(faux);
-    config.housing = HousingConfig::in_memory();
+    config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
     config.agenda.model_judge = false;
     build_app(config).await.unwrap()
 }

@@ -175,7 +175,7 @@ fn model_settings_are_read_and_bad_values_refused() {
 }
 
 #[tokio::test]
-async fn a_found_model_ends_the_demos_sample_notices() {
+async fn a_found_model_ends_the_demo() {
     let home = tempfile::tempdir().unwrap();
     let vars = |discover: String| {
         let home = home.path().display().to_string();
@@ -185,21 +185,15 @@ async fn a_found_model_ends_the_demos_sample_notices() {
             _ => None,
         }
     };
-    // Nothing found: the demo plays on the sample notices.
+    // Nothing found: the demo plays (and packs may stand samples in).
     let mut config = AppConfig::from_lookup(vars(format!("ollama={}", refused()))).unwrap();
-    assert!(
-        config.housing.lh.describe().contains("샘플"),
-        "{}",
-        config.housing.lh.describe()
-    );
+    assert!(config.is_demo());
     assert!(!config.discover_local().await);
-    assert!(config.housing.lh.describe().contains("샘플"));
-    // A model found: the configured (live) sources take over.
+    assert!(config.is_demo());
+    // A model found: the demo ends, so packs use what is configured.
     let ollama = Replay::start(vec![json(OLLAMA_TAGS)]).await;
     let mut config = AppConfig::from_lookup(vars(format!("ollama={}", ollama.url))).unwrap();
-    assert!(config.housing.lh.describe().contains("샘플"));
+    assert!(config.is_demo());
     assert!(config.discover_local().await);
-    let lh = config.housing.lh.describe();
-    assert!(!lh.contains("샘플"), "{lh}");
-    assert!(config.housing_without_demo.is_none());
+    assert!(!config.is_demo());
 }

@@ -11,6 +11,7 @@
 //! Without Landlock and seccomp these tests print a loud SKIPPED line and
 //! pass, unless `JARVIS_REQUIRE_SANDBOX=1`, which makes them fail instead.
 
+use jarvis_sdk::packs::housing::HousingPack;
 use jarvis_sdk::testing::{FixedApprover, RecordingAdapter};
 use jarvis_sdk::{
     AgentEvent, AgentIdentity, AgentLoopConfig, AppAssembly, AppConfig, ApprovalDecision, BuiltinConfig,
@@ -483,7 +484,7 @@ async fn jarvis_is_widened_by_the_environment() {
     ];
     let mut config =
         AppConfig::from_lookup(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())).unwrap();
-    config.housing = jarvis_sdk::HousingConfig::in_memory();
+    config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
     assert!(config.sandbox.network && config.require_sandbox);
     let app = app_running(config, &listener.python_client()).await;
     let ends = turn_of(&app, "main").await;

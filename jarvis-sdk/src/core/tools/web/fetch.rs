@@ -64,6 +64,11 @@ impl TypedTool for WebFetchTool {
         WEB_FETCH_TOOL
     }
 
+    /// It reaches any page on the web: only agents that list it have it.
+    fn agent_only(&self) -> bool {
+        true
+    }
+
     fn description(&self) -> &str {
         "Reads one web page and returns it as plain text, starting with its final URL and its title; \
          links become numbered references listed at the end. `url` must be http:// or https://. \

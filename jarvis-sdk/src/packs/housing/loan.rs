@@ -19,7 +19,7 @@ use std::fmt::Write as _;
 
 use super::error::HousingError;
 use super::format::won;
-use crate::agent::{ToolContext, ToolError, ToolResult, TypedTool};
+use crate::{ToolContext, ToolError, ToolResult, TypedTool};
 
 /// The largest principal accepted: 1,000억 원.
 pub const MAX_PRINCIPAL: f64 = 100_000_000_000.0;
@@ -308,6 +308,11 @@ impl TypedTool for HousingLoanTool {
 
     fn name(&self) -> &str {
         "housing_loan"
+    }
+
+    /// One agent's domain: only agents that list it have it.
+    fn agent_only(&self) -> bool {
+        true
     }
 
     fn description(&self) -> &str {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::format::notice_list;
 use super::notice::{MAX_NOTICE_LIMIT, NoticeAgency, NoticeQuery, NoticeSource};
-use crate::agent::{ToolContext, ToolError, ToolResult, TypedTool};
+use crate::{ToolContext, ToolError, ToolResult, TypedTool};
 
 const MAX_TEXT: usize = 50;
 
@@ -100,6 +100,11 @@ impl TypedTool for NoticeTool {
 
     fn name(&self) -> &str {
         self.name
+    }
+
+    /// One agent's domain: only agents that list it have it.
+    fn agent_only(&self) -> bool {
+        true
     }
 
     fn description(&self) -> &str {

@@ -17,9 +17,9 @@ use super::error::NoticeError;
 use super::feed::parse_feed;
 use super::notice::{Notice, NoticeAgency, NoticeQuery, NoticeSource};
 #[cfg(feature = "http")]
-use crate::model::HttpSettings;
+use crate::HttpClient;
 #[cfg(feature = "http")]
-use crate::model::http::HttpClient;
+use crate::HttpSettings;
 
 /// The environment variable naming the SH feed (URL or file path).
 pub const SH_URL_ENV: &str = "JARVIS_HOUSING__SH_URL";

@@ -1,13 +1,21 @@
-//! KAREN's agent-only housing tools (SPEC.md §15.2, R-DEF-7): notice
-//! look-ups for LH and SH (`lh_notice`, `sh_notice`), loan maths
+//! The housing pack: KAREN's domain (SPEC.md §15.2, R-DEF-7), built on the
+//! crate's public API only. [`HousingPack`] brings six agent-only tools,
+//! notice look-ups for LH and SH (`lh_notice`, `sh_notice`), loan maths
 //! (`housing_loan`), notices that fit a budget (`housing_budget`), the
 //! person's housing profile (`housing_profile`) and watches on new notices
-//! (`housing_watch`).
+//! (`housing_watch`); the scheduler job that reports new notices for the
+//! watches ([`WatchJob`]); the external source kind `housing`
+//! ([`HousingSourceKind`]); and KAREN's team file ([`KAREN_DEFINITION`]).
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # use jarvis_sdk::{AppConfig, packs::housing::HousingPack};
+//! let config = AppConfig::embedded("/tmp/jarvis-home").with_pack(Arc::new(HousingPack::from_env()));
+//! ```
 //!
 //! Notices come through the [`NoticeSource`] trait:
 //!
-//! - [`LhNoticeSource`] calls LH's documented notice API on data.go.kr
-//!   (feature `http`, on by default);
+//! - [`LhNoticeSource`] calls LH's documented notice API on data.go.kr;
 //! - [`ShNoticeSource`] reads a configured JSON feed, because SH has no
 //!   public API that could be verified (an unconfigured look-up says so);
 //! - [`FixtureNoticeSource`] serves bundled sample notices, marked as such,
@@ -22,6 +30,7 @@ mod error;
 mod feed;
 mod fixture;
 mod format;
+mod job;
 #[cfg(feature = "http")]
 mod lh;
 mod loan;
@@ -39,6 +48,10 @@ use std::time::Duration;
 pub use budget::{DEFAULT_REFERENCE_RATE, HousingBudgetArgs, HousingBudgetTool, REFERENCE_LOAN_YEARS};
 pub use error::{HousingError, NoticeError};
 pub use fixture::FixtureNoticeSource;
+pub use job::{
+    DEFAULT_WATCH_INTERVAL, HOUSING_SOURCE_KIND, HOUSING_WATCH_JOB, HousingSourceKind, WATCH_AGENT, WatchJob,
+    WatchPass,
+};
 #[cfg(feature = "http")]
 pub use lh::{LH_BASE_URL, LH_BASE_URL_ENV, LH_NOTICE_PATH, LH_SERVICE_KEY_ENV, LhConfig, LhNoticeSource};
 pub use loan::{
@@ -61,10 +74,13 @@ pub use watch::{
     WatchAdded, WatchStore, check_watch, new_notices, normalize_watch_text, watch_report,
 };
 
-use crate::agent::{Tool, Typed};
+use crate::{Pack, PackContext, PackParts, Tool, Typed};
+
+/// KAREN's definition, written into a new team directory as `karen.yaml`.
+pub const KAREN_DEFINITION: &str = include_str!("../../../../team/karen.yaml");
 
 /// The housing tools, in the order [`housing_tools`] builds them; all of
-/// them are agent-only (see `AGENT_ONLY_TOOLS`).
+/// them are agent-only ([`Tool::agent_only`]).
 pub const HOUSING_TOOLS: [&str; 6] = [
     "lh_notice",
     "sh_notice",
@@ -113,7 +129,7 @@ impl HousingConfig {
             profiles: Arc::new(FileProfileStore::in_home(home)),
             watches: Arc::new(FileWatchStore::in_home(home)),
             reference_rate_percent: DEFAULT_REFERENCE_RATE,
-            watch_every: crate::core::schedule::DEFAULT_WATCH_INTERVAL,
+            watch_every: job::DEFAULT_WATCH_INTERVAL,
         }
     }
 
@@ -126,7 +142,7 @@ impl HousingConfig {
             profiles: Arc::new(MemoryProfileStore::new()),
             watches: Arc::new(MemoryWatchStore::new()),
             reference_rate_percent: DEFAULT_REFERENCE_RATE,
-            watch_every: crate::core::schedule::DEFAULT_WATCH_INTERVAL,
+            watch_every: job::DEFAULT_WATCH_INTERVAL,
         }
     }
 
@@ -165,7 +181,7 @@ impl HousingConfig {
                 .parse::<u64>()
                 .ok()
                 .map(Duration::from_secs)
-                .filter(|d| (crate::core::schedule::MIN_INTERVAL..=Duration::from_secs(86_400)).contains(d))
+                .filter(|d| (crate::MIN_INTERVAL..=Duration::from_secs(86_400)).contains(d))
                 .ok_or_else(|| {
                     HousingError::Invalid(format!(
                         "{HOUSING_WATCH_EVERY_ENV} must be whole seconds from 60 to 86400, got {every:?}"
@@ -210,7 +226,7 @@ impl HousingConfig {
             profiles: Arc::new(FileProfileStore::in_home(home)),
             watches: Arc::new(FileWatchStore::in_home(home)),
             reference_rate_percent: DEFAULT_REFERENCE_RATE,
-            watch_every: crate::core::schedule::DEFAULT_WATCH_INTERVAL,
+            watch_every: job::DEFAULT_WATCH_INTERVAL,
         })
     }
 
@@ -219,7 +235,7 @@ impl HousingConfig {
         get: &dyn Fn(&str) -> Option<String>,
         timeout: Duration,
     ) -> Result<Arc<dyn NoticeSource>, HousingError> {
-        let mut config = LhConfig::new(get(LH_SERVICE_KEY_ENV).map(crate::model::ApiKey::new));
+        let mut config = LhConfig::new(get(LH_SERVICE_KEY_ENV).map(crate::ApiKey::new));
         if let Some(base) = get(LH_BASE_URL_ENV) {
             config = config.with_base_url(base);
         }
@@ -240,9 +256,9 @@ impl HousingConfig {
 
     #[cfg(feature = "http")]
     fn sh_source(feed: ShFeed, timeout: Duration) -> Result<ShNoticeSource, HousingError> {
-        let http = crate::model::HttpSettings {
+        let http = crate::HttpSettings {
             read_timeout: timeout,
-            ..crate::model::HttpSettings::default()
+            ..crate::HttpSettings::default()
         };
         Ok(ShNoticeSource::with_http(feed, http)?)
     }
@@ -250,6 +266,100 @@ impl HousingConfig {
     #[cfg(not(feature = "http"))]
     fn sh_source(feed: ShFeed, _timeout: Duration) -> Result<ShNoticeSource, HousingError> {
         Ok(ShNoticeSource::new(feed)?)
+    }
+}
+
+/// Where the pack's configuration comes from.
+#[derive(Debug, Clone)]
+enum Settings {
+    /// `JARVIS_HOUSING__*` when the app is built; the samples in the demo.
+    Env,
+    /// The bundled samples, with file stores in the app's home.
+    Fixture,
+    /// A configuration given in code.
+    Given(HousingConfig),
+}
+
+/// The housing pack; see the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct HousingPack {
+    settings: Settings,
+}
+
+impl HousingPack {
+    /// Sources and stores from `JARVIS_HOUSING__*` ([`HousingConfig::from_env`])
+    /// when the app is built, with file stores in its home. While the
+    /// offline demo plays and no housing source is configured, the bundled
+    /// sample notices (each marked as a sample) stand in for LH and SH; a
+    /// model found at start ends the demo, and the configured sources serve.
+    pub fn from_env() -> Self {
+        Self {
+            settings: Settings::Env,
+        }
+    }
+
+    /// The bundled sample notices, with file stores in the app's home.
+    pub fn fixture() -> Self {
+        Self {
+            settings: Settings::Fixture,
+        }
+    }
+
+    /// Sample notices and in-memory stores ([`HousingConfig::in_memory`]):
+    /// tests and apps that keep nothing.
+    pub fn in_memory() -> Self {
+        Self::with_config(HousingConfig::in_memory())
+    }
+
+    /// Exactly `config`.
+    pub fn with_config(config: HousingConfig) -> Self {
+        Self {
+            settings: Settings::Given(config),
+        }
+    }
+
+    /// The configuration for an app built with `cx`.
+    pub fn config(&self, cx: &PackContext<'_>) -> Result<HousingConfig, HousingError> {
+        match &self.settings {
+            Settings::Given(config) => Ok(config.clone()),
+            Settings::Fixture => Ok(HousingConfig::fixture(cx.home)),
+            Settings::Env => {
+                let configured = [HOUSING_MODE_ENV, SH_URL_ENV, "JARVIS_HOUSING__LH_SERVICE_KEY"]
+                    .iter()
+                    .any(|name| (cx.env)(name).is_some_and(|v| !v.trim().is_empty()));
+                if cx.demo && !configured {
+                    HousingConfig::from_vars(cx.home, |name| {
+                        if name == HOUSING_MODE_ENV {
+                            Some("fixture".to_owned())
+                        } else {
+                            (cx.env)(name)
+                        }
+                    })
+                } else {
+                    HousingConfig::from_vars(cx.home, cx.env)
+                }
+            }
+        }
+    }
+}
+
+impl Pack for HousingPack {
+    fn name(&self) -> &str {
+        "housing"
+    }
+
+    fn team_files(&self) -> Vec<(&'static str, &'static str)> {
+        vec![("karen.yaml", KAREN_DEFINITION)]
+    }
+
+    fn build(&self, cx: &PackContext<'_>) -> Result<PackParts, String> {
+        let config = self.config(cx).map_err(|e| e.to_string())?;
+        let sources = vec![config.lh.clone(), config.sh.clone()];
+        Ok(PackParts {
+            tools: housing_tools(&config),
+            jobs: vec![Arc::new(WatchJob::from_housing(&config, cx.sink.clone()))],
+            source_kinds: vec![Arc::new(HousingSourceKind::new(sources))],
+        })
     }
 }
 
@@ -286,6 +396,10 @@ mod tests {
             .map(|t| t.name())
             .collect();
         assert_eq!(asks, ["housing_watch"]);
+        assert!(
+            tools.iter().all(|t| t.agent_only()),
+            "every housing tool is agent-only"
+        );
         for tool in &tools {
             assert_eq!(tool.parameters()["type"], "object", "{}", tool.name());
         }
