@@ -260,6 +260,45 @@ fn ask_prints_the_answer_of_a_faux_script() {
     );
 }
 
+/// The binary people run keeps its sessions in Postgres when told to: a
+/// second home on the same database lists the session the first one wrote.
+#[test]
+fn the_binary_keeps_sessions_in_postgres() {
+    if jarvis_sdk::testing::TempPostgres::shared_or_skip("jarvis with the Postgres store").is_none() {
+        return;
+    }
+    let cluster = jarvis_sdk::testing::TempPostgres::start().unwrap();
+    let (one, two) = (TempHome::new(), TempHome::new());
+    let postgres = |cmd: &mut Command| {
+        cmd.env("JARVIS_STORE__BACKEND", "postgres")
+            .env("JARVIS_STORE__POSTGRES_URL", cluster.url());
+    };
+    let list = |home: &TempHome| {
+        let mut cmd = jarvis(&home.0);
+        postgres(&mut cmd);
+        let out = cmd.arg("sessions").output().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    assert!(!list(&two).contains("default-karen"));
+
+    let mut ask = scripted(&one, "replies: [ { text: \"기록했습니다.\" } ]\n");
+    postgres(&mut ask);
+    let out = ask
+        .args(["ask", "--agent", "karen", "기억해 줘"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "기록했습니다.");
+
+    let listed = list(&two);
+    assert!(listed.contains("default-karen"), "{listed}");
+    assert!(
+        !two.0.join("sessions").exists(),
+        "the second home keeps no session files of its own"
+    );
+}
+
 #[test]
 fn ask_with_a_subagent_prints_the_parents_answer_and_indents_the_subagents_work() {
     let home = TempHome::new();

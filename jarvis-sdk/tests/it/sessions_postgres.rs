@@ -202,3 +202,86 @@ async fn a_server_that_goes_away_gives_clear_errors() {
     );
     assert!(err.to_string().starts_with("session store (postgres): "), "{err}");
 }
+
+/// The window a store keeps in the process answers exactly what a read of
+/// the tables answers (every field, timestamps included), and a write by
+/// another store (another server) is seen at the next read.
+#[tokio::test]
+async fn the_kept_window_matches_the_tables_and_sees_other_writers() {
+    let Some((url, _schema)) = fresh_schema("postgres kept window").await else {
+        return;
+    };
+    let a = PostgresSessionStore::connect(&url).await.unwrap();
+    let b = PostgresSessionStore::connect(&url).await.unwrap();
+    a.create(NewSession::user(id("s"), "main")).await.unwrap();
+    assert!(a.recent(&id("s"), 2).await.unwrap().is_empty());
+    for n in 1..=5 {
+        a.append(&id("s"), turn(n)).await.unwrap();
+        for k in 1..=3 {
+            let kept = a.recent(&id("s"), k).await.unwrap();
+            let fresh = PostgresSessionStore::connect(&url).await.unwrap();
+            let read = fresh.recent(&id("s"), k).await.unwrap();
+            assert_eq!(
+                serde_json::to_value(&kept).unwrap(),
+                serde_json::to_value(&read).unwrap(),
+                "turn {n}, window {k}"
+            );
+        }
+    }
+    // Another server appends: the first sees it at its next read.
+    b.append(&id("s"), turn(6)).await.unwrap();
+    let window = a.recent(&id("s"), 1).await.unwrap();
+    assert_eq!(window.first().unwrap().seq, 32, "turn 6's question: {window:?}");
+    assert_eq!(a.append(&id("s"), turn(7)).await.unwrap(), 42);
+    let all = b.entries(&id("s")).await.unwrap();
+    let seqs: Vec<u64> = all.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=42).collect::<Vec<u64>>());
+    assert_eq!(
+        serde_json::to_value(a.recent(&id("s"), 2).await.unwrap()).unwrap(),
+        serde_json::to_value(&all[31..]).unwrap()
+    );
+    assert!(a.unload(&id("s")).await, "the kept window is let go");
+    assert!(!a.unload(&id("s")).await);
+}
+
+/// Appends from two stores at once to one session number their entries
+/// 1, 2, 3 … without a gap or a number taken twice, each batch in one piece.
+#[tokio::test]
+async fn concurrent_appends_from_two_stores_never_share_a_number() {
+    let Some((url, _schema)) = fresh_schema("postgres concurrent appends").await else {
+        return;
+    };
+    let a = PostgresSessionStore::connect(&url).await.unwrap();
+    let b = PostgresSessionStore::connect(&url).await.unwrap();
+    a.create(NewSession::user(id("s"), "main")).await.unwrap();
+    let mut tasks = Vec::new();
+    for n in 0..16 {
+        let store = if n % 2 == 0 { a.clone() } else { b.clone() };
+        tasks.push(tokio::spawn(async move {
+            store.append(&id("s"), turn(n)).await.unwrap()
+        }));
+    }
+    let mut ends: Vec<u64> = Vec::new();
+    for task in tasks {
+        ends.push(task.await.unwrap());
+    }
+    ends.sort_unstable();
+    assert_eq!(ends, (1..=16).map(|n| n * 6).collect::<Vec<u64>>());
+    let all = a.entries(&id("s")).await.unwrap();
+    assert_eq!(
+        all.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=96).collect::<Vec<u64>>()
+    );
+    for batch in all.chunks(6) {
+        let starts: Vec<bool> = batch.iter().map(|e| e.body.starts_turn()).collect();
+        assert_eq!(
+            starts,
+            [false, true, false, false, false, false],
+            "a batch stays in one piece"
+        );
+    }
+    assert!(
+        a.append(&id("missing"), turn(1)).await.is_err(),
+        "no session, no entries"
+    );
+}

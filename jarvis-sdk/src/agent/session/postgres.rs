@@ -8,10 +8,19 @@
 //! its sessions read as `main`'s, R-SESS-3), all in one transaction that
 //! holds an advisory lock, so two processes starting at once take turns.
 //!
-//! Every append is one transaction: the session's row is locked, the next
-//! `seq` read, the batch inserted, `updated_at` moved. The recent window is
-//! one indexed query (a partial index over the rows that begin turns), so a
+//! Every append is one prepared statement, so one round trip: updating the
+//! session's row moves its `last_seq` and `updated_at` and locks it
+//! (concurrent appends to one session take turns), and the same statement
+//! inserts the batch numbered from there. The recent window is one
+//! indexed query (a partial index over the rows that begin turns), so a
 //! turn's cost does not grow with the session's length.
+//!
+//! The window is also kept in the process, per session, with the `last_seq`
+//! it ends at; appends made here extend it. A read first asks the session's
+//! row for its `last_seq` (a primary-key read) and answers from the kept
+//! window when they agree, so a turn does not read back what this process
+//! wrote; any write elsewhere (another server) changes `last_seq` and the
+//! window is read again.
 //!
 //! Queries whose best plan depends on how many entries there are (the
 //! window, the next `seq`, the whole history) are planned on every call
@@ -21,7 +30,8 @@
 
 use async_trait::async_trait;
 use deadpool_postgres::Pool;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 use tokio_postgres::Row;
 use tokio_postgres::types::{Json, Type};
@@ -59,6 +69,7 @@ WHERE kind = 'user' AND id LIKE 'sched-%' AND EXISTS (SELECT 1 FROM first);
 ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS caller TEXT;
 ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS callee TEXT;
 ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS sub_origin TEXT;
+ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS last_seq BIGINT;
 CREATE TABLE IF NOT EXISTS jarvis_entries (
     session_id TEXT NOT NULL REFERENCES jarvis_sessions (id) ON DELETE CASCADE,
     seq BIGINT NOT NULL,
@@ -71,6 +82,35 @@ ALTER TABLE jarvis_entries ADD COLUMN IF NOT EXISTS body JSONB NOT NULL DEFAULT 
 CREATE INDEX IF NOT EXISTS jarvis_entries_turns ON jarvis_entries (session_id, seq) WHERE starts_turn;
 "#;
 
+/// A session's last `seq`: the larger of its row's `last_seq` (unset on
+/// rows from before it existed) and its highest entry (one step down the
+/// primary key), so entries written without moving `last_seq` (by an older
+/// version) are counted too.
+const LAST: &str = "GREATEST(COALESCE(last_seq, 0), (SELECT COALESCE(MAX(seq), 0) FROM jarvis_entries WHERE session_id = $1))";
+
+/// Appends a batch in one statement: `$1` session, `$2` time, `$3` schema
+/// version, `$4` which entries start a turn, `$5` the bodies. Answers the
+/// `seq` before the batch; no row when there is no such session. Updating
+/// the row locks it, so a concurrent append waits, and then sees the
+/// `last_seq` the other one left (Postgres re-reads a row updated under a
+/// waiting update), never a number already taken.
+fn append_statement() -> String {
+    format!(
+        "WITH s AS ( \
+           UPDATE jarvis_sessions SET updated_at = GREATEST(updated_at, $2), \
+             last_seq = {LAST} + cardinality($4::BOOLEAN[]) \
+           WHERE id = $1 RETURNING last_seq - cardinality($4::BOOLEAN[]) AS base \
+         ), ins AS ( \
+           INSERT INTO jarvis_entries (session_id, seq, ts, v, starts_turn, body) \
+           SELECT $1, s.base + u.n, $2, $3, u.starts, u.body \
+           FROM s, UNNEST($4::BOOLEAN[], $5::JSONB[]) WITH ORDINALITY AS u(starts, body, n) \
+         ) SELECT base FROM s"
+    )
+}
+
+/// Sessions whose recent window a store keeps at most.
+const MAX_KEPT_WINDOWS: usize = 4_096;
+
 const META_COLUMNS: &str =
     "id, agent_id, title, created_at, updated_at, parent_id, kind, caller, callee, sub_origin";
 
@@ -82,6 +122,57 @@ pub struct PostgresSessionStore {
     pool: Pool,
     target: Arc<str>,
     clock: Arc<dyn Clock>,
+    windows: Arc<Mutex<HashMap<SessionId, Window>>>,
+}
+
+/// A session's recent entries as this process last saw them; see the
+/// module docs.
+#[derive(Debug, Clone)]
+struct Window {
+    /// The session's last `seq` when the window was read or extended.
+    last_seq: u64,
+    /// How many turns it holds (it starts at the start of the `turns`-th
+    /// last turn), unless `whole`.
+    turns: usize,
+    /// It holds the whole session (fewer turns than asked for).
+    whole: bool,
+    entries: Vec<SessionEntry>,
+}
+
+impl Window {
+    /// The window `recent(turns)` answers, when this one holds it.
+    fn tail(&self, turns: usize) -> Option<Vec<SessionEntry>> {
+        if !self.whole && self.turns < turns {
+            return None;
+        }
+        let start = self
+            .entries
+            .iter()
+            .enumerate()
+            .rev()
+            .filter(|(_, e)| e.body.starts_turn())
+            .nth(turns - 1)
+            .map_or(0, |(i, _)| i);
+        Some(self.entries[start..].to_vec())
+    }
+
+    /// Adds what was appended after `last_seq`, and lets go of turns older
+    /// than the window keeps.
+    fn extend(&mut self, entries: impl IntoIterator<Item = SessionEntry>) {
+        self.entries.extend(entries);
+        self.last_seq = self.entries.last().map_or(self.last_seq, |e| e.seq);
+        let starts: Vec<usize> = self
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.body.starts_turn())
+            .map(|(i, _)| i)
+            .collect();
+        if starts.len() > self.turns {
+            self.entries.drain(..starts[starts.len() - self.turns]);
+            self.whole = false;
+        }
+    }
 }
 
 impl std::fmt::Debug for PostgresSessionStore {
@@ -106,6 +197,7 @@ impl PostgresSessionStore {
             pool,
             target,
             clock: Arc::new(SystemClock),
+            windows: Arc::default(),
         };
         store.migrate().await?;
         Ok(store)
@@ -140,6 +232,14 @@ impl PostgresSessionStore {
             .await
             .map_err(db("read a session"))?;
         Ok(!rows.is_empty())
+    }
+}
+
+/// `t` without its nanoseconds past the microsecond.
+fn whole_micros(t: SystemTime) -> SystemTime {
+    match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => SystemTime::UNIX_EPOCH + std::time::Duration::from_micros(d.as_micros() as u64),
+        Err(_) => t,
     }
 }
 
@@ -289,63 +389,60 @@ impl SessionStore for PostgresSessionStore {
     }
 
     async fn append(&self, id: &SessionId, entries: Vec<EntryBody>) -> Result<u64, SessionError> {
-        let ts = now(&*self.clock).to_system_time();
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(db("start an append"))?;
-        // Lock the session's row, so concurrent appends to one session take
-        // turns; the next statement then sees the other's entries.
-        let locked = if entries.is_empty() {
-            let stmt = tx
-                .prepare_cached("SELECT 1 FROM jarvis_sessions WHERE id = $1 FOR UPDATE")
-                .await
-                .map_err(db("append entries"))?;
-            tx.query(&stmt, &[&id.as_str()])
-                .await
-                .map_err(db("append entries"))?
-                .len() as u64
-        } else {
-            let stmt = tx
-                .prepare_cached(
-                    "UPDATE jarvis_sessions SET updated_at = GREATEST(updated_at, $2) WHERE id = $1",
-                )
-                .await
-                .map_err(db("append entries"))?;
-            tx.execute(&stmt, &[&id.as_str(), &ts])
-                .await
-                .map_err(db("append entries"))?
-        };
-        if locked == 0 {
-            return Err(SessionError::not_found(id));
-        }
-        let last: i64 = tx
-            .query_typed_one(
-                "SELECT COALESCE(MAX(seq), 0) FROM jarvis_entries WHERE session_id = $1",
-                &[(&id.as_str(), Type::TEXT)],
-            )
-            .await
-            .map_err(db("append entries"))?
-            .try_get(0)
-            .map_err(db("append entries"))?;
+        let client = self.client().await?;
         if entries.is_empty() {
+            let stmt = client
+                .prepare_cached(&format!("SELECT {LAST} FROM jarvis_sessions WHERE id = $1"))
+                .await
+                .map_err(db("append entries"))?;
+            let row = client
+                .query_opt(&stmt, &[&id.as_str()])
+                .await
+                .map_err(db("append entries"))?
+                .ok_or_else(|| SessionError::not_found(id))?;
+            let last: i64 = row.try_get(0).map_err(db("append entries"))?;
             return Ok(u64::try_from(last).unwrap_or(0));
         }
-        let seqs: Vec<i64> = (1..=entries.len() as i64).map(|i| last + i).collect();
+        // To the microsecond Postgres keeps, so the kept window and a read
+        // agree to the last digit.
+        let ts = whole_micros(now(&*self.clock).to_system_time());
         let starts: Vec<bool> = entries.iter().map(EntryBody::starts_turn).collect();
         let bodies: Vec<Json<&EntryBody>> = entries.iter().map(Json).collect();
-        let insert = tx
-            .prepare_cached(
-                "INSERT INTO jarvis_entries (session_id, seq, ts, v, starts_turn, body) \
-                 SELECT $1, u.seq, $2, $3, u.starts, u.body \
-                 FROM UNNEST($4::BIGINT[], $5::BOOLEAN[], $6::JSONB[]) AS u(seq, starts, body)",
-            )
+        let stmt = client
+            .prepare_cached(&append_statement())
             .await
             .map_err(db("append entries"))?;
         let version = ENTRY_SCHEMA_VERSION as i32;
-        tx.execute(&insert, &[&id.as_str(), &ts, &version, &seqs, &starts, &bodies])
+        let row = client
+            .query_opt(&stmt, &[&id.as_str(), &ts, &version, &starts, &bodies])
             .await
-            .map_err(db("append entries"))?;
-        tx.commit().await.map_err(db("commit an append"))?;
-        Ok(u64::try_from(last).unwrap_or(0) + entries.len() as u64)
+            .map_err(db("append entries"))?
+            .ok_or_else(|| SessionError::not_found(id))?;
+        let base = u64::try_from(row.try_get::<_, i64>(0).map_err(db("append entries"))?).unwrap_or(0);
+        drop(bodies);
+        let count = entries.len() as u64;
+        let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+        match windows.get_mut(id) {
+            Some(window) if window.last_seq == base => {
+                let ts = Timestamp::from_system_time(ts);
+                window.extend(
+                    entries
+                        .into_iter()
+                        .zip(base + 1..)
+                        .map(|(body, seq)| SessionEntry {
+                            v: ENTRY_SCHEMA_VERSION,
+                            seq,
+                            ts,
+                            body,
+                        }),
+                );
+            }
+            Some(_) => {
+                windows.remove(id);
+            }
+            None => {}
+        }
+        Ok(base + count)
     }
 
     async fn recent(&self, id: &SessionId, turns: usize) -> Result<Vec<SessionEntry>, SessionError> {
@@ -356,6 +453,26 @@ impl SessionStore for PostgresSessionStore {
             } else {
                 Err(SessionError::not_found(id))
             };
+        }
+        let stmt = client
+            .prepare_cached(&format!("SELECT {LAST} FROM jarvis_sessions WHERE id = $1"))
+            .await
+            .map_err(db("read recent entries"))?;
+        let last: i64 = client
+            .query_opt(&stmt, &[&id.as_str()])
+            .await
+            .map_err(db("read recent entries"))?
+            .ok_or_else(|| SessionError::not_found(id))?
+            .try_get(0)
+            .map_err(db("read recent entries"))?;
+        let last = u64::try_from(last).ok();
+        if let Some(last) = last {
+            let windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(window) = windows.get(id).filter(|w| w.last_seq == last)
+                && let Some(entries) = window.tail(turns)
+            {
+                return Ok(entries);
+            }
         }
         let offset = i64::try_from(turns - 1).unwrap_or(i64::MAX);
         let rows = client
@@ -368,10 +485,34 @@ impl SessionStore for PostgresSessionStore {
             )
             .await
             .map_err(db("read recent entries"))?;
-        if rows.is_empty() && !self.exists(&client, id).await? {
-            return Err(SessionError::not_found(id));
+        let entries = entries_from_rows(id, &rows);
+        // Kept only when nothing was skipped and it ends where the row said
+        // (no append landed between the two reads).
+        let read_last = rows
+            .last()
+            .and_then(|r| r.try_get::<_, i64>(0).ok())
+            .and_then(|s| u64::try_from(s).ok())
+            .unwrap_or(0);
+        if entries.len() == rows.len() && last == Some(read_last) {
+            let starts = entries.iter().filter(|e| e.body.starts_turn()).count();
+            let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+            if windows.len() >= MAX_KEPT_WINDOWS && !windows.contains_key(id) {
+                // Any one goes: it is read again when next needed.
+                if let Some(other) = windows.keys().next().cloned() {
+                    windows.remove(&other);
+                }
+            }
+            windows.insert(
+                id.clone(),
+                Window {
+                    last_seq: read_last,
+                    turns,
+                    whole: starts < turns,
+                    entries: entries.clone(),
+                },
+            );
         }
-        Ok(entries_from_rows(id, &rows))
+        Ok(entries)
     }
 
     async fn entries(&self, id: &SessionId) -> Result<Vec<SessionEntry>, SessionError> {
@@ -462,6 +603,14 @@ impl SessionStore for PostgresSessionStore {
             .map_err(db("fork a session"))?;
         tx.commit().await.map_err(db("commit a fork"))?;
         Ok(meta)
+    }
+
+    async fn unload(&self, id: &SessionId) -> bool {
+        self.windows
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id)
+            .is_some()
     }
 
     async fn set_title(&self, id: &SessionId, title: Option<String>) -> Result<SessionMeta, SessionError> {
