@@ -114,6 +114,12 @@ impl SessionStore for Timed {
         add(&self.read, start);
         out
     }
+    async fn agent_of(&self, id: &SessionId) -> Result<Option<String>, SessionError> {
+        let start = Instant::now();
+        let out = self.inner.agent_of(id).await;
+        add(&self.read, start);
+        out
+    }
     async fn append(&self, id: &SessionId, entries: Vec<EntryBody>) -> Result<u64, SessionError> {
         let start = Instant::now();
         let out = self.inner.append(id, entries).await;

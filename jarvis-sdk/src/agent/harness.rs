@@ -397,15 +397,15 @@ impl Harness {
 
     /// Checks that `session` exists and is this harness's agent's.
     async fn check_session(&self, session: &SessionId) -> Result<(), AgentError> {
-        let meta = self
+        let agent_id = self
             .store
-            .get(session)
+            .agent_of(session)
             .await?
             .ok_or_else(|| SessionError::not_found(session))?;
-        if meta.agent_id != self.ctx.identity.agent_id {
+        if agent_id != self.ctx.identity.agent_id {
             return Err(SessionError::WrongAgent {
                 session_id: session.to_string(),
-                session_agent: meta.agent_id,
+                session_agent: agent_id,
                 agent_id: self.ctx.identity.agent_id.clone(),
             }
             .into());

@@ -240,6 +240,13 @@ async fn the_kept_window_matches_the_tables_and_sees_other_writers() {
         serde_json::to_value(a.recent(&id("s"), 2).await.unwrap()).unwrap(),
         serde_json::to_value(&all[31..]).unwrap()
     );
+    assert_eq!(a.agent_of(&id("s")).await.unwrap().as_deref(), Some("main"));
+    assert_eq!(
+        a.agent_of(&id("s")).await.unwrap().as_deref(),
+        Some("main"),
+        "kept"
+    );
+    assert_eq!(a.agent_of(&id("nobody")).await.unwrap(), None);
     assert!(a.unload(&id("s")).await, "the kept window is let go");
     assert!(!a.unload(&id("s")).await);
 }

@@ -64,6 +64,14 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
     /// The session's metadata, or `None` when there is no such session.
     async fn get(&self, id: &SessionId) -> Result<Option<SessionMeta>, SessionError>;
 
+    /// The agent session `id` belongs to, or `None` when there is no such
+    /// session. An agent is fixed when its session is created and sessions
+    /// are never removed, so a store may keep the answer; the default reads
+    /// the metadata.
+    async fn agent_of(&self, id: &SessionId) -> Result<Option<String>, SessionError> {
+        Ok(self.get(id).await?.map(|meta| meta.agent_id))
+    }
+
     /// Appends `entries` in order, all or (on failure) none, and answers the
     /// `seq` of the last one (the current last `seq` when `entries` is empty).
     async fn append(&self, id: &SessionId, entries: Vec<EntryBody>) -> Result<u64, SessionError>;

@@ -108,7 +108,8 @@ fn append_statement() -> String {
     )
 }
 
-/// Sessions whose recent window a store keeps at most.
+/// Sessions whose recent window (and, apart, whose agent) a store keeps at
+/// most.
 const MAX_KEPT_WINDOWS: usize = 4_096;
 
 const META_COLUMNS: &str =
@@ -123,6 +124,8 @@ pub struct PostgresSessionStore {
     target: Arc<str>,
     clock: Arc<dyn Clock>,
     windows: Arc<Mutex<HashMap<SessionId, Window>>>,
+    /// Each session's agent, fixed at creation, as read once.
+    agents: Arc<Mutex<HashMap<SessionId, String>>>,
 }
 
 /// A session's recent entries as this process last saw them; see the
@@ -198,6 +201,7 @@ impl PostgresSessionStore {
             target,
             clock: Arc::new(SystemClock),
             windows: Arc::default(),
+            agents: Arc::default(),
         };
         store.migrate().await?;
         Ok(store)
@@ -386,6 +390,25 @@ impl SessionStore for PostgresSessionStore {
             .await
             .map_err(db("read a session"))?;
         row.as_ref().map(meta_from_row).transpose()
+    }
+
+    /// Read once per session and kept: a session's agent never changes
+    /// and sessions are never removed.
+    async fn agent_of(&self, id: &SessionId) -> Result<Option<String>, SessionError> {
+        if let Some(agent) = self.agents.lock().unwrap_or_else(|e| e.into_inner()).get(id) {
+            return Ok(Some(agent.clone()));
+        }
+        let Some(meta) = self.get(id).await? else {
+            return Ok(None);
+        };
+        let mut agents = self.agents.lock().unwrap_or_else(|e| e.into_inner());
+        if agents.len() >= MAX_KEPT_WINDOWS
+            && let Some(other) = agents.keys().next().cloned()
+        {
+            agents.remove(&other);
+        }
+        agents.insert(id.clone(), meta.agent_id.clone());
+        Ok(Some(meta.agent_id))
     }
 
     async fn append(&self, id: &SessionId, entries: Vec<EntryBody>) -> Result<u64, SessionError> {
