@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::capture::capture;
-use crate::sources::reports;
+use crate::sources::{next_check, reports};
 
 /// 2026-12-01T00:00:00Z.
 fn clock() -> Arc<ManualClock> {
@@ -134,9 +134,7 @@ async fn a_housing_source_reports_the_matching_notices_to_karen_once() {
         let agenda = app.agenda().await;
         assert!(agenda.iter().any(|i| i.id == "source-seoul"), "{agenda:?}");
 
-        clock.advance(Duration::from_secs(30 * 60));
-        app.scheduler().tick().await;
-        app.proactive().tick().await;
+        next_check(&app, &clock).await;
         let got = reports(&app).await;
         assert_eq!(got.len(), 1, "{got:?}");
         let (id, text) = &got[0];
@@ -148,16 +146,12 @@ async fn a_housing_source_reports_the_matching_notices_to_karen_once() {
         assert!(text.contains("서울"), "{text}");
         assert!(!text.contains("부산"), "the region filters: {text}");
 
-        clock.advance(Duration::from_secs(30 * 60));
-        app.scheduler().tick().await;
-        app.proactive().tick().await;
+        next_check(&app, &clock).await;
         assert_eq!(reports(&app).await.len(), 1, "nothing new, nothing reported");
     }
     // A restart reports nothing again: the seen record holds.
     let app = app_with(home.path(), clock.clone(), pack()).await;
-    clock.advance(Duration::from_secs(30 * 60));
-    app.scheduler().tick().await;
-    app.proactive().tick().await;
+    next_check(&app, &clock).await;
     assert_eq!(reports(&app).await.len(), 1);
     let seen = std::fs::read_to_string(home.path().join("external_seen.jsonl")).unwrap();
     assert!(

@@ -108,7 +108,7 @@ pub(crate) async fn reports(app: &AppAssembly) -> Vec<(String, String)> {
 
 /// Advances past the next 30-minute slot and runs what is due, then lets
 /// the daemon record what was queued.
-async fn next_check(app: &AppAssembly, clock: &ManualClock) {
+pub(crate) async fn next_check(app: &AppAssembly, clock: &ManualClock) {
     clock.advance(Duration::from_secs(30 * 60));
     app.scheduler().tick().await;
     app.proactive().tick().await;

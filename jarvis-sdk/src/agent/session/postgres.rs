@@ -85,8 +85,17 @@ CREATE INDEX IF NOT EXISTS jarvis_entries_turns ON jarvis_entries (session_id, s
 /// A session's last `seq`: the larger of its row's `last_seq` (unset on
 /// rows from before it existed) and its highest entry (one step down the
 /// primary key), so entries written without moving `last_seq` (by an older
-/// version) are counted too.
-const LAST: &str = "GREATEST(COALESCE(last_seq, 0), (SELECT COALESCE(MAX(seq), 0) FROM jarvis_entries WHERE session_id = $1))";
+/// version) are counted too. A macro, so the statements using it are
+/// constants.
+macro_rules! last_seq {
+    () => {
+        "GREATEST(COALESCE(last_seq, 0), (SELECT COALESCE(MAX(seq), 0) FROM jarvis_entries WHERE session_id = $1))"
+    };
+}
+
+/// A session's last `seq` ([`last_seq!`]); no row when there is no such
+/// session.
+const LAST_SEQ: &str = concat!("SELECT ", last_seq!(), " FROM jarvis_sessions WHERE id = $1");
 
 /// Appends a batch in one statement: `$1` session, `$2` time, `$3` schema
 /// version, `$4` which entries start a turn, `$5` the bodies. Answers the
@@ -94,22 +103,21 @@ const LAST: &str = "GREATEST(COALESCE(last_seq, 0), (SELECT COALESCE(MAX(seq), 0
 /// the row locks it, so a concurrent append waits, and then sees the
 /// `last_seq` the other one left (Postgres re-reads a row updated under a
 /// waiting update), never a number already taken.
-fn append_statement() -> String {
-    format!(
-        "WITH s AS ( \
-           UPDATE jarvis_sessions SET updated_at = GREATEST(updated_at, $2), \
-             last_seq = {LAST} + cardinality($4::BOOLEAN[]) \
-           WHERE id = $1 RETURNING last_seq - cardinality($4::BOOLEAN[]) AS base \
-         ), ins AS ( \
-           INSERT INTO jarvis_entries (session_id, seq, ts, v, starts_turn, body) \
-           SELECT $1, s.base + u.n, $2, $3, u.starts, u.body \
-           FROM s, UNNEST($4::BOOLEAN[], $5::JSONB[]) WITH ORDINALITY AS u(starts, body, n) \
-         ) SELECT base FROM s"
-    )
-}
+const APPEND: &str = concat!(
+    "WITH s AS ( \
+       UPDATE jarvis_sessions SET updated_at = GREATEST(updated_at, $2), last_seq = ",
+    last_seq!(),
+    " + cardinality($4::BOOLEAN[]) \
+       WHERE id = $1 RETURNING last_seq - cardinality($4::BOOLEAN[]) AS base \
+     ), ins AS ( \
+       INSERT INTO jarvis_entries (session_id, seq, ts, v, starts_turn, body) \
+       SELECT $1, s.base + u.n, $2, $3, u.starts, u.body \
+       FROM s, UNNEST($4::BOOLEAN[], $5::JSONB[]) WITH ORDINALITY AS u(starts, body, n) \
+     ) SELECT base FROM s"
+);
 
 /// Sessions whose recent window (and, apart, whose agent) a store keeps at
-/// most.
+/// most; past it, any one is let go (it is read again when next needed).
 const MAX_KEPT_WINDOWS: usize = 4_096;
 
 const META_COLUMNS: &str =
@@ -237,6 +245,19 @@ impl PostgresSessionStore {
             .map_err(db("read a session"))?;
         Ok(!rows.is_empty())
     }
+}
+
+/// Keeps `value` for `id` in `map`, letting any other one go when
+/// [`MAX_KEPT_WINDOWS`] are kept already.
+fn keep<T>(map: &Mutex<HashMap<SessionId, T>>, id: &SessionId, value: T) {
+    let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
+    if map.len() >= MAX_KEPT_WINDOWS
+        && !map.contains_key(id)
+        && let Some(other) = map.keys().next().cloned()
+    {
+        map.remove(&other);
+    }
+    map.insert(id.clone(), value);
 }
 
 /// `t` without its nanoseconds past the microsecond.
@@ -401,13 +422,7 @@ impl SessionStore for PostgresSessionStore {
         let Some(meta) = self.get(id).await? else {
             return Ok(None);
         };
-        let mut agents = self.agents.lock().unwrap_or_else(|e| e.into_inner());
-        if agents.len() >= MAX_KEPT_WINDOWS
-            && let Some(other) = agents.keys().next().cloned()
-        {
-            agents.remove(&other);
-        }
-        agents.insert(id.clone(), meta.agent_id.clone());
+        keep(&self.agents, id, meta.agent_id.clone());
         Ok(Some(meta.agent_id))
     }
 
@@ -415,7 +430,7 @@ impl SessionStore for PostgresSessionStore {
         let client = self.client().await?;
         if entries.is_empty() {
             let stmt = client
-                .prepare_cached(&format!("SELECT {LAST} FROM jarvis_sessions WHERE id = $1"))
+                .prepare_cached(LAST_SEQ)
                 .await
                 .map_err(db("append entries"))?;
             let row = client
@@ -432,7 +447,7 @@ impl SessionStore for PostgresSessionStore {
         let starts: Vec<bool> = entries.iter().map(EntryBody::starts_turn).collect();
         let bodies: Vec<Json<&EntryBody>> = entries.iter().map(Json).collect();
         let stmt = client
-            .prepare_cached(&append_statement())
+            .prepare_cached(APPEND)
             .await
             .map_err(db("append entries"))?;
         let version = ENTRY_SCHEMA_VERSION as i32;
@@ -478,7 +493,7 @@ impl SessionStore for PostgresSessionStore {
             };
         }
         let stmt = client
-            .prepare_cached(&format!("SELECT {LAST} FROM jarvis_sessions WHERE id = $1"))
+            .prepare_cached(LAST_SEQ)
             .await
             .map_err(db("read recent entries"))?;
         let last: i64 = client
@@ -518,15 +533,9 @@ impl SessionStore for PostgresSessionStore {
             .unwrap_or(0);
         if entries.len() == rows.len() && last == Some(read_last) {
             let starts = entries.iter().filter(|e| e.body.starts_turn()).count();
-            let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
-            if windows.len() >= MAX_KEPT_WINDOWS && !windows.contains_key(id) {
-                // Any one goes: it is read again when next needed.
-                if let Some(other) = windows.keys().next().cloned() {
-                    windows.remove(&other);
-                }
-            }
-            windows.insert(
-                id.clone(),
+            keep(
+                &self.windows,
+                id,
                 Window {
                     last_seq: read_last,
                     turns,
