@@ -1,30 +1,40 @@
 //! Measures memory recall with the default (offline hash) embedder and the
 //! in-memory store:
 //!
-//! 1. **Recall per turn** at 1k, 10k and 100k records: the time of one
+//! 1. **Recall per turn** at 1k, 10k, 100k and 1M records: the time of one
 //!    `MemoryService::observe` (embed the prompt, recall the user profile,
 //!    episodes, procedures and task patterns the agent may read, read its
 //!    working memory, build the memory message), p50 and p99 over a few
 //!    hundred prompts. The records are synthetic Korean and English
 //!    memories of two agents and one user, mostly turn episodes, written
-//!    over 90 days. Also one `recall` of the episodic layer alone.
-//! 2. **Memory's share of a turn**: 3 sessions of 200 turns (after a
+//!    over 90 days. Also one `recall` of the episodic layer alone. With the
+//!    default `AnnOptions` (partitions of 5,000 records or more searched
+//!    through a graph, built before timing); where graphs are in use, the
+//!    same with every search an exact scan, recall@10 of the graph store's
+//!    top 10 against the exact store's (main's episodes and the user's
+//!    facts), the graphs' build time and memory.
+//! 2. **Crossover**: one partition's search at 5k–80k records, exact scan
+//!    against graph (where the default threshold comes from).
+//! 3. **Memory's share of a turn**: 3 sessions of 200 turns (after a
 //!    warm-up session) through the `Harness` on an in-memory session store
 //!    and a `FauxProvider` that answers at once, with memory off and on;
 //!    medians of the turn's wall time over turns 181–200, and of `observe`
 //!    (recall) and `record_turn` (memory write) timed on their own over the
 //!    same turns.
 //!
-//! Targets: recall p50 ≤ 1 ms at 10k and ≤ 10 ms at 100k; memory adds
-//! ≤ 0.05 ms per turn at turns 181–200.
+//! Targets: recall p50 ≤ 1 ms at 10k, ≤ 10 ms at 100k and ≤ 1 ms at 1M;
+//! recall@10 ≥ 0.95 at 100k; memory adds ≤ 0.05 ms per turn at turns
+//! 181–200.
 //!
 //! Run with `cargo run --release -p jarvis-sdk --example recall_bench`
-//! (add `-- --smoke` for a quick check that it works).
+//! (add `-- --smoke` for a quick check that it works, `-- --at N` for the
+//! recall run at N records alone, `-- --crossover` for the crossover alone).
 
 use jarvis_sdk::{
-    AgentIdentity, CancellationToken, FauxProvider, FauxReply, FauxScript, Harness, HashEmbedder,
-    InMemoryMemoryStore, Layer, LoopContext, MemoryRead, MemoryRecord, MemoryScope, MemoryService,
-    MemorySessionStore, MemoryStore, NewSession, SessionId, SessionStore, Timestamp, TurnRecord,
+    AgentIdentity, Agents, AnnOptions, CancellationToken, FauxProvider, FauxReply, FauxScript, Harness,
+    HashEmbedder, InMemoryMemoryStore, Layer, LoopContext, MemoryFilter, MemoryRead, MemoryRecord,
+    MemoryScope, MemoryService, MemorySessionStore, MemoryStore, NewSession, SearchQuery, SessionId,
+    SessionStore, Timestamp, TurnRecord,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -256,34 +266,51 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 fn label(n: usize) -> String {
-    if n >= 1000 {
+    if n >= 1_000_000 {
+        format!("{}M", n / 1_000_000)
+    } else if n >= 1000 {
         format!("{}k", n / 1000)
     } else {
         n.to_string()
     }
 }
 
-async fn recall_at(n: usize, queries: usize) {
+/// The in-memory store holding `n` synthetic records, with graphs as
+/// `ann` says (built before it is returned).
+async fn store_of(n: usize, ann: AnnOptions) -> (Arc<InMemoryMemoryStore>, Duration) {
     let mut rng = Rng(0x5eed_0000 + n as u64);
-    let store = Arc::new(InMemoryMemoryStore::new());
+    let store = Arc::new(InMemoryMemoryStore::with_ann(AnnOptions::exact()));
     for record in records(n, &mut rng) {
         store.put(record).await.unwrap();
     }
+    let start = Instant::now();
+    store.set_ann(ann);
+    store.wait_for_graphs();
+    (store, start.elapsed())
+}
+
+/// The prompts of the run at `n` records.
+fn prompts(n: usize, queries: usize) -> Vec<String> {
+    let mut rng = Rng(0x9e37_0000 + n as u64);
+    (0..queries).map(|_| sentence(&mut rng, 3, 5)).collect()
+}
+
+/// `observe` p50 and p99, and one episodic recall's p50 and p99, over
+/// `prompts` (after a tenth of them as warm-up).
+async fn observe_times(store: Arc<InMemoryMemoryStore>, prompts: &[String]) -> [Duration; 4] {
     let clock = Arc::new(jarvis_sdk::ManualClock::new(now()));
     let service = MemoryService::new(store, Arc::new(HashEmbedder::default())).with_clock(clock);
     let scope = MemoryScope::new("u", "main", "bench");
-    let prompts: Vec<String> = (0..queries).map(|_| sentence(&mut rng, 3, 5)).collect();
-    for p in prompts.iter().take(queries / 10 + 1) {
+    for p in prompts.iter().take(prompts.len() / 10 + 1) {
         service.observe(&scope, p).await.unwrap();
     }
-    let mut observe = Vec::with_capacity(queries);
-    let mut recall = Vec::with_capacity(queries);
-    let mut injected = 0usize;
-    for p in &prompts {
+    let mut observe = Vec::with_capacity(prompts.len());
+    let mut recall = Vec::with_capacity(prompts.len());
+    for p in prompts {
         let start = Instant::now();
         let context = service.observe(&scope, p).await.unwrap();
         observe.push(start.elapsed());
-        injected += context.sections().iter().map(|s| s.items.len()).sum::<usize>();
+        std::hint::black_box(context);
         let start = Instant::now();
         let found = service.recall(&scope, p, Layer::Episodic, 4).await.unwrap();
         recall.push(start.elapsed());
@@ -291,18 +318,156 @@ async fn recall_at(n: usize, queries: usize) {
     }
     observe.sort_unstable();
     recall.sort_unstable();
+    [
+        percentile(&observe, 0.50),
+        percentile(&observe, 0.99),
+        percentile(&recall, 0.50),
+        percentile(&recall, 0.99),
+    ]
+}
+
+/// recall@10 of the graph store against the exact one over `prompts`: the
+/// share of the exact top 10 (main's episodes, and the user's facts) that
+/// the graph store's top 10 holds; and the graph store's search p50.
+async fn recall_at_10(
+    graph: &InMemoryMemoryStore,
+    exact: &InMemoryMemoryStore,
+    prompts: &[String],
+) -> (f64, Duration, Duration) {
+    let embedder = HashEmbedder::default();
+    let name = jarvis_sdk::Embedder::name(&embedder).to_owned();
+    let (mut found, mut wanted) = (0usize, 0usize);
+    let (mut graph_times, mut exact_times) = (Vec::new(), Vec::new());
+    for p in prompts {
+        for (layer, agent) in [(Layer::Episodic, "main"), (Layer::Semantic, "main")] {
+            let query = SearchQuery {
+                filter: MemoryFilter::for_user("u").layer(layer, Agents::only([agent])),
+                embedder: name.clone(),
+                vector: embedder.embed_text(p),
+                k: 10,
+                min_similarity: -1.0,
+            };
+            let start = Instant::now();
+            let approx = graph.search(&query).await.unwrap();
+            graph_times.push(start.elapsed());
+            let start = Instant::now();
+            let truth = exact.search(&query).await.unwrap();
+            exact_times.push(start.elapsed());
+            // Ties at the 10th similarity make either record right.
+            let tenth = truth.last().map_or(f32::MAX, |h| h.similarity);
+            wanted += truth.len();
+            found += approx
+                .iter()
+                .filter(|h| truth.iter().any(|t| t.id == h.id) || h.similarity >= tenth - 1e-6)
+                .count()
+                .min(truth.len());
+        }
+    }
+    (
+        found as f64 / wanted.max(1) as f64,
+        median(graph_times),
+        median(exact_times),
+    )
+}
+
+async fn recall_at(n: usize, queries: usize) {
+    let (graph, built) = store_of(n, AnnOptions::default()).await;
+    let (graph_rows, graph_bytes) = graph.graph_stats();
+    let prompts = prompts(n, queries);
+    let [p50, p99, r50, r99] = observe_times(graph.clone(), &prompts).await;
+    println!("{} records: p50 {}, p99 {}", label(n), ms(p50), ms(p99));
     println!(
-        "{} records: p50 {}, p99 {}",
-        label(n),
-        ms(percentile(&observe, 0.50)),
-        ms(percentile(&observe, 0.99)),
+        "    (one episodic recall alone: p50 {}, p99 {}; {} of the records in graphs)",
+        ms(r50),
+        ms(r99),
+        graph_rows,
+    );
+    if graph_rows == 0 {
+        return;
+    }
+    let (exact, _) = store_of(n, AnnOptions::exact()).await;
+    let [e50, e99, _, _] = observe_times(exact.clone(), &prompts).await;
+    let (recall, graph_search, exact_search) = recall_at_10(&graph, &exact, &prompts).await;
+    println!(
+        "    exact scan only: p50 {}, p99 {}; recall@10 {recall:.3} (one partition search: graph {}, exact {})",
+        ms(e50),
+        ms(e99),
+        ms(graph_search),
+        ms(exact_search),
     );
     println!(
-        "    (one episodic recall alone: p50 {}, p99 {}; {:.1} items injected per turn)",
-        ms(percentile(&recall, 0.50)),
-        ms(percentile(&recall, 0.99)),
-        injected as f64 / prompts.len() as f64,
+        "    graphs built in {:.1} s ({:.1} s per 100k records), {:.0} MB ({:.0} MB per 100k records; {} build thread)",
+        built.as_secs_f64(),
+        built.as_secs_f64() * 100_000.0 / graph_rows as f64,
+        graph_bytes as f64 / 1e6,
+        graph_bytes as f64 / 1e6 * 100_000.0 / graph_rows as f64,
+        AnnOptions::default().build_threads,
     );
+}
+
+/// One partition's search at sizes around the graph threshold: exact scan
+/// against the graph (where the default threshold comes from).
+async fn crossover(sizes: &[usize], queries: usize) {
+    let embedder = HashEmbedder::default();
+    let name = jarvis_sdk::Embedder::name(&embedder).to_owned();
+    println!("one partition's search (k = 16), exact scan vs graph, p50:");
+    for &n in sizes {
+        let mut rng = Rng(0xc0ff_ee00 + n as u64);
+        let records: Vec<MemoryRecord> = (0..n)
+            .map(|i| {
+                let text = format!("{}\n→ {}", sentence(&mut rng, 4, 6), sentence(&mut rng, 6, 10));
+                MemoryRecord {
+                    id: format!("e{i}"),
+                    user: "u".into(),
+                    agent_id: "main".into(),
+                    layer: Layer::Episodic,
+                    kind: "episode".into(),
+                    source: "turn".into(),
+                    embedding: embedder.embed_text(&text),
+                    embedder: name.clone(),
+                    text,
+                    metadata: serde_json::Value::Null,
+                    created_at: Timestamp::from_system_time(now()),
+                    rehearsal: 0,
+                }
+            })
+            .collect();
+        let mut times = Vec::new();
+        for ann in [
+            AnnOptions::exact(),
+            AnnOptions {
+                min_rows: 0,
+                ..AnnOptions::default()
+            },
+        ] {
+            let store = InMemoryMemoryStore::with_ann(AnnOptions::exact());
+            for r in &records {
+                store.put(r.clone()).await.unwrap();
+            }
+            store.set_ann(ann);
+            store.wait_for_graphs();
+            let mut t = Vec::new();
+            for p in prompts(n, queries) {
+                let query = SearchQuery {
+                    filter: MemoryFilter::for_user("u"),
+                    embedder: name.clone(),
+                    vector: embedder.embed_text(&p),
+                    k: 16,
+                    min_similarity: -1.0,
+                };
+                let start = Instant::now();
+                std::hint::black_box(store.search(&query).await.unwrap());
+                t.push(start.elapsed());
+            }
+            times.push(median(t));
+        }
+        println!(
+            "    {:>6} records: exact {}, graph {}",
+            label(n),
+            ms(times[0]),
+            ms(times[1])
+        );
+    }
 }
 
 /// Turn times of `sessions` sessions of `turns` turns; the first session is
@@ -385,14 +550,38 @@ fn window(sessions: &[Vec<Duration>], from: usize, to: usize) -> Duration {
 async fn main() {
     let smoke = std::env::args().any(|a| a == "--smoke");
     let (sizes, queries): (&[usize], usize) = if smoke {
-        (&[1_000, 10_000], 20)
+        (&[1_000, 40_000], 20)
     } else {
-        (&[1_000, 10_000, 100_000], 400)
+        (&[1_000, 10_000, 100_000, 1_000_000], 400)
     };
-    println!("recall per turn (observe: every section), default embedder, in-memory store");
+    // `--at N`: only the recall run at N records.
+    let args: Vec<String> = std::env::args().collect();
+    let at: Option<usize> = args
+        .iter()
+        .position(|a| a == "--at")
+        .and_then(|i| args.get(i + 1)?.parse().ok());
+    if args.iter().any(|a| a == "--crossover") {
+        crossover(&[1_000, 2_000, 5_000, 10_000, 20_000, 40_000, 80_000], queries).await;
+        return;
+    }
+    let only = at.map(|n| vec![n]);
+    let sizes: &[usize] = only.as_deref().unwrap_or(sizes);
+    println!(
+        "recall per turn (observe: every section), default embedder, in-memory store, default graph options ({:?})",
+        AnnOptions::default()
+    );
     for &n in sizes {
         recall_at(n, queries).await;
     }
+    if at.is_some() {
+        return;
+    }
+    let crossover_sizes: &[usize] = if smoke {
+        &[2_000]
+    } else {
+        &[5_000, 10_000, 20_000, 40_000, 80_000]
+    };
+    crossover(crossover_sizes, queries).await;
 
     let (sessions, turns) = if smoke { (1, 20) } else { (3, 200) };
     let (from, to) = if smoke { (1, 20) } else { (181, 200) };

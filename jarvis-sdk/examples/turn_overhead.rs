@@ -736,6 +736,19 @@ fn main() {
         "turn_overhead memory (in process): {} memory on {with_memory:.4} ms, memory off {late:.4} ms: memory adds {memory_adds:.4} ms (target <= 0.050 ms)",
         jsonl[1].0
     );
+    // Recall must not grow with the records (memory graphs past 5,000).
+    for c in [&conditions[1], &conditions[3]] {
+        let (late, long) = (&c.rows[1], &c.rows[2]);
+        println!(
+            "turn_overhead {}: {} / {} = {:.2}x ({:.4} / {:.4} ms; target <= 1.5x)",
+            c.name,
+            long.0,
+            late.0,
+            long.1.total / late.1.total,
+            long.1.total,
+            late.1.total
+        );
+    }
     let (fsync_off, fsync_on) = (&conditions[2].rows, &conditions[3].rows);
     let mut ratios = Vec::new();
     for (rows, what) in [

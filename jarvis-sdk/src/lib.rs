@@ -210,11 +210,11 @@ pub use core::{WebFetchArgs, WebFetchTool, WebSearchArgs, WebSearchTool, web_fet
 #[cfg(feature = "postgres")]
 pub use memory::PostgresMemoryStore;
 pub use memory::{
-    Agents, DEFAULT_USER, DEFAULT_WRITE_RULE, InMemoryMemoryStore, KIND_EPISODE, KIND_FACT, KIND_NOTE,
-    KIND_PROCEDURE, KIND_TASK_PATTERN, KIND_USER_MODEL, LEGACY_PROCEDURE_AGENT, Layer, MAX_PROCEDURE_BYTES,
-    MAX_PROCEDURE_NAME_CHARS, MemoryConfig, MemoryContext, MemoryError, MemoryFilter, MemoryRead,
-    MemoryRecord, MemoryScope, MemorySection, MemoryService, MemoryStore, PROCEDURES_DIR, Procedure,
-    ProcedureLibrary, READ_SELF, RecallK, RecallWeights, Recalled, ReembedPhase, ReembedStatus,
+    Agents, AnnOptions, DEFAULT_USER, DEFAULT_WRITE_RULE, InMemoryMemoryStore, KIND_EPISODE, KIND_FACT,
+    KIND_NOTE, KIND_PROCEDURE, KIND_TASK_PATTERN, KIND_USER_MODEL, LEGACY_PROCEDURE_AGENT, Layer,
+    MAX_PROCEDURE_BYTES, MAX_PROCEDURE_NAME_CHARS, MemoryConfig, MemoryContext, MemoryError, MemoryFilter,
+    MemoryRead, MemoryRecord, MemoryScope, MemorySection, MemoryService, MemoryStore, PROCEDURES_DIR,
+    Procedure, ProcedureLibrary, READ_SELF, RecallK, RecallWeights, Recalled, ReembedPhase, ReembedStatus,
     SOURCE_EPISODE_FACT, SOURCE_PROCEDURE, SOURCE_REMEMBER, SOURCE_TASK_PATTERN, SOURCE_TURN,
     SOURCE_USER_MODEL, ScopeResolver, SearchHit, SearchQuery, SectionBudgets, SectionKind, StaticScopes,
     TurnRecord, USER_MODEL_FILE, UserModel, UserModelFile, WRITE_RULES, WorkingConfig, WorkingItem,

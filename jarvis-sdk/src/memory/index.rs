@@ -16,21 +16,32 @@
 //! dense queries read everything, as a row-major scan would. The scores are
 //! exact `f32` dot products (cosine, since vectors have unit length).
 //!
-//! Brute force is deliberate: with this layout 100,000 records take a few
-//! milliseconds, and no approximate index can miss a memory.
-// ponytail: an exact scan rather than an approximate nearest-neighbour
-// index; revisit past a few hundred thousand records per user.
+//! The tiles are kept in chunks of [`CHUNK_ROWS`] rows, each behind an
+//! `Arc`, so a snapshot of a partition's vectors (for building its graph in
+//! the background) is a handful of pointer copies; a write to a shared
+//! chunk copies that chunk first.
+//!
+//! **Exact below a threshold, a graph above.** A partition smaller than
+//! [`AnnOptions::min_rows`] is scanned exactly: with this layout that is as
+//! fast as a graph walk up to about 20,000 records, and no approximate
+//! index can miss a memory. Larger partitions get an HNSW graph (see
+//! `ann.rs`), built in the background while the scan answers. Either way a
+//! hit's similarity is the exact dot product, and ranking is the service's.
 
 use serde_json::Value;
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
+use super::ann::{AnnOptions, PartAnn, Rows};
 use super::record::{Layer, MemoryFilter, MemoryRecord, SearchHit, SearchQuery};
 use crate::common::Timestamp;
 
 /// Rows per tile.
 const TILE: usize = 16;
+
+/// Rows per chunk of tiles (the unit a snapshot shares).
+const CHUNK_ROWS: usize = 1024;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct PartKey {
@@ -72,6 +83,9 @@ impl Metadata {
 #[derive(Debug, Clone)]
 struct Row {
     id: Arc<str>,
+    /// Unique in the index, never reused: a new record and every update
+    /// take the next one (the graph's key for this row's vector).
+    key: u64,
     source: String,
     text: String,
     metadata: Metadata,
@@ -79,66 +93,277 @@ struct Row {
     rehearsal: u32,
 }
 
+/// A partition's vectors: `ceil(rows / TILE)` tiles of `dims × TILE`
+/// values, in chunks of [`CHUNK_ROWS`] rows. See the module docs.
+#[derive(Debug, Clone, Default)]
+struct Tiles {
+    dims: usize,
+    chunks: Vec<Arc<Vec<f32>>>,
+}
+
+impl Tiles {
+    fn new(dims: usize) -> Self {
+        Self {
+            dims,
+            chunks: Vec::new(),
+        }
+    }
+
+    /// The chunk of `row` and where its dimension 0 is in it.
+    fn slot(&self, row: usize) -> (usize, usize) {
+        let within = row % CHUNK_ROWS;
+        (
+            row / CHUNK_ROWS,
+            (within / TILE) * self.dims * TILE + within % TILE,
+        )
+    }
+
+    fn write(&mut self, row: usize, vector: &[f32]) {
+        if self.dims == 0 {
+            return;
+        }
+        let (chunk, base) = self.slot(row);
+        let chunk = Arc::make_mut(&mut self.chunks[chunk]);
+        for (j, value) in vector.iter().enumerate().take(self.dims) {
+            chunk[base + j * TILE] = *value;
+        }
+    }
+
+    fn read_into(&self, row: usize, out: &mut [f32]) {
+        let (chunk, base) = self.slot(row);
+        let chunk = &self.chunks[chunk];
+        for (j, value) in out.iter_mut().enumerate().take(self.dims) {
+            *value = chunk[base + j * TILE];
+        }
+    }
+
+    /// The dot product of `row`'s vector with a query given by its
+    /// non-zero dimensions.
+    fn dot(&self, row: usize, sparse: &[(usize, f32)]) -> f32 {
+        let (chunk, base) = self.slot(row);
+        let chunk = &self.chunks[chunk];
+        sparse
+            .iter()
+            .map(|&(j, q)| q * chunk.get(base + j * TILE).copied().unwrap_or(0.0))
+            .sum()
+    }
+
+    fn read(&self, row: usize) -> Vec<f32> {
+        let mut out = vec![0.0; self.dims];
+        if self.dims > 0 {
+            self.read_into(row, &mut out);
+        }
+        out
+    }
+
+    /// Makes room for `rows` rows (adds a tile when `rows - 1` starts one).
+    fn grow_to(&mut self, rows: usize) {
+        let row = rows - 1;
+        if self.dims == 0 || !row.is_multiple_of(TILE) {
+            return;
+        }
+        if row.is_multiple_of(CHUNK_ROWS) {
+            self.chunks.push(Arc::new(Vec::new()));
+        }
+        let tile = self.dims * TILE;
+        if let Some(last) = self.chunks.last_mut() {
+            let last = Arc::make_mut(last);
+            last.resize(last.len() + tile, 0.0);
+        }
+    }
+
+    /// Drops the tiles past `rows` rows.
+    fn shrink_to(&mut self, rows: usize) {
+        if self.dims == 0 {
+            return;
+        }
+        self.chunks.truncate(rows.div_ceil(CHUNK_ROWS));
+        let within = rows - (rows.div_ceil(CHUNK_ROWS).max(1) - 1) * CHUNK_ROWS;
+        let keep = within.div_ceil(TILE) * self.dims * TILE;
+        if let Some(last) = self.chunks.last_mut()
+            && last.len() > keep
+        {
+            Arc::make_mut(last).truncate(keep);
+        }
+    }
+}
+
+/// Puts a candidate in the top-`k` heap (dropping the worst past `k`).
+fn offer(heap: &mut BinaryHeap<Candidate>, k: usize, score: f32, part: usize, row: usize) {
+    if heap.len() >= k && heap.peek().is_some_and(|worst| score <= worst.score) {
+        return;
+    }
+    heap.push(Candidate {
+        score,
+        part: part as u32,
+        row: row as u32,
+    });
+    if heap.len() > k {
+        heap.pop();
+    }
+}
+
+/// A query's non-zero (finite) dimensions with their values.
+fn sparse_of(vector: &[f32]) -> Vec<(usize, f32)> {
+    vector
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| **v != 0.0 && v.is_finite())
+        .map(|(j, v)| (j, *v))
+        .collect()
+}
+
+/// The 16 scores of one tile: for each of the query's non-zero dimensions
+/// `(j, q)`, `q` times that dimension's 16 values (one cache line).
+#[inline]
+fn tile_scores(tile: &[f32], sparse: &[(usize, f32)]) -> [f32; TILE] {
+    let mut acc = [0.0f32; TILE];
+    for &(j, q) in sparse {
+        let Some(lane) = tile.get(j * TILE..j * TILE + TILE) else {
+            continue;
+        };
+        let lane: &[f32; TILE] = lane.try_into().unwrap_or(&[0.0; TILE]);
+        for l in 0..TILE {
+            acc[l] += q * lane[l];
+        }
+    }
+    acc
+}
+
+/// A partition's vectors and row keys as they were when a graph build
+/// started (see `ann.rs`).
+#[cfg_attr(not(feature = "ann"), allow(dead_code))]
+struct Snapshot {
+    tiles: Tiles,
+    keys: Vec<u64>,
+}
+
+impl Rows for Snapshot {
+    fn dims(&self) -> usize {
+        self.tiles.dims
+    }
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+    fn key(&self, row: usize) -> u64 {
+        self.keys[row]
+    }
+    fn vector_into(&self, row: usize, out: &mut [f32]) {
+        self.tiles.read_into(row, out);
+    }
+}
+
+/// A live partition seen as [`Rows`].
+#[cfg_attr(not(feature = "ann"), allow(dead_code))]
+struct Live<'a> {
+    rows: &'a [Row],
+    tiles: &'a Tiles,
+}
+
+impl Rows for Live<'_> {
+    fn dims(&self) -> usize {
+        self.tiles.dims
+    }
+    fn len(&self) -> usize {
+        self.rows.len()
+    }
+    fn key(&self, row: usize) -> u64 {
+        self.rows[row].key
+    }
+    fn vector_into(&self, row: usize, out: &mut [f32]) {
+        self.tiles.read_into(row, out);
+    }
+}
+
 #[derive(Debug)]
 struct Partition {
     key: PartKey,
     rows: Vec<Row>,
-    /// `ceil(rows / TILE)` tiles of `dims × TILE` values.
-    tiles: Vec<f32>,
+    tiles: Tiles,
+    ann: PartAnn,
 }
 
 impl Partition {
     fn new(key: PartKey) -> Self {
         Self {
+            tiles: Tiles::new(key.dims),
             key,
             rows: Vec::new(),
-            tiles: Vec::new(),
-        }
-    }
-
-    fn write_vector(&mut self, row: usize, vector: &[f32]) {
-        let dims = self.key.dims;
-        if dims == 0 {
-            return;
-        }
-        let base = (row / TILE) * dims * TILE + row % TILE;
-        for (j, value) in vector.iter().enumerate() {
-            self.tiles[base + j * TILE] = *value;
+            ann: PartAnn::default(),
         }
     }
 
     fn vector(&self, row: usize) -> Vec<f32> {
-        let dims = self.key.dims;
-        let base = (row / TILE) * dims * TILE + row % TILE;
-        (0..dims).map(|j| self.tiles[base + j * TILE]).collect()
+        self.tiles.read(row)
     }
 
     fn push(&mut self, row: Row, vector: &[f32]) -> usize {
         let index = self.rows.len();
-        if index.is_multiple_of(TILE) {
-            let grown = self.tiles.len() + self.key.dims * TILE;
-            self.tiles.resize(grown, 0.0);
+        self.tiles.grow_to(index + 1);
+        self.tiles.write(index, vector);
+        if self.key.dims > 0 {
+            self.ann.pushed(row.key, index);
         }
         self.rows.push(row);
-        self.write_vector(index, vector);
         index
+    }
+
+    /// Replaces the row at `index` (a new key: the graph forgets the old
+    /// vector and learns the new one).
+    fn replace(&mut self, index: usize, mut row: Row, vector: &[f32]) {
+        if self.key.dims == 0 || self.tiles.read(index) == vector {
+            row.key = self.rows[index].key;
+            self.rows[index] = row;
+            return;
+        }
+        let old = std::mem::replace(&mut self.rows[index], row);
+        self.ann.removed(old.key);
+        self.tiles.write(index, vector);
+        if self.key.dims > 0 {
+            self.ann.pushed(self.rows[index].key, index);
+        }
     }
 
     /// Removes `row` by moving the last row into its place; answers the id
     /// of the row that moved, if one did.
     fn swap_remove(&mut self, row: usize) -> Option<Arc<str>> {
         let last = self.rows.len() - 1;
+        self.ann.removed(self.rows[row].key);
         let moved = if row != last {
             let vector = self.vector(last);
-            self.write_vector(row, &vector);
+            self.tiles.write(row, &vector);
+            self.ann.moved(self.rows[last].key, row);
             Some(self.rows[last].id.clone())
         } else {
             None
         };
         self.rows.swap_remove(row);
-        let tiles_needed = self.rows.len().div_ceil(TILE);
-        self.tiles.truncate(tiles_needed * self.key.dims * TILE);
+        self.tiles.shrink_to(self.rows.len());
         moved
+    }
+
+    /// Lets the graph catch up (see [`PartAnn::poll`]); with `wait`, until
+    /// no build is under way.
+    fn poll(&self, next_key: u64, options: &AnnOptions) {
+        self.ann.poll(&self.live(), || self.snapshot(), next_key, options);
+    }
+
+    fn wait(&self, next_key: u64, options: &AnnOptions) {
+        self.ann.wait(&self.live(), || self.snapshot(), next_key, options);
+    }
+
+    fn live(&self) -> Live<'_> {
+        Live {
+            rows: &self.rows,
+            tiles: &self.tiles,
+        }
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            tiles: self.tiles.clone(),
+            keys: self.rows.iter().map(|r| r.key).collect(),
+        }
     }
 
     fn record(&self, row: usize) -> MemoryRecord {
@@ -201,9 +426,61 @@ pub(crate) struct Index {
     by_id: HashMap<Arc<str>, (usize, usize)>,
     /// Interned strings for partition keys.
     names: HashMap<String, Arc<str>>,
+    /// The key the next written row gets (see [`Row::key`]).
+    next_key: u64,
+    ann: AnnOptions,
 }
 
 impl Index {
+    /// An empty index whose large partitions get graphs as `ann` says.
+    pub(crate) fn with_ann(ann: AnnOptions) -> Self {
+        Self {
+            ann,
+            ..Self::default()
+        }
+    }
+
+    /// Changes when partitions get graphs (takes effect at each
+    /// partition's next operation; graphs already built stay).
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) fn set_ann(&mut self, ann: AnnOptions) {
+        self.ann = ann;
+        self.poll_all();
+    }
+
+    /// Lets every partition's graph catch up: installs finished builds and
+    /// starts builds for partitions at the threshold.
+    pub(crate) fn poll_all(&self) {
+        for partition in &self.partitions {
+            partition.poll(self.next_key, &self.ann);
+        }
+    }
+
+    /// Blocks until every graph being built is ready (for tests and
+    /// benchmarks; the store is locked meanwhile).
+    pub(crate) fn wait_for_graphs(&self) {
+        self.poll_all();
+        for partition in &self.partitions {
+            partition.wait(self.next_key, &self.ann);
+        }
+    }
+
+    /// How many records are searched through a graph, and the graphs'
+    /// memory in bytes.
+    pub(crate) fn graph_stats(&self) -> (usize, usize) {
+        self.partitions
+            .iter()
+            .filter(|p| p.ann.is_ready())
+            .fold((0, 0), |(rows, bytes), p| {
+                (rows + p.rows.len(), bytes + p.ann.memory_bytes())
+            })
+    }
+
+    fn take_key(&mut self) -> u64 {
+        let key = self.next_key;
+        self.next_key += 1;
+        key
+    }
     /// How many records it holds.
     pub(crate) fn len(&self) -> usize {
         self.by_id.len()
@@ -248,6 +525,7 @@ impl Index {
                 .get_key_value(record.id.as_str())
                 .map(|(k, _)| k.clone())
                 .unwrap_or_else(|| Arc::from(record.id.as_str())),
+            key: self.take_key(),
             source: record.source,
             text: record.text,
             metadata,
@@ -256,9 +534,8 @@ impl Index {
         };
         if let Some(&(part, index)) = self.by_id.get(&row.id) {
             if self.partitions[part].key == key {
-                let partition = &mut self.partitions[part];
-                partition.write_vector(index, &record.embedding);
-                partition.rows[index] = row;
+                self.partitions[part].replace(index, row, &record.embedding);
+                self.partitions[part].poll(self.next_key, &self.ann);
                 return;
             }
             self.remove_at(part, index);
@@ -274,6 +551,7 @@ impl Index {
         let id = row.id.clone();
         let index = self.partitions[part].push(row, &record.embedding);
         self.by_id.insert(id, (part, index));
+        self.partitions[part].poll(self.next_key, &self.ann);
     }
 
     fn remove_at(&mut self, part: usize, index: usize) {
@@ -282,6 +560,7 @@ impl Index {
             self.by_id.insert(moved, (part, index));
         }
         self.by_id.remove(&id);
+        self.partitions[part].poll(self.next_key, &self.ann);
     }
 
     /// Removes the record with `id`; false when there is none.
@@ -380,13 +659,7 @@ impl Index {
         if query.k == 0 || dims == 0 {
             return Vec::new();
         }
-        let sparse: Vec<(usize, f32)> = query
-            .vector
-            .iter()
-            .enumerate()
-            .filter(|(_, v)| **v != 0.0 && v.is_finite())
-            .map(|(j, v)| (j, *v))
-            .collect();
+        let sparse = sparse_of(&query.vector);
         if sparse.is_empty() {
             return Vec::new();
         }
@@ -400,7 +673,10 @@ impl Index {
             {
                 continue;
             }
-            Self::scan(partition, p, &sparse, query, &mut heap);
+            partition.poll(self.next_key, &self.ann);
+            if !Self::walk(partition, p, &sparse, query, &mut heap) {
+                Self::scan(partition, p, &sparse, query, &mut heap);
+            }
         }
         let mut hits: Vec<Candidate> = heap.into_vec();
         hits.sort_by(|a, b| {
@@ -426,6 +702,34 @@ impl Index {
             .collect()
     }
 
+    /// Searches `partition` through its graph into `heap`; false when it
+    /// has no graph ready (scan it instead).
+    fn walk(
+        partition: &Partition,
+        p: usize,
+        sparse: &[(usize, f32)],
+        query: &SearchQuery,
+        heap: &mut BinaryHeap<Candidate>,
+    ) -> bool {
+        let exclude = &query.filter.exclude_ids;
+        let accept =
+            |row: usize| exclude.is_empty() || !exclude.iter().any(|x| **x == *partition.rows[row].id);
+        let score = |row: usize| partition.tiles.dot(row, sparse);
+        // The graph's order is by quantised vectors: a few more candidates,
+        // scored exactly, keep the top k right.
+        let count = query.k + query.k / 2 + 4;
+        let extra = exclude.len();
+        let Some(found) = partition.ann.search(&query.vector, count, extra, &accept, &score) else {
+            return false;
+        };
+        for (row, score) in found {
+            if score.is_finite() && score >= query.min_similarity {
+                offer(heap, query.k, score, p, row);
+            }
+        }
+        true
+    }
+
     fn scan(
         partition: &Partition,
         p: usize,
@@ -436,15 +740,15 @@ impl Index {
         let dims = partition.key.dims;
         let n = partition.rows.len();
         let floor = query.min_similarity;
-        for (t, tile) in partition.tiles.chunks_exact(dims * TILE).enumerate() {
-            let mut acc = [0.0f32; TILE];
-            for &(j, q) in sparse {
-                let lane = &tile[j * TILE..j * TILE + TILE];
-                for l in 0..TILE {
-                    acc[l] += q * lane[l];
-                }
-            }
-            let first = t * TILE;
+        let tile_len = dims * TILE;
+        let tiles = partition.tiles.chunks.iter().enumerate().flat_map(|(c, chunk)| {
+            chunk
+                .chunks_exact(tile_len)
+                .enumerate()
+                .map(move |(t, tile)| (c * CHUNK_ROWS + t * TILE, tile))
+        });
+        for (first, tile) in tiles {
+            let acc = tile_scores(tile, sparse);
             for (l, &score) in acc.iter().enumerate().take(n - first) {
                 if !score.is_finite() || score < floor {
                     continue;
@@ -462,14 +766,7 @@ impl Index {
                 {
                     continue;
                 }
-                heap.push(Candidate {
-                    score,
-                    part: p as u32,
-                    row: row as u32,
-                });
-                if heap.len() > query.k {
-                    heap.pop();
-                }
+                offer(heap, query.k, score, p, row);
             }
         }
     }
@@ -570,9 +867,11 @@ impl IndexLoader {
                 continue;
             };
             let id = row.id;
+            let key = index.take_key();
             let at = index.partitions[part].push(
                 Row {
                     id: id.clone(),
+                    key,
                     source: row.source,
                     text: row.text,
                     metadata: Metadata::from_json(row.metadata),
@@ -590,8 +889,11 @@ impl IndexLoader {
         }
     }
 
-    /// The index.
-    pub(crate) fn finish(self) -> Index {
+    /// The index, its large partitions' graphs starting to build as `ann`
+    /// says.
+    pub(crate) fn finish(mut self, ann: AnnOptions) -> Index {
+        self.index.ann = ann;
+        self.index.poll_all();
         self.index
     }
 }
@@ -633,6 +935,21 @@ mod tests {
                 } else {
                     0.0
                 }
+            })
+            .collect();
+        let norm = v.iter().map(|a| a * a).sum::<f32>().sqrt().max(1e-6);
+        v.iter_mut().for_each(|a| *a /= norm);
+        v
+    }
+
+    fn dense(seed: u64, dims: usize) -> Vec<f32> {
+        let mut x = seed.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1;
+        let mut v: Vec<f32> = (0..dims)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x % 2000) as f32 / 1000.0 - 1.0
             })
             .collect();
         let norm = v.iter().map(|a| a * a).sum::<f32>().sqrt().max(1e-6);
@@ -721,6 +1038,44 @@ mod tests {
     }
 
     #[test]
+    fn tiles_keep_every_vector_across_chunks_and_removals() {
+        let mut index = Index::with_ann(AnnOptions::exact());
+        let mut all: HashMap<String, MemoryRecord> = HashMap::new();
+        for i in 0..(2 * CHUNK_ROWS as u64 + 37) {
+            let r = record(&format!("r{i}"), "main", Layer::Episodic, vector(i, 24));
+            all.insert(r.id.clone(), r.clone());
+            index.upsert(r);
+        }
+        // Remove enough from the front to drop the last chunk, then grow
+        // into it again.
+        for i in (0..CHUNK_ROWS as u64 + 100).step_by(1) {
+            let id = format!("r{i}");
+            assert!(index.remove(&id));
+            all.remove(&id);
+        }
+        for i in 0..300u64 {
+            let r = record(&format!("n{i}"), "main", Layer::Episodic, vector(10_000 + i, 24));
+            all.insert(r.id.clone(), r.clone());
+            index.upsert(r);
+        }
+        assert_eq!(index.len(), all.len());
+        for r in all.values() {
+            assert_eq!(index.get(&r.id).as_ref(), Some(r), "{}", r.id);
+        }
+        let q = vector(77, 24);
+        let hits = index.search(&query(MemoryFilter::for_user("u"), q.clone(), 5));
+        let mut expected: Vec<(f32, String)> = all
+            .values()
+            .map(|r| (cosine(&r.embedding, &q), r.id.clone()))
+            .collect();
+        expected.sort_by(|a, b| b.0.total_cmp(&a.0));
+        assert_eq!(
+            hits.iter().map(|h| h.id.clone()).collect::<Vec<_>>(),
+            expected.iter().take(5).map(|e| e.1.clone()).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
     fn lists_are_newest_first_and_limited() {
         let mut index = Index::default();
         for (i, id) in ["x", "yy", "zzz"].iter().enumerate() {
@@ -732,5 +1087,251 @@ mod tests {
             .map(|r| r.id)
             .collect();
         assert_eq!(ids, ["zzz", "yy"]);
+    }
+
+    /// The approximate index behind the record index (feature `ann`).
+    #[cfg(feature = "ann")]
+    mod graph {
+        use super::*;
+        use crate::model::cosine;
+        use proptest::prelude::*;
+
+        fn small(min_rows: usize) -> AnnOptions {
+            AnnOptions {
+                min_rows,
+                ..AnnOptions::default()
+            }
+        }
+
+        fn ready_rows(index: &Index) -> usize {
+            index.graph_stats().0
+        }
+
+        #[test]
+        fn the_graph_finds_what_the_scan_finds_with_exact_similarities() {
+            let dims = 48;
+            // Random dense vectors are the hardest case for a graph; a wide
+            // search shows the machinery loses nothing on its own.
+            let mut index = Index::with_ann(AnnOptions {
+                expansion_search: 128,
+                ..small(500)
+            });
+            let mut exact = Index::with_ann(AnnOptions::exact());
+            for i in 0..3000u64 {
+                let r = record(&format!("r{i}"), "main", Layer::Episodic, dense(i, dims));
+                index.upsert(r.clone());
+                exact.upsert(r);
+            }
+            // A small partition of another agent stays a scan.
+            for i in 0..40u64 {
+                index.upsert(record(
+                    &format!("k{i}"),
+                    "karen",
+                    Layer::Episodic,
+                    dense(90_000 + i, dims),
+                ));
+            }
+            index.wait_for_graphs();
+            assert_eq!(ready_rows(&index), 3000, "only the large partition has a graph");
+            let (mut overlap, mut total) = (0usize, 0usize);
+            for s in 0..50u64 {
+                let q = dense(1_000_000 + s, dims);
+                let filter =
+                    MemoryFilter::for_user("u").layer(Layer::Episodic, crate::memory::record::Agents::Any);
+                let approx = index.search(&query(filter.clone(), q.clone(), 10));
+                let truth = exact.search(&query(filter.clone(), q.clone(), 10));
+                for hit in &approx {
+                    let r = index.get(&hit.id).unwrap();
+                    assert!(
+                        (hit.similarity - cosine(&r.embedding, &q)).abs() < 1e-4,
+                        "{}",
+                        hit.id
+                    );
+                }
+                // The small partition is in the results when it should be.
+                let truth_ids: Vec<&str> = truth.iter().map(|h| h.id.as_str()).collect();
+                overlap += approx
+                    .iter()
+                    .filter(|h| truth_ids.contains(&h.id.as_str()))
+                    .count();
+                total += truth.len();
+            }
+            let recall = overlap as f64 / total as f64;
+            assert!(recall >= 0.95, "recall@10 {recall}");
+        }
+
+        #[test]
+        fn writes_during_a_build_are_caught_up_and_deletes_never_return() {
+            let dims = 32;
+            let mut index = Index::with_ann(small(200));
+            for i in 0..400u64 {
+                index.upsert(record(&format!("r{i}"), "main", Layer::Episodic, dense(i, dims)));
+            }
+            // The build started at the 200th write; everything after it, and
+            // these, happened while (or before) it ran.
+            for i in 400..450u64 {
+                index.upsert(record(&format!("r{i}"), "main", Layer::Episodic, dense(i, dims)));
+            }
+            for i in [3u64, 250, 420] {
+                assert!(index.remove(&format!("r{i}")));
+            }
+            // An update moves the record to a new vector: the old one must not
+            // be found under its id.
+            index.upsert(record("r7", "main", Layer::Episodic, dense(7_777, dims)));
+            index.wait_for_graphs();
+            assert_eq!(ready_rows(&index), 447);
+            // A record written now is found at once (from the tail), before
+            // any adder ran.
+            index.upsert(record("fresh", "main", Layer::Episodic, dense(123_456, dims)));
+            let hits = index.search(&query(MemoryFilter::for_user("u"), dense(123_456, dims), 1));
+            assert_eq!(hits[0].id, "fresh");
+            assert!(index.remove("fresh"));
+            for i in [0u64, 199, 200, 399, 449] {
+                let hits = index.search(&query(MemoryFilter::for_user("u"), dense(i, dims), 1));
+                assert_eq!(hits[0].id, format!("r{i}"), "its own vector finds it");
+                assert!(hits[0].similarity > 0.999);
+            }
+            for i in [3u64, 250, 420] {
+                let hits = index.search(&query(MemoryFilter::for_user("u"), dense(i, dims), 20));
+                assert!(hits.iter().all(|h| h.id != format!("r{i}")), "r{i} was deleted");
+            }
+            let hits = index.search(&query(MemoryFilter::for_user("u"), dense(7, dims), 20));
+            assert!(
+                hits.iter().all(|h| h.id != "r7" || h.similarity < 0.99),
+                "the old vector of r7"
+            );
+            let hits = index.search(&query(MemoryFilter::for_user("u"), dense(7_777, dims), 1));
+            assert_eq!(hits[0].id, "r7");
+            // Exclusions hold in the graph too.
+            let filter = MemoryFilter::for_user("u").excluding(vec!["r0".into()]);
+            let hits = index.search(&query(filter, dense(0, dims), 5));
+            assert!(hits.iter().all(|h| h.id != "r0"));
+            // Shrinking below half the threshold drops the graph.
+            for i in 0..450u64 {
+                index.remove(&format!("r{i}"));
+            }
+            assert_eq!(ready_rows(&index), 0);
+        }
+
+        #[test]
+        fn writes_during_a_build_reach_the_graph_through_the_tail() {
+            let dims = 24;
+            let mut index = Index::with_ann(AnnOptions::exact());
+            for i in 0..20_000u64 {
+                index.upsert(record(&format!("r{i}"), "main", Layer::Episodic, dense(i, dims)));
+            }
+            index.set_ann(small(100));
+            // Written while the graph of the first 20,000 builds: the tail,
+            // scanned exactly until background adders move it into the graph.
+            for i in 20_000..25_000u64 {
+                index.upsert(record(&format!("r{i}"), "main", Layer::Episodic, dense(i, dims)));
+            }
+            for i in (0..25_000u64).step_by(1000) {
+                index.remove(&format!("r{i}"));
+            }
+            index.wait_for_graphs();
+            assert_eq!(ready_rows(&index), 25_000 - 25);
+            let found = (1..25_000u64)
+                .step_by(97)
+                .filter(|i| {
+                    let hits = index.search(&query(MemoryFilter::for_user("u"), dense(*i, dims), 1));
+                    hits[0].id == format!("r{i}")
+                })
+                .count();
+            assert!(found >= 255, "{found} of 258 find themselves");
+            for i in (0..25_000u64).step_by(1000) {
+                let hits = index.search(&query(MemoryFilter::for_user("u"), dense(i, dims), 3));
+                assert!(hits.iter().all(|h| h.id != format!("r{i}")));
+            }
+        }
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Put(u8, u16),
+            Delete(u8),
+            Search(u16, u8),
+            Wait,
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                5 => (any::<u8>(), any::<u16>()).prop_map(|(id, seed)| Op::Put(id, seed)),
+                3 => any::<u8>().prop_map(Op::Delete),
+                3 => (any::<u16>(), 1u8..12).prop_map(|(seed, k)| Op::Search(seed, k)),
+                1 => Just(Op::Wait),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(48))]
+
+            /// Interleaved writes, deletes and searches, with graphs built in
+            /// the background at a tiny threshold: a search only ever returns
+            /// records that exist, with their current vector's similarity, and
+            /// never one that was deleted or the old vector of one updated.
+            #[test]
+            fn a_forgotten_record_never_comes_back(ops in proptest::collection::vec(op(), 1..400)) {
+                let dims = 16;
+                let mut index = Index::with_ann(small(24));
+                let mut model: HashMap<String, Vec<f32>> = HashMap::new();
+                let mut deleted: std::collections::HashSet<String> = Default::default();
+                for op in ops {
+                    match op {
+                        Op::Put(id, seed) => {
+                            let id = format!("m{}", id % 64);
+                            let v = dense(seed as u64, dims);
+                            index.upsert(record(&id, "main", Layer::Episodic, v.clone()));
+                            deleted.remove(&id);
+                            model.insert(id, v);
+                        }
+                        Op::Delete(id) => {
+                            let id = format!("m{}", id % 64);
+                            let key = index
+                                .by_id
+                                .get(id.as_str())
+                                .map(|&(p, r)| (p, index.partitions[p].rows[r].key));
+                            prop_assert_eq!(index.remove(&id), model.remove(&id).is_some());
+                            if let Some((p, key)) = key {
+                                // Out of the graph itself, not only filtered out.
+                                prop_assert_ne!(index.partitions[p].ann.holds(key), Some(true));
+                            }
+                            deleted.insert(id);
+                        }
+                        Op::Search(seed, k) => {
+                            let q = dense(seed as u64 + 100_000, dims);
+                            let hits = index.search(&query(MemoryFilter::for_user("u"), q.clone(), k as usize));
+                            prop_assert!(hits.len() <= model.len().min(k as usize));
+                            for hit in &hits {
+                                prop_assert!(!deleted.contains(&hit.id), "{} was deleted", hit.id);
+                                let v = model.get(&hit.id);
+                                prop_assert!(v.is_some(), "{} does not exist", hit.id);
+                                let want = cosine(v.unwrap(), &q);
+                                prop_assert!((hit.similarity - want).abs() < 1e-4, "{}: {} vs {}", hit.id, hit.similarity, want);
+                            }
+                            // The best hit is the true best while the scan
+                            // answers; the graph is approximate, so only the
+                            // membership and similarity are checked then.
+                            if ready_rows(&index) == 0 && !model.is_empty() {
+                                let best = model.values().map(|v| cosine(v, &q)).fold(f32::MIN, f32::max);
+                                prop_assert!((hits[0].similarity - best).abs() < 1e-5);
+                            }
+                        }
+                        Op::Wait => index.wait_for_graphs(),
+                    }
+                }
+                index.wait_for_graphs();
+                prop_assert_eq!(index.len(), model.len());
+                // Reach is approximate (see `ann.rs`, churn); nearly every
+                // live record finds itself.
+                let found = model
+                    .values()
+                    .filter(|v| index.search(&query(MemoryFilter::for_user("u"), (*v).clone(), 1))[0].similarity > 0.999)
+                    .count();
+                prop_assert!(found * 10 >= model.len() * 9, "{found} of {} find themselves", model.len());
+                for id in &deleted {
+                    prop_assert!(index.get(id).is_none());
+                }
+            }
+        }
     }
 }

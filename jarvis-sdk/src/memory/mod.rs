@@ -15,6 +15,7 @@
 //! | `scope.rs` | [`MemoryScope`], [`MemoryRead`] (`memory.read`), [`ScopeResolver`] |
 //! | `store.rs` | the [`MemoryStore`] trait, [`InMemoryMemoryStore`] |
 //! | `index.rs` | the partitioned, contiguous vector index every store searches |
+//! | `ann.rs` | [`AnnOptions`]: the approximate (HNSW) index of large partitions, built in the background |
 //! | `sqlite.rs` | [`SqliteMemoryStore`] (feature `sqlite`, default): `$JARVIS_HOME/memory.sqlite3` |
 //! | `postgres.rs` | [`PostgresMemoryStore`] (feature `postgres`) |
 //! | `working.rs` | [`WorkingMemory`] and its rule |
@@ -25,6 +26,7 @@
 //! | `user_model.rs` | `$JARVIS_HOME/user_model.json` |
 //! | `procedures.rs` | `$JARVIS_HOME/procedures/<agent_id>/<name>.md` |
 
+mod ann;
 mod error;
 mod forget;
 mod index;
@@ -43,6 +45,7 @@ mod store;
 mod user_model;
 mod working;
 
+pub use ann::AnnOptions;
 pub use error::MemoryError;
 pub use forget::{ForgottenSecret, MIN_FORGET_CHARS, contains_forgotten, fact_digest, normalise_fact};
 pub use inject::{MemoryContext, MemorySection, SectionBudgets, SectionKind, last_turns};

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use super::ann::AnnOptions;
 use super::error::MemoryError;
 use super::index::{Index, IndexLoader, LoadBatch, LoadKey, LoadedRow};
 use super::record::{Layer, MemoryFilter, MemoryRecord, SearchHit, SearchQuery};
@@ -548,7 +549,7 @@ fn load(path: &Path, conn: &Connection) -> Result<(Index, usize), MemoryError> {
             for batch in received {
                 loader.add(batch);
             }
-            loader.finish()
+            loader.finish(AnnOptions::default())
         });
         let started = Instant::now();
         let scanned = scan(path, conn, |batch| batches.send(batch).is_ok());
@@ -684,6 +685,18 @@ impl SqliteMemoryStore {
             checkpoint(&inner.path, &conn)
         })
         .await
+    }
+
+    /// Changes when memory partitions get an approximate index
+    /// ([`AnnOptions`]; the default needs no call).
+    pub fn set_ann(&self, options: AnnOptions) {
+        self.index().set_ann(options);
+    }
+
+    /// Blocks until every approximate index being built in the background
+    /// is ready (for tests and benchmarks; the store waits meanwhile).
+    pub fn wait_for_graphs(&self) {
+        self.index().wait_for_graphs();
     }
 
     fn index(&self) -> MutexGuard<'_, Index> {

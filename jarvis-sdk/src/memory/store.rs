@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::{Mutex, MutexGuard};
 
+use super::ann::AnnOptions;
 use super::error::MemoryError;
 use super::index::Index;
 use super::record::{MemoryFilter, MemoryRecord, SearchHit, SearchQuery};
@@ -109,6 +110,33 @@ impl InMemoryMemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty store whose large partitions get approximate indexes as
+    /// `ann` says ([`AnnOptions::exact`]: never).
+    pub fn with_ann(ann: AnnOptions) -> Self {
+        Self {
+            index: Mutex::new(Index::with_ann(ann)),
+            ..Self::default()
+        }
+    }
+
+    /// Changes when partitions get approximate indexes (takes effect at
+    /// once; graphs already built stay while their partitions stay large).
+    pub fn set_ann(&self, ann: AnnOptions) {
+        self.index().set_ann(ann);
+    }
+
+    /// Blocks until every approximate index being built in the background
+    /// is ready (for tests and benchmarks; the store waits meanwhile).
+    pub fn wait_for_graphs(&self) {
+        self.index().wait_for_graphs();
+    }
+
+    /// How many records are searched through an approximate index, and
+    /// those indexes' memory in bytes.
+    pub fn graph_stats(&self) -> (usize, usize) {
+        self.index().graph_stats()
     }
 
     /// How many records it holds.

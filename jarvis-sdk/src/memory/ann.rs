@@ -1,0 +1,595 @@
+//! Approximate nearest-neighbour recall for large partitions of the record
+//! index ([`AnnOptions`]; the graph itself needs the `ann` feature, on by
+//! default).
+//!
+//! **When.** A partition (one user, agent, layer, kind and embedding space;
+//! see `index.rs`) at or above [`AnnOptions::min_rows`] records gets an
+//! HNSW graph (the `usearch` crate, inner-product metric, vectors quantised
+//! to `i8` in the graph). The graph only proposes candidates: each is
+//! scored again against the `f32` vector in the partition's tiles, so a
+//! hit's similarity is the exact dot product and the floor and ranking see
+//! exact values. Below the threshold, and until its first graph is ready, a
+//! partition is scanned exactly; a partition that shrinks below half the
+//! threshold drops its graph.
+//!
+//! **Nothing waits for the graph.** The first graph is built on a
+//! background thread from a snapshot: the partition's vector chunks are
+//! shared (`Arc`, copied on the next write to each) with the row keys, so
+//! taking it costs microseconds and the store answers by exact scan
+//! meanwhile. Rows written after the graph's snapshot form its *tail*: a
+//! search walks the graph for the rows it covers and scans the tail
+//! exactly, and a background adder moves the tail into the graph in
+//! batches. A write therefore costs no graph insertion, and a search sees
+//! every record at once.
+//!
+//! **Kept in step.** Every row has a key that is never reused (an update
+//! that changes the vector takes a new key); removals remove from the graph
+//! at once (and again when an addition that was under way finishes), and a
+//! search only accepts keys the partition still maps to a row and the
+//! graph covers, so a deleted record cannot come back from the graph.
+//!
+//! **Churn.** A removed node stays in an HNSW graph as a connector and its
+//! slot is reused by a later add, which slowly costs the graph reach (a
+//! live node nobody links to any more cannot be found). Once the removals
+//! since the last build pass a quarter of the partition, a new graph is
+//! built in the background while the old one keeps answering.
+// ponytail: graphs are rebuilt at every start (not persisted to disk).
+
+#[cfg(feature = "ann")]
+use std::collections::HashMap;
+#[cfg(feature = "ann")]
+use std::sync::{Arc, Mutex, mpsc};
+
+/// How recall uses approximate nearest-neighbour graphs (feature `ann`,
+/// on by default; without it every search is an exact scan).
+///
+/// The defaults were measured with `recall_bench` (see README.md, Memory):
+/// from about 5,000 records a partition's graph search beats its exact
+/// scan, and with these settings the graphs' recall@10 against exact
+/// search at 100,000 records is above 0.95.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnnOptions {
+    /// Partitions with at least this many records get a graph.
+    /// `usize::MAX` turns graphs off (every search exact).
+    pub min_rows: usize,
+    /// Links per node (HNSW `M`).
+    pub connectivity: usize,
+    /// Candidates considered when adding a node (`ef_construction`).
+    pub expansion_add: usize,
+    /// Candidates considered when searching (`ef`); a search asking for
+    /// more hits than this considers that many.
+    pub expansion_search: usize,
+    /// Threads that build one graph in the background.
+    pub build_threads: usize,
+}
+
+impl Default for AnnOptions {
+    fn default() -> Self {
+        Self {
+            min_rows: 5_000,
+            connectivity: 16,
+            expansion_add: 64,
+            expansion_search: 48,
+            build_threads: 1,
+        }
+    }
+}
+
+impl AnnOptions {
+    /// Every search an exact scan, whatever the partition's size.
+    pub fn exact() -> Self {
+        Self {
+            min_rows: usize::MAX,
+            ..Self::default()
+        }
+    }
+}
+
+/// What a partition's graph needs to know of it: its dimensions and, by
+/// row, keys and vectors.
+#[cfg_attr(not(feature = "ann"), allow(dead_code))]
+pub(super) trait Rows {
+    /// Vector length.
+    fn dims(&self) -> usize;
+    /// How many rows.
+    fn len(&self) -> usize;
+    /// The key of `row`.
+    fn key(&self, row: usize) -> u64;
+    /// Writes the vector of `row` into `out` (`dims` values).
+    fn vector_into(&self, row: usize, out: &mut [f32]);
+}
+
+/// A partition's approximate index; a no-op without the `ann` feature.
+#[cfg(not(feature = "ann"))]
+#[derive(Debug, Default)]
+pub(super) struct PartAnn;
+
+#[cfg(not(feature = "ann"))]
+impl PartAnn {
+    pub(super) fn pushed(&mut self, _key: u64, _row: usize) {}
+    pub(super) fn moved(&mut self, _key: u64, _row: usize) {}
+    pub(super) fn removed(&mut self, _key: u64) {}
+    pub(super) fn poll<R: Rows + Send + 'static>(
+        &self,
+        _rows: &dyn Rows,
+        _snapshot: impl Fn() -> R,
+        _next_key: u64,
+        _options: &AnnOptions,
+    ) {
+    }
+    pub(super) fn wait<R: Rows + Send + 'static>(
+        &self,
+        _rows: &dyn Rows,
+        _snapshot: impl Fn() -> R,
+        _next_key: u64,
+        _options: &AnnOptions,
+    ) {
+    }
+    pub(super) fn search(
+        &self,
+        _query: &[f32],
+        _count: usize,
+        _extra: usize,
+        _accept: &dyn Fn(usize) -> bool,
+        _score: &dyn Fn(usize) -> f32,
+    ) -> Option<Vec<(usize, f32)>> {
+        None
+    }
+    pub(super) fn is_ready(&self) -> bool {
+        false
+    }
+    pub(super) fn memory_bytes(&self) -> usize {
+        0
+    }
+}
+
+#[cfg(feature = "ann")]
+type Graph = usearch::Index;
+
+/// Tail rows an adder takes at most at once.
+#[cfg(feature = "ann")]
+const ADD_BATCH: usize = 4_096;
+
+/// A partition's graph, the build and the addition under way.
+#[cfg(feature = "ann")]
+#[derive(Default)]
+struct State {
+    /// What searches walk, when there is one (shared with an adder).
+    graph: Option<Arc<Graph>>,
+    /// The graph holds every live row with a key below this; rows at or
+    /// above it are the tail.
+    covered: u64,
+    /// Keys of the live rows at or above `covered` (scanned exactly).
+    tail: Vec<u64>,
+    /// A graph being built from a snapshot (the first, or a rebuild after
+    /// churn while `graph` keeps answering).
+    build: Option<Build>,
+    /// Tail rows being added to `graph`.
+    adder: Option<Adder>,
+    /// Rows removed from `graph` since it was built.
+    churn: usize,
+    /// Building or updating failed: exact scan from now on.
+    failed: bool,
+}
+
+#[cfg(feature = "ann")]
+struct Build {
+    done: mpsc::Receiver<Result<Graph, String>>,
+    /// Keys at or above it were written after the snapshot.
+    from_key: u64,
+    /// Keys removed since the snapshot.
+    removed: Vec<u64>,
+}
+
+#[cfg(feature = "ann")]
+struct Adder {
+    done: mpsc::Receiver<Result<(), String>>,
+    /// When it is done, the graph covers the keys below this.
+    to_key: u64,
+    /// Keys removed while it ran (it may have added them after).
+    removed: Vec<u64>,
+}
+
+/// A partition's approximate index: the row of each key, and the graph's
+/// state. See the module docs.
+#[cfg(feature = "ann")]
+#[derive(Default)]
+pub(super) struct PartAnn {
+    rows: HashMap<u64, u32>,
+    state: Mutex<State>,
+}
+
+#[cfg(feature = "ann")]
+impl std::fmt::Debug for PartAnn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.state();
+        f.debug_struct("PartAnn")
+            .field("rows", &self.rows.len())
+            .field("graph", &state.graph.as_ref().map(|g| g.size()))
+            .field("tail", &state.tail.len())
+            .field("building", &state.build.is_some())
+            .field("adding", &state.adder.is_some())
+            .field("churn", &state.churn)
+            .field("failed", &state.failed)
+            .finish()
+    }
+}
+
+#[cfg(feature = "ann")]
+fn new_graph(dims: usize, options: &AnnOptions, capacity: usize, threads: usize) -> Result<Graph, String> {
+    let graph = usearch::Index::new(&usearch::IndexOptions {
+        dimensions: dims,
+        metric: usearch::MetricKind::IP,
+        quantization: usearch::ScalarKind::I8,
+        connectivity: options.connectivity,
+        expansion_add: options.expansion_add,
+        expansion_search: options.expansion_search,
+        multi: false,
+    })
+    .map_err(|e| e.to_string())?;
+    graph
+        .reserve_capacity_and_threads(capacity.max(64), threads.max(2))
+        .map_err(|e| e.to_string())?;
+    Ok(graph)
+}
+
+/// Builds a graph over every row of `rows` (on `threads` threads).
+#[cfg(feature = "ann")]
+fn build(rows: &(dyn Rows + Sync), options: &AnnOptions) -> Result<Graph, String> {
+    let (dims, n) = (rows.dims(), rows.len());
+    let threads = options.build_threads.clamp(1, 64);
+    let graph = new_graph(dims, options, n + n / 8, threads + 1)?;
+    let failure: Mutex<Option<String>> = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            let (graph, failure) = (&graph, &failure);
+            scope.spawn(move || {
+                let mut vector = vec![0.0f32; dims];
+                for row in (t..n).step_by(threads) {
+                    rows.vector_into(row, &mut vector);
+                    if let Err(e) = graph.add(rows.key(row), &vector) {
+                        *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    match failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(graph),
+    }
+}
+
+#[cfg(feature = "ann")]
+fn spawn<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<mpsc::Receiver<Result<T, String>>, String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("jarvis-recall-graph".into())
+        .spawn(move || {
+            let _ = tx.send(work());
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(rx)
+}
+
+/// What a background thread answered: `None` while it works (with
+/// `block`, waits for it instead).
+#[cfg(feature = "ann")]
+fn outcome<T>(done: &mpsc::Receiver<Result<T, String>>, block: bool) -> Option<Result<T, String>> {
+    let ended = || Err("the background thread ended".to_owned());
+    if block {
+        return Some(done.recv().unwrap_or_else(|_| ended()));
+    }
+    match done.try_recv() {
+        Ok(result) => Some(result),
+        Err(mpsc::TryRecvError::Empty) => None,
+        Err(mpsc::TryRecvError::Disconnected) => Some(ended()),
+    }
+}
+
+#[cfg(feature = "ann")]
+impl State {
+    fn fail(&mut self, what: &str, error: &str) {
+        tracing::warn!(
+            error,
+            "memory: {what}; exact search from now on for this partition"
+        );
+        *self = State {
+            failed: true,
+            ..State::default()
+        };
+    }
+
+    /// Whether searches walk the graph (there is one and no failure).
+    fn walks(&self) -> bool {
+        self.graph.is_some() && !self.failed
+    }
+}
+
+#[cfg(feature = "ann")]
+impl PartAnn {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A row with `key` was added at `row`.
+    pub(super) fn pushed(&mut self, key: u64, row: usize) {
+        self.rows.insert(key, row as u32);
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        if state.graph.is_some() && key >= state.covered {
+            state.tail.push(key);
+        }
+    }
+
+    /// The row with `key` moved to `row`.
+    pub(super) fn moved(&mut self, key: u64, row: usize) {
+        self.rows.insert(key, row as u32);
+    }
+
+    /// The row with `key` is gone.
+    pub(super) fn removed(&mut self, key: u64) {
+        self.rows.remove(&key);
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(build) = &mut state.build {
+            build.removed.push(key);
+        }
+        if let Some(adder) = &mut state.adder {
+            adder.removed.push(key);
+        }
+        if key >= state.covered
+            && let Some(at) = state.tail.iter().position(|&k| k == key)
+        {
+            state.tail.swap_remove(at);
+        }
+        if let Some(graph) = &state.graph {
+            state.churn += 1;
+            if let Err(e) = graph.remove(key) {
+                state.fail("the recall graph could not remove a record", &e.to_string());
+            }
+        }
+    }
+
+    /// Moves finished work in; starts a build when the partition reached
+    /// the threshold or its graph has churned past a quarter of its rows,
+    /// and an adder when the tail is not empty; drops the graph when the
+    /// partition shrank below half the threshold. `snapshot` is called only
+    /// to start a build; `next_key` is the key the next written row gets.
+    pub(super) fn poll<R: Rows + Send + Sync + 'static>(
+        &self,
+        rows: &dyn Rows,
+        snapshot: impl Fn() -> R,
+        next_key: u64,
+        options: &AnnOptions,
+    ) {
+        let mut state = self.state();
+        self.step(&mut state, rows, &snapshot, next_key, options, false);
+    }
+
+    /// Blocks until no build or addition is under way and the tail is in
+    /// the graph (for tests and benchmarks).
+    pub(super) fn wait<R: Rows + Send + Sync + 'static>(
+        &self,
+        rows: &dyn Rows,
+        snapshot: impl Fn() -> R,
+        next_key: u64,
+        options: &AnnOptions,
+    ) {
+        let mut state = self.state();
+        loop {
+            self.step(&mut state, rows, &snapshot, next_key, options, true);
+            if state.failed || (state.build.is_none() && state.adder.is_none()) {
+                return;
+            }
+        }
+    }
+
+    /// One step of [`poll`](Self::poll); with `block`, waits for the work
+    /// under way to finish first.
+    fn step<R: Rows + Send + Sync + 'static>(
+        &self,
+        state: &mut State,
+        rows: &dyn Rows,
+        snapshot: &dyn Fn() -> R,
+        next_key: u64,
+        options: &AnnOptions,
+        block: bool,
+    ) {
+        if state.failed {
+            return;
+        }
+        if let Some(build) = &state.build {
+            match outcome(&build.done, block) {
+                Some(result) => self.install(state, result),
+                // The tail waits for the new graph.
+                None => return,
+            }
+        }
+        if let Some(adder) = &state.adder {
+            match outcome(&adder.done, block) {
+                Some(Ok(())) => self.added(state),
+                Some(Err(e)) => return state.fail("adding to a recall graph failed", &e),
+                None => return,
+            }
+        }
+        if state.failed {
+            return;
+        }
+        let len = rows.len();
+        if len < options.min_rows / 2 || rows.dims() == 0 {
+            state.graph = None;
+            state.tail.clear();
+            return;
+        }
+        let rebuild = match &state.graph {
+            None => len >= options.min_rows,
+            Some(_) => state.churn > len / 4,
+        };
+        if rebuild {
+            let snapshot = snapshot();
+            let options = *options;
+            match spawn(move || build(&snapshot, &options)) {
+                Ok(done) => {
+                    state.build = Some(Build {
+                        done,
+                        from_key: next_key,
+                        removed: Vec::new(),
+                    })
+                }
+                Err(e) => state.fail("could not start building a recall graph", &e),
+            }
+            return;
+        }
+        if !state.tail.is_empty() {
+            self.start_adder(state, rows, next_key);
+        }
+    }
+
+    /// Makes a finished build the graph searches walk: removes what was
+    /// removed since its snapshot; the rows written since are its tail.
+    fn install(&self, state: &mut State, result: Result<Graph, String>) {
+        let Some(build) = state.build.take() else {
+            return;
+        };
+        let graph = match result {
+            Ok(graph) => graph,
+            Err(e) => return state.fail("building a recall graph failed", &e),
+        };
+        for &key in &build.removed {
+            if let Err(e) = graph.remove(key) {
+                return state.fail("building a recall graph failed", &e.to_string());
+            }
+        }
+        state.graph = Some(Arc::new(graph));
+        state.covered = build.from_key;
+        state.tail = self
+            .rows
+            .keys()
+            .copied()
+            .filter(|&k| k >= build.from_key)
+            .collect();
+        state.churn = 0;
+        // An adder of the old graph no longer matters.
+        state.adder = None;
+    }
+
+    /// An adder finished: the graph covers what it added.
+    fn added(&self, state: &mut State) {
+        let Some(adder) = state.adder.take() else {
+            return;
+        };
+        if let Some(graph) = &state.graph {
+            for &key in &adder.removed {
+                if let Err(e) = graph.remove(key) {
+                    return state.fail("adding to a recall graph failed", &e.to_string());
+                }
+            }
+        }
+        state.covered = adder.to_key;
+        let covered = state.covered;
+        state.tail.retain(|&k| k >= covered);
+    }
+
+    /// Starts adding the oldest tail rows (up to [`ADD_BATCH`]) to the
+    /// graph on a background thread; searches go on meanwhile.
+    fn start_adder(&self, state: &mut State, rows: &dyn Rows, next_key: u64) {
+        let Some(graph) = state.graph.clone() else {
+            return;
+        };
+        state.tail.sort_unstable();
+        let batch: Vec<u64> = state.tail.iter().copied().take(ADD_BATCH).collect();
+        // Once these are in, the graph covers every key below the first
+        // tail key left (or below the next key, when none is left).
+        let to_key = state.tail.get(batch.len()).copied().unwrap_or(next_key);
+        let dims = rows.dims();
+        let mut vectors = vec![0.0f32; batch.len() * dims];
+        for (i, key) in batch.iter().enumerate() {
+            if let Some(&row) = self.rows.get(key) {
+                rows.vector_into(row as usize, &mut vectors[i * dims..(i + 1) * dims]);
+            }
+        }
+        let wanted = graph.size() + batch.len();
+        if wanted > graph.capacity()
+            && let Err(e) = graph.reserve(wanted + wanted / 4)
+        {
+            return state.fail("the recall graph could not grow", &e.to_string());
+        }
+        let work = move || {
+            for (i, key) in batch.iter().enumerate() {
+                graph
+                    .add(*key, &vectors[i * dims..(i + 1) * dims])
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        };
+        match spawn(work) {
+            Ok(done) => {
+                state.adder = Some(Adder {
+                    done,
+                    to_key,
+                    removed: Vec::new(),
+                })
+            }
+            Err(e) => state.fail("could not start adding to a recall graph", &e),
+        }
+    }
+
+    /// Whether the graph holds `key` (tests).
+    #[cfg(test)]
+    pub(super) fn holds(&self, key: u64) -> Option<bool> {
+        self.state().graph.as_ref().map(|g| g.contains(key))
+    }
+
+    /// Whether searches walk a graph.
+    pub(super) fn is_ready(&self) -> bool {
+        self.state().walks()
+    }
+
+    /// The graph's memory (quantised vectors and links), in bytes.
+    pub(super) fn memory_bytes(&self) -> usize {
+        self.state().graph.as_ref().map_or(0, |g| g.memory_usage())
+    }
+
+    /// The `count` rows nearest `query` that `accept` takes (`extra`: how
+    /// many it may turn away), as (row, exact similarity by `score`), when
+    /// there is a graph: the graph's candidates for the rows it covers and
+    /// every tail row; `None` means "scan".
+    pub(super) fn search(
+        &self,
+        query: &[f32],
+        count: usize,
+        extra: usize,
+        accept: &dyn Fn(usize) -> bool,
+        score: &dyn Fn(usize) -> f32,
+    ) -> Option<Vec<(usize, f32)>> {
+        let state = self.state();
+        if !state.walks() {
+            return None;
+        }
+        let graph = state.graph.as_ref()?;
+        let covered = state.covered;
+        // Filtered after the walk rather than during it (a call back into
+        // Rust per visited node costs more than it saves): the graph holds
+        // no removed key, and the keys an adder is adding are in the tail;
+        // `extra` covers what `accept` turns away.
+        let found = graph.search(query, count + extra).ok()?;
+        let mut out: Vec<(usize, f32)> = found
+            .keys
+            .iter()
+            .filter(|&&key| key < covered)
+            .filter_map(|key| self.rows.get(key).map(|&row| row as usize))
+            .filter(|&row| accept(row))
+            .map(|row| (row, score(row)))
+            .collect();
+        for key in &state.tail {
+            if let Some(&row) = self.rows.get(key)
+                && accept(row as usize)
+            {
+                out.push((row as usize, score(row as usize)));
+            }
+        }
+        Some(out)
+    }
+}
