@@ -699,6 +699,12 @@ impl SqliteMemoryStore {
         self.index().wait_for_graphs();
     }
 
+    /// How many records are searched through an approximate index, and
+    /// those indexes' memory in bytes.
+    pub fn graph_stats(&self) -> (usize, usize) {
+        self.index().graph_stats()
+    }
+
     fn index(&self) -> MutexGuard<'_, Index> {
         self.inner.index()
     }

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use jarvis_sdk::{
-    HashEmbedder, Layer, MEMORY_DB_FILE, MemoryConfig, MemoryError, MemoryFilter, MemoryRecord, MemoryScope,
-    MemoryService, MemoryStore, SQLITE_SCHEMA_VERSION, SectionKind, SqliteMemoryStore, Timestamp, TurnRecord,
-    WorkingMemory,
+    AnnOptions, HashEmbedder, Layer, MEMORY_DB_FILE, MemoryConfig, MemoryError, MemoryFilter, MemoryRecord,
+    MemoryScope, MemoryService, MemoryStore, SQLITE_SCHEMA_VERSION, SearchQuery, SectionKind,
+    SqliteMemoryStore, Timestamp, TurnRecord, WorkingMemory,
 };
 use serde_json::json;
 
@@ -535,4 +535,52 @@ fn sigkill_at_random_moments_loses_no_reported_memory() {
         total > KILLS,
         "seed {seed}: the children wrote almost nothing: {by_kill:?}"
     );
+}
+
+/// With a small graph threshold: a deleted record leaves the graph at once
+/// and is not in the graph rebuilt from the file after a restart.
+#[tokio::test]
+async fn a_forgotten_record_stays_out_of_the_graph_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(MEMORY_DB_FILE);
+    let embedder = HashEmbedder::default();
+    let name = jarvis_sdk::Embedder::name(&embedder).to_owned();
+    let text = |i: usize| format!("note {i}: the {} meeting about {} moved", i * 7919 % 1000, i % 37);
+    let small = AnnOptions {
+        min_rows: 50,
+        ..AnnOptions::default()
+    };
+    let query = |i: usize| SearchQuery {
+        filter: MemoryFilter::for_user("u"),
+        embedder: name.clone(),
+        vector: embedder.embed_text(&text(i)),
+        k: 300,
+        min_similarity: -1.0,
+    };
+    {
+        let store = SqliteMemoryStore::open(path.clone()).await.unwrap();
+        store.set_ann(small);
+        for i in 0..300 {
+            let mut r = record(&format!("r{i}"), &text(i));
+            r.embedding = embedder.embed_text(&text(i));
+            r.embedder = name.clone();
+            store.put(r).await.unwrap();
+        }
+        store.wait_for_graphs();
+        assert_eq!(store.graph_stats().0, 300);
+        assert_eq!(store.search(&query(7)).await.unwrap()[0].id, "r7");
+        assert_eq!(store.delete(&["r7".to_owned()]).await.unwrap(), 1);
+        let hits = store.search(&query(7)).await.unwrap();
+        assert!(
+            hits.iter().all(|h| h.id != "r7"),
+            "deleted: gone from the graph at once"
+        );
+    }
+    let store = SqliteMemoryStore::open(path).await.unwrap();
+    store.set_ann(small);
+    store.wait_for_graphs();
+    assert_eq!(store.graph_stats().0, 299, "the graph is rebuilt from the file");
+    let hits = store.search(&query(7)).await.unwrap();
+    assert!(hits.iter().all(|h| h.id != "r7"));
+    assert_eq!(store.search(&query(8)).await.unwrap()[0].id, "r8");
 }
