@@ -23,7 +23,7 @@
 //!
 //! **Exact below a threshold, a graph above.** A partition smaller than
 //! [`AnnOptions::min_rows`] is scanned exactly: with this layout that is as
-//! fast as a graph walk up to about 20,000 records, and no approximate
+//! fast as a graph walk up to about 5,000 records, and no approximate
 //! index can miss a memory. Larger partitions get an HNSW graph (see
 //! `ann.rs`), built in the background while the scan answers. Either way a
 //! hit's similarity is the exact dot product, and ranking is the service's.
@@ -146,6 +146,17 @@ impl Tiles {
             .iter()
             .map(|&(j, q)| q * chunk.get(base + j * TILE).copied().unwrap_or(0.0))
             .sum()
+    }
+
+    /// Whether `row`'s vector is `vector`, value for value.
+    fn holds(&self, row: usize, vector: &[f32]) -> bool {
+        let (chunk, base) = self.slot(row);
+        let chunk = &self.chunks[chunk];
+        vector.len() == self.dims
+            && vector
+                .iter()
+                .enumerate()
+                .all(|(j, v)| chunk[base + j * TILE] == *v)
     }
 
     fn read(&self, row: usize) -> Vec<f32> {
@@ -311,7 +322,7 @@ impl Partition {
     /// Replaces the row at `index` (a new key: the graph forgets the old
     /// vector and learns the new one).
     fn replace(&mut self, index: usize, mut row: Row, vector: &[f32]) {
-        if self.key.dims == 0 || self.tiles.read(index) == vector {
+        if self.key.dims == 0 || self.tiles.holds(index, vector) {
             row.key = self.rows[index].key;
             self.rows[index] = row;
             return;
@@ -342,12 +353,12 @@ impl Partition {
         moved
     }
 
-    /// Lets the graph catch up (see [`PartAnn::poll`]); with `wait`, until
-    /// no build is under way.
+    /// Lets the graph catch up (see [`PartAnn::poll`]).
     fn poll(&self, next_key: u64, options: &AnnOptions) {
         self.ann.poll(&self.live(), || self.snapshot(), next_key, options);
     }
 
+    /// Blocks until no graph work of this partition is under way.
     fn wait(&self, next_key: u64, options: &AnnOptions) {
         self.ann.wait(&self.live(), || self.snapshot(), next_key, options);
     }
@@ -442,7 +453,6 @@ impl Index {
 
     /// Changes when partitions get graphs (takes effect at each
     /// partition's next operation; graphs already built stay).
-    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) fn set_ann(&mut self, ann: AnnOptions) {
         self.ann = ann;
         self.poll_all();
@@ -459,7 +469,6 @@ impl Index {
     /// Blocks until every graph being built is ready (for tests and
     /// benchmarks; the store is locked meanwhile).
     pub(crate) fn wait_for_graphs(&self) {
-        self.poll_all();
         for partition in &self.partitions {
             partition.wait(self.next_key, &self.ann);
         }
