@@ -12,7 +12,9 @@
 //! fsync off (as the seed measured), the same with fsync at the end of every
 //! turn (the default: `agent_end` waits for the sync), the in-memory store,
 //! and Postgres on a throwaway local cluster when its binaries are
-//! installed. Memory off and memory on (the seed's two conditions): with
+//! installed (the store as a node of a deployment, holding each session's
+//! lease, as the `jarvis` binary runs it; memory off, then memory on in the
+//! same database). Memory off and memory on (the seed's two conditions): with
 //! memory on, a `MemoryService` on the hash embedder shared by every session
 //! of the run, so the memory grows by one episode a turn (1,000 records by
 //! turn 181 of the last short session) — in the process for the fsync-off
@@ -53,11 +55,11 @@ use jarvis_sdk::{
     AgentEvent, AgentSession, AgentSessionParts, ApprovalBroker, Caller, DEFAULT_USER, Durability, EntryBody,
     FauxProvider, FauxReply, FauxScript, Harness, HashEmbedder, InMemoryMemoryStore, JsonlOptions,
     JsonlSessionStore, LayeredApprovalRules, LoopContext, MemoryRead, MemoryService, MemorySessionStore,
-    MemoryStore, NewSession, PostgresSessionStore, Provider, RouterSignals, ScreenHub, SecurityError,
-    SecurityInput, SecurityPipeline, SecurityStage, SequentialIds, SessionEntry, SessionError, SessionId,
-    SessionKind, SessionMeta, SessionPolicy, SessionStore, SqliteMemoryStore, ThinkingHook, ThinkingInput,
-    ThinkingOutcome, ThoughtConfig, ThoughtEngine, ThoughtRouter, TokenAuth, ToolGate, TurnReport, UIAdapter,
-    Validation,
+    MemoryStore, NewSession, NodeOptions, PostgresMemoryStore, PostgresSessionStore, Provider, RouterSignals,
+    ScreenHub, SecurityError, SecurityInput, SecurityPipeline, SecurityStage, SequentialIds, SessionEntry,
+    SessionError, SessionId, SessionKind, SessionMeta, SessionPolicy, SessionStore, SqliteMemoryStore,
+    ThinkingHook, ThinkingInput, ThinkingOutcome, ThoughtConfig, ThoughtEngine, ThoughtRouter, TokenAuth,
+    ToolGate, TurnReport, UIAdapter, Validation,
 };
 use std::io::Write as _;
 use std::ops::ControlFlow;
@@ -269,6 +271,9 @@ enum Memory<'a> {
     InProcess,
     /// `SqliteMemoryStore` in this file, as a home keeps it.
     Embedded(&'a Path),
+    /// `PostgresMemoryStore` at this connection string (the default
+    /// memory of a deployment on Postgres).
+    Postgres(&'a str),
 }
 
 impl Bench {
@@ -284,6 +289,7 @@ impl Bench {
             Memory::Off => None,
             Memory::InProcess => Some(Arc::new(InMemoryMemoryStore::new())),
             Memory::Embedded(path) => Some(Arc::new(SqliteMemoryStore::open(path).await.unwrap())),
+            Memory::Postgres(url) => Some(Arc::new(PostgresMemoryStore::connect(url).await.unwrap())),
         };
         let memory =
             store.map(|store| Arc::new(MemoryService::new(store, Arc::new(HashEmbedder::default()))));
@@ -683,16 +689,51 @@ fn main() {
 
     match TempPostgres::start() {
         Ok(cluster) => {
-            let store = runtime
-                .block_on(PostgresSessionStore::connect(&cluster.url()))
-                .unwrap();
+            // As the `jarvis` binary runs it: a node of a deployment, which
+            // claims each session once and then holds its lease. Each
+            // condition in a schema of its own (the session ids repeat).
+            let schema_url = |schema: &str| {
+                runtime.block_on(async {
+                    let (client, connection) = tokio_postgres::connect(&cluster.url(), tokio_postgres::NoTls)
+                        .await
+                        .unwrap();
+                    tokio::spawn(connection);
+                    client
+                        .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+                        .await
+                        .unwrap();
+                });
+                format!("{} options='-c search_path={schema}'", cluster.url())
+            };
+            let node = |url: &str| {
+                let store = runtime
+                    .block_on(async {
+                        PostgresSessionStore::connect(url)
+                            .await?
+                            .with_node(NodeOptions::new("bench"))
+                            .await
+                    })
+                    .unwrap();
+                Arc::new(store)
+            };
             conditions.push(runtime.block_on(measure(
                 "postgres",
-                "Postgres (local socket)",
-                Arc::new(store),
+                "Postgres (local socket), one node, memory off",
+                node(&schema_url("bench_memory_off")),
                 plan,
                 true,
                 Memory::Off,
+                false,
+                None,
+            )));
+            let url = schema_url("bench_memory_on");
+            conditions.push(runtime.block_on(measure(
+                "postgres-memory",
+                "Postgres (local socket), one node, memory on (PostgresMemoryStore)",
+                node(&url),
+                plan,
+                true,
+                Memory::Postgres(&url),
                 false,
                 None,
             )));

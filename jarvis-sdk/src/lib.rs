@@ -99,6 +99,8 @@ pub use agent::{
     TurnBrief, Typed, TypedTool, UIAdapter, UsageTally, UsageTotal, prompts, run_agent_loop, schema_for,
     validate_agent_id,
 };
+#[cfg(feature = "postgres")]
+pub use agent::{Claim, NodeOptions, PostgresOpenLoopStore, PostgresSessionStore, lease};
 pub use agent::{
     DEFAULT_THINK_THRESHOLD, DEFAULT_THOUGHT_TEMPLATE, FRAME_INSTRUCTION, ProactiveKind, Route,
     RouteFeatures, RouterSignals, ThoughtConfig, ThoughtDecision, ThoughtEngine, ThoughtFrame, ThoughtRouter,
@@ -117,12 +119,10 @@ pub use agent::{
     MAX_SANDBOX_COMPONENT_LEN, MAX_SANDBOX_PATH_LEN, PreparedCall, ResolvedProgram, SandboxPathError,
     normalize_sandbox_path, prepare_call,
 };
-#[cfg(feature = "postgres")]
-pub use agent::{PostgresOpenLoopStore, PostgresSessionStore};
 pub use app::{
     ALWAYS_ATTACHED, AgendaSettings, AgentProfile, AgentRegistry, AppAssembly, AppConfig, AppError,
     BrandConfig, DEFAULT_MAX_LOADED_SESSIONS, EMBEDDER_FILE, EmbedderChoice, JARVIS_SYSTEM_PROMPT,
-    MAIN_AGENT, MemoryBackend, MemorySettings, Pack, PackContext, PackParts, Palette,
+    MAIN_AGENT, MemoryBackend, MemorySettings, NodeSettings, Pack, PackContext, PackParts, Palette,
     REFLECTION_TEMPLATE_FILE, ReflectionSettings, SessionObserver, Skipped, StoreBackend,
     THOUGHT_TEMPLATE_FILE, TeamContext, ThinkingSettings, build_app, load_team, parse_definition,
     parse_utc_offset, seed_team_dir, valid_agent_id, wordmark,

@@ -44,9 +44,9 @@ pub use run::{
     AgentIdentity, AgentLoopConfig, Allowance, Budget, BudgetReached, LoopContext, LoopOutcome, LoopState,
     ModelSettings, TurnRecorder, UsageTally, UsageTotal, run_agent_loop,
 };
-#[cfg(feature = "postgres")]
-pub use session::PostgresSessionStore;
 pub(crate) use session::session_id_problem;
+#[cfg(feature = "postgres")]
+pub use session::{Claim, NodeOptions, PostgresSessionStore, lease};
 pub use session::{
     Durability, ENTRY_SCHEMA_VERSION, EntryBody, JsonlOptions, JsonlSessionStore, LEGACY_AGENT_ID,
     LoadReport, MAX_AGENT_ID_LEN, MAX_SESSION_ID_LEN, MAX_TITLE_CHARS, MemorySessionStore, NewSession,

@@ -96,9 +96,20 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         }
         #[cfg(feature = "postgres")]
         StoreBackend::Postgres { url } => {
+            let node = crate::agent::NodeOptions::new(
+                config
+                    .node
+                    .id
+                    .clone()
+                    .unwrap_or_else(crate::agent::NodeOptions::default_id),
+            )
+            .with_lease(config.node.lease)
+            .with_home(config.home.display().to_string());
             let store = crate::agent::PostgresSessionStore::connect(url)
                 .await?
-                .with_clock(config.clock.clone());
+                .with_clock(config.clock.clone())
+                .with_node(node)
+                .await?;
             Arc::new(store)
         }
         StoreBackend::Memory => Arc::new(crate::agent::MemorySessionStore::new()),

@@ -59,6 +59,30 @@ pub enum StoreBackend {
     Memory,
 }
 
+/// This process as a node of a deployment: several `jarvis` processes on
+/// one Postgres, each session owned by one node at a time through a lease
+/// (`jarvis_sdk::lease`, feature `postgres`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeSettings {
+    /// The node's name (`JARVIS_NODE__ID`); `None` is the host name plus
+    /// the pid.
+    pub id: Option<String>,
+    /// How long a node's sessions stay its own after its last heartbeat
+    /// (`JARVIS_NODE__LEASE_SECS`, default 5 s; decimals allowed, at least
+    /// 0.3).
+    pub lease: Duration,
+}
+
+impl Default for NodeSettings {
+    fn default() -> Self {
+        Self {
+            id: None,
+            lease: Duration::from_secs(5),
+        }
+    }
+}
+
 /// Where memory is kept (`JARVIS_MEMORY__STORE`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -230,6 +254,9 @@ pub struct AppConfig {
     pub dual: crate::core::DualConfig,
     /// Where sessions (and, with Postgres, memory) are kept.
     pub store: StoreBackend,
+    /// This process as a node of a deployment sharing one Postgres
+    /// (used with [`StoreBackend::Postgres`]).
+    pub node: NodeSettings,
     /// Memory.
     pub memory: MemorySettings,
     /// The AGENDA: open loops and the person's time zone.
@@ -334,6 +361,7 @@ impl AppConfig {
             budget: crate::agent::Budget::default(),
             dual: crate::core::DualConfig::default(),
             store: StoreBackend::Jsonl,
+            node: NodeSettings::default(),
             memory: MemorySettings::default(),
             agenda: AgendaSettings::default(),
             reflection: ReflectionSettings::default(),
@@ -502,6 +530,28 @@ impl AppConfig {
                     "JARVIS_WEB__MAX_LOADED_SESSIONS={max} is not a whole number of sessions (at least 1)"
                 ))
             })?;
+        }
+        if let Some(id) = var("JARVIS_NODE__ID") {
+            let id = id.trim();
+            if id.is_empty() || id.len() > 200 || id.chars().any(char::is_control) {
+                return Err(AppError::Config(format!(
+                    "JARVIS_NODE__ID={id:?} is not a node name (1 to 200 characters, no control characters)"
+                )));
+            }
+            config.node.id = Some(id.to_owned());
+        }
+        if let Some(text) = var("JARVIS_NODE__LEASE_SECS") {
+            config.node.lease = text
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|s| s.is_finite() && *s >= 0.3 && *s <= 3600.0)
+                .map(Duration::from_secs_f64)
+                .ok_or_else(|| {
+                    AppError::Config(format!(
+                        "JARVIS_NODE__LEASE_SECS={text} is not a lease in seconds (0.3 to 3600)"
+                    ))
+                })?;
         }
         if let Some(timeout) = seconds("JARVIS_APPROVAL__TIMEOUT_SECS")? {
             config.approval_timeout = timeout;

@@ -26,7 +26,7 @@ pub use assembly::{
 };
 pub use config::{
     AgendaSettings, AppConfig, BrandConfig, DEFAULT_MAX_LOADED_SESSIONS, JARVIS_SYSTEM_PROMPT, MemoryBackend,
-    MemorySettings, ReflectionSettings, StoreBackend, parse_utc_offset,
+    MemorySettings, NodeSettings, ReflectionSettings, StoreBackend, parse_utc_offset,
 };
 pub use definition::{
     ALWAYS_ATTACHED, MAIN_DEFINITION_KEYS, Skipped, TeamContext, apply_main_definition, load_team,

@@ -20,6 +20,7 @@ mod jobs;
 mod kinds;
 mod layers;
 mod learning;
+mod leases;
 mod loop_concurrency;
 mod loop_props;
 mod loop_transcripts;

@@ -127,6 +127,25 @@ pub enum SessionError {
         #[source]
         source: BoxError,
     },
+    /// Another live node of the deployment owns the session: its turns run
+    /// there (feature `postgres`, a store with a node).
+    #[error("session store (postgres): session {id} is owned by node {node}")]
+    OwnedElsewhere {
+        /// The session.
+        id: String,
+        /// The node owning it.
+        node: String,
+    },
+    /// A write carried a lease another node has taken over since: this
+    /// node lost the session (it was paused or cut off for longer than its
+    /// lease) and wrote nothing.
+    #[error("session store (postgres): a write to session {id} was fenced off: node {owner} owns it now")]
+    Fenced {
+        /// The session.
+        id: String,
+        /// The node owning it now.
+        owner: String,
+    },
     /// A blocking task of the store was cancelled or panicked.
     #[error("session store: a background task failed")]
     Task(#[source] BoxError),

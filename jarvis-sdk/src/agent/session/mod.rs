@@ -13,7 +13,7 @@
 //! | store | where | for |
 //! |---|---|---|
 //! | [`JsonlSessionStore`] | `$JARVIS_HOME/sessions/<id>.jsonl` + `<id>.meta.json` | one server on one machine (default) |
-//! | [`PostgresSessionStore`] (feature `postgres`) | tables `jarvis_sessions`, `jarvis_entries` | several servers sharing a database |
+//! | [`PostgresSessionStore`] (feature `postgres`) | tables `jarvis_sessions`, `jarvis_entries` | several servers sharing a database, each session owned by one node at a time ([`lease`]) |
 //! | [`MemorySessionStore`] | memory | tests, benchmarks |
 //!
 //! Timestamps come from the [`Clock`] a store was built with and session ids
@@ -23,6 +23,8 @@ mod entry;
 mod error;
 mod id;
 mod jsonl;
+#[cfg(feature = "postgres")]
+pub mod lease;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -36,6 +38,8 @@ pub use error::SessionError;
 pub(crate) use id::session_id_problem;
 pub use id::{MAX_AGENT_ID_LEN, MAX_SESSION_ID_LEN, SessionId, validate_agent_id};
 pub use jsonl::{JsonlOptions, JsonlSessionStore, LoadReport};
+#[cfg(feature = "postgres")]
+pub use lease::{Claim, NodeOptions};
 pub use memory::MemorySessionStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresSessionStore;

@@ -32,11 +32,12 @@ use async_trait::async_trait;
 use deadpool_postgres::Pool;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 use tokio_postgres::Row;
 use tokio_postgres::types::{Json, Type};
 
 use super::error::BoxError;
+use super::lease::{Claim, Node, NodeOptions};
 use super::{
     ENTRY_SCHEMA_VERSION, EntryBody, NewSession, SessionEntry, SessionError, SessionId, SessionKind,
     SessionMeta, SessionStore, fork_meta, normalize_title, now,
@@ -97,23 +98,44 @@ macro_rules! last_seq {
 /// session.
 const LAST_SEQ: &str = concat!("SELECT ", last_seq!(), " FROM jarvis_sessions WHERE id = $1");
 
+/// The append statement, with `$lease` (a CTE before the others) and
+/// `$guard` (a condition on the session's row) for the fenced one.
+macro_rules! append {
+    ($lease:literal, $guard:literal) => {
+        concat!(
+            "WITH ",
+            $lease,
+            "s AS ( \
+               UPDATE jarvis_sessions SET updated_at = GREATEST(updated_at, $2), last_seq = ",
+            last_seq!(),
+            " + cardinality($4::BOOLEAN[]) \
+               WHERE id = $1",
+            $guard,
+            " RETURNING last_seq - cardinality($4::BOOLEAN[]) AS base \
+             ), ins AS ( \
+               INSERT INTO jarvis_entries (session_id, seq, ts, v, starts_turn, body) \
+               SELECT $1, s.base + u.n, $2, $3, u.starts, u.body \
+               FROM s, UNNEST($4::BOOLEAN[], $5::JSONB[]) WITH ORDINALITY AS u(starts, body, n) \
+             ) SELECT base FROM s"
+        )
+    };
+}
+
 /// Appends a batch in one statement: `$1` session, `$2` time, `$3` schema
 /// version, `$4` which entries start a turn, `$5` the bodies. Answers the
 /// `seq` before the batch; no row when there is no such session. Updating
 /// the row locks it, so a concurrent append waits, and then sees the
 /// `last_seq` the other one left (Postgres re-reads a row updated under a
 /// waiting update), never a number already taken.
-const APPEND: &str = concat!(
-    "WITH s AS ( \
-       UPDATE jarvis_sessions SET updated_at = GREATEST(updated_at, $2), last_seq = ",
-    last_seq!(),
-    " + cardinality($4::BOOLEAN[]) \
-       WHERE id = $1 RETURNING last_seq - cardinality($4::BOOLEAN[]) AS base \
-     ), ins AS ( \
-       INSERT INTO jarvis_entries (session_id, seq, ts, v, starts_turn, body) \
-       SELECT $1, s.base + u.n, $2, $3, u.starts, u.body \
-       FROM s, UNNEST($4::BOOLEAN[], $5::JSONB[]) WITH ORDINALITY AS u(starts, body, n) \
-     ) SELECT base FROM s"
+const APPEND: &str = append!("", "");
+
+/// [`APPEND`] for a node holding a lease: `$6` the node, `$7` its token.
+/// The lease row is locked for the statement (`FOR SHARE`), so a takeover
+/// waits for a write under way, and a write after a takeover re-reads the
+/// row, finds another token and writes nothing (no row answered).
+const APPEND_FENCED: &str = append!(
+    "l AS (SELECT 1 FROM jarvis_leases WHERE session_id = $1 AND node = $6 AND token = $7 FOR SHARE), ",
+    " AND EXISTS (SELECT 1 FROM l)"
 );
 
 /// Sessions whose recent window (and, apart, whose agent) a store keeps at
@@ -134,6 +156,9 @@ pub struct PostgresSessionStore {
     windows: Arc<Mutex<HashMap<SessionId, Window>>>,
     /// Each session's agent, fixed at creation, as read once.
     agents: Arc<Mutex<HashMap<SessionId, String>>>,
+    /// This process as a node of a deployment, when it is one: every
+    /// history write is fenced by a lease ([`super::lease`]).
+    node: Option<Arc<Node>>,
 }
 
 /// A session's recent entries as this process last saw them; see the
@@ -210,9 +235,63 @@ impl PostgresSessionStore {
             clock: Arc::new(SystemClock),
             windows: Arc::default(),
             agents: Arc::default(),
+            node: None,
         };
         store.migrate().await?;
         Ok(store)
+    }
+
+    /// Makes this store a node of a deployment (see [`super::lease`]):
+    /// registers the node, starts its heartbeat, and from now on claims a
+    /// session before writing it and fences every history write with the
+    /// session's lease. A session another live node owns refuses writes
+    /// with [`SessionError::OwnedElsewhere`]; a write whose lease was taken
+    /// over fails with [`SessionError::Fenced`].
+    ///
+    /// While the node's lease certainly runs, the recent window of a
+    /// session it holds is answered from the process without a round trip.
+    pub async fn with_node(mut self, options: NodeOptions) -> Result<Self, SessionError> {
+        self.node = Some(Node::start(options, self.pool.clone(), self.target.clone()).await?);
+        Ok(self)
+    }
+
+    /// This store's node, when it is one.
+    pub fn node_id(&self) -> Option<&str> {
+        self.node.as_deref().map(|n| n.options.id.as_str())
+    }
+
+    /// Claims `id` for this store's node ([`Claim::Held`] with the token
+    /// its writes carry), or says which live node owns it. A store that is
+    /// not a node holds every session.
+    pub async fn claim(&self, id: &SessionId) -> Result<Claim, SessionError> {
+        match &self.node {
+            Some(node) => node.claim(id).await,
+            None => Ok(Claim::Held { token: 0 }),
+        }
+    }
+
+    /// The node owning `id` now and how long its lease has left, if a live
+    /// node owns it.
+    pub async fn owner(&self, id: &SessionId) -> Result<Option<(String, Duration)>, SessionError> {
+        let node = match &self.node {
+            Some(node) => node.clone(),
+            None => return Ok(None),
+        };
+        Ok(node
+            .owner(id)
+            .await?
+            .filter(|(_, _, left)| !left.is_zero())
+            .map(|(owner, _, left)| (owner, left)))
+    }
+
+    /// Leaves the deployment: the node's row is removed, so
+    /// other nodes can take its sessions at once (a clean stop; a crash
+    /// waits for the lease). The store writes no history afterwards.
+    pub async fn leave(&self) -> Result<(), SessionError> {
+        match &self.node {
+            Some(node) => node.leave().await,
+            None => Ok(()),
+        }
     }
 
     /// Takes timestamps from `clock` instead of the system clock.
@@ -225,13 +304,34 @@ impl PostgresSessionStore {
     /// processes run it at once; [`connect`](Self::connect) runs it.
     pub async fn migrate(&self) -> Result<(), SessionError> {
         let mut client = self.client().await?;
-        migrate_locked(&mut client, MIGRATION_LOCK, MIGRATIONS)
+        let migrations = format!("{MIGRATIONS}{}", super::lease::MIGRATIONS);
+        migrate_locked(&mut client, MIGRATION_LOCK, &migrations)
             .await
             .map_err(setup_error)
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, SessionError> {
         connection(&self.pool, &self.target).await.map_err(setup_error)
+    }
+
+    /// Why a fenced append wrote nothing: the lease was taken over
+    /// ([`SessionError::Fenced`], and the node forgets it), or there is
+    /// no such session.
+    async fn refused(&self, node: &Node, id: &SessionId, token: i64) -> SessionError {
+        match node.owner(id).await {
+            Ok(Some((owner, current, _))) if owner != node.options.id || current != token => {
+                node.forget(id);
+                self.windows.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+                tracing::warn!(session_id = %id, node = %node.options.id, owner = %owner,
+                    "session store (postgres): a write was fenced off: node {owner} owns session {id} now");
+                SessionError::Fenced {
+                    id: id.to_string(),
+                    owner,
+                }
+            }
+            Ok(_) => SessionError::not_found(id),
+            Err(error) => error,
+        }
     }
 
     async fn exists(&self, client: &deadpool_postgres::Object, id: &SessionId) -> Result<bool, SessionError> {
@@ -446,16 +546,54 @@ impl SessionStore for PostgresSessionStore {
         let ts = whole_micros(now(&*self.clock).to_system_time());
         let starts: Vec<bool> = entries.iter().map(EntryBody::starts_turn).collect();
         let bodies: Vec<Json<&EntryBody>> = entries.iter().map(Json).collect();
-        let stmt = client
-            .prepare_cached(APPEND)
-            .await
-            .map_err(db("append entries"))?;
         let version = ENTRY_SCHEMA_VERSION as i32;
-        let row = client
-            .query_opt(&stmt, &[&id.as_str(), &ts, &version, &starts, &bodies])
-            .await
-            .map_err(db("append entries"))?
-            .ok_or_else(|| SessionError::not_found(id))?;
+        let row = match &self.node {
+            None => {
+                let stmt = client
+                    .prepare_cached(APPEND)
+                    .await
+                    .map_err(db("append entries"))?;
+                client
+                    .query_opt(&stmt, &[&id.as_str(), &ts, &version, &starts, &bodies])
+                    .await
+                    .map_err(db("append entries"))?
+                    .ok_or_else(|| SessionError::not_found(id))?
+            }
+            Some(node) => {
+                let token = match node.claim(id).await? {
+                    Claim::Held { token } => i64::try_from(token).unwrap_or(i64::MAX),
+                    Claim::Elsewhere { node, .. } => {
+                        return Err(SessionError::OwnedElsewhere {
+                            id: id.to_string(),
+                            node,
+                        });
+                    }
+                };
+                let stmt = client
+                    .prepare_cached(APPEND_FENCED)
+                    .await
+                    .map_err(db("append entries"))?;
+                let row = client
+                    .query_opt(
+                        &stmt,
+                        &[
+                            &id.as_str(),
+                            &ts,
+                            &version,
+                            &starts,
+                            &bodies,
+                            &node.options.id,
+                            &token,
+                        ],
+                    )
+                    .await
+                    .map_err(db("append entries"))?;
+                match row {
+                    Some(row) => row,
+                    None => return Err(self.refused(node, id, token).await),
+                }
+            }
+        };
         let base = u64::try_from(row.try_get::<_, i64>(0).map_err(db("append entries"))?).unwrap_or(0);
         drop(bodies);
         let count = entries.len() as u64;
@@ -491,6 +629,14 @@ impl SessionStore for PostgresSessionStore {
             } else {
                 Err(SessionError::not_found(id))
             };
+        }
+        // A session this node holds while its lease certainly runs was
+        // written by nobody else: the kept window is the session's.
+        if self.node.as_ref().is_some_and(|node| node.owns_now(id)) {
+            let windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(entries) = windows.get(id).and_then(|w| w.tail(turns)) {
+                return Ok(entries);
+            }
         }
         let stmt = client
             .prepare_cached(LAST_SEQ)

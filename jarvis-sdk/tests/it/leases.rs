@@ -1,0 +1,233 @@
+//! Session leases on a real Postgres: one node owns a session at a time,
+//! a write carrying a superseded token is fenced off, a node reads the
+//! window of a session it holds without asking the database, and a node
+//! that left or crashed with its home gives its sessions up at once.
+
+use jarvis_sdk::{Claim, NewSession, NodeOptions, PostgresSessionStore, SessionError, SessionStore};
+use std::time::Duration;
+use tokio_postgres::NoTls;
+
+use crate::pg::fresh_schema;
+use crate::sessions_contract::{id, turn};
+
+/// A lease long enough that no heartbeat runs during a test: the tests
+/// make a node lapse by moving its row's expiry, as a pause would.
+const LONG: Duration = Duration::from_secs(600);
+
+async fn node(url: &str, name: &str) -> PostgresSessionStore {
+    PostgresSessionStore::connect(url)
+        .await
+        .unwrap()
+        .with_node(NodeOptions::new(name).with_lease(LONG))
+        .await
+        .unwrap()
+}
+
+/// A plain connection to the test's schema.
+async fn sql(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+/// Makes `node`'s lease run out now, as if it had stopped renewing it.
+async fn lapse(url: &str, node: &str) {
+    let changed = sql(url)
+        .await
+        .execute(
+            "UPDATE jarvis_nodes SET expires_at = clock_timestamp() - interval '1 second' WHERE id = $1",
+            &[&node],
+        )
+        .await
+        .unwrap();
+    assert_eq!(changed, 1, "node {node} is registered");
+}
+
+fn seqs(entries: &[jarvis_sdk::SessionEntry]) -> Vec<u64> {
+    entries.iter().map(|e| e.seq).collect()
+}
+
+/// The fencing guarantee: once another node took a session over, a write
+/// with the old token fails with `Fenced` and writes nothing, though the
+/// old node still believes its lease runs.
+#[tokio::test]
+async fn a_superseded_token_is_fenced_on_append() {
+    let Some((url, _schema)) = fresh_schema("leases: fencing").await else {
+        return;
+    };
+    let a = node(&url, "node-a").await;
+    let b = node(&url, "node-b").await;
+    a.create(NewSession::user(id("s"), "main")).await.unwrap();
+    assert_eq!(
+        a.append(&id("s"), turn(1)).await.unwrap(),
+        6,
+        "a claims s by writing it"
+    );
+    assert_eq!(a.claim(&id("s")).await.unwrap(), Claim::Held { token: 1 });
+
+    // While a lives, b may not write.
+    match b.claim(&id("s")).await.unwrap() {
+        Claim::Elsewhere { node, expires_in } => {
+            assert_eq!(node, "node-a");
+            assert!(expires_in > Duration::from_secs(500), "{expires_in:?}");
+        }
+        other => panic!("b claimed a live node's session: {other:?}"),
+    }
+    let err = b.append(&id("s"), turn(2)).await.unwrap_err();
+    assert!(
+        matches!(&err, SessionError::OwnedElsewhere { node, .. } if node == "node-a"),
+        "{err:?}"
+    );
+    assert_eq!(b.owner(&id("s")).await.unwrap().unwrap().0, "node-a");
+
+    // a is paused past its lease: b takes over with a new token.
+    lapse(&url, "node-a").await;
+    assert_eq!(b.claim(&id("s")).await.unwrap(), Claim::Held { token: 2 });
+    assert_eq!(b.append(&id("s"), turn(2)).await.unwrap(), 12);
+
+    // a wakes up and writes with token 1: fenced, nothing written.
+    let err = a.append(&id("s"), turn(3)).await.unwrap_err();
+    assert!(
+        matches!(&err, SessionError::Fenced { owner, .. } if owner == "node-b"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("fenced"), "{err}");
+    assert_eq!(
+        seqs(&b.entries(&id("s")).await.unwrap()),
+        (1..=12).collect::<Vec<_>>()
+    );
+    // a forgot its lease: its reads go to the database and see b's turn,
+    // and it cannot claim the session back while b lives.
+    let window = a.recent(&id("s"), 1).await.unwrap();
+    assert_eq!(window.first().unwrap().seq, 8, "turn 2's question: {window:?}");
+    assert!(matches!(
+        a.claim(&id("s")).await.unwrap(),
+        Claim::Elsewhere { .. }
+    ));
+    assert!(matches!(
+        a.append(&id("s"), turn(3)).await.unwrap_err(),
+        SessionError::OwnedElsewhere { .. }
+    ));
+    // A session nobody has is still not found, not fenced.
+    assert!(
+        b.append(&id("missing"), turn(1))
+            .await
+            .unwrap_err()
+            .is_not_found()
+    );
+}
+
+/// While its lease certainly runs, a node answers the recent window of a
+/// session it holds from its cache: a row slipped into the table behind
+/// every lease's back is not read. Once the node lost the session, its
+/// reads go to the database again.
+#[tokio::test]
+async fn a_holding_node_reads_its_window_without_the_database() {
+    let Some((url, _schema)) = fresh_schema("leases: cached window").await else {
+        return;
+    };
+    let a = node(&url, "node-a").await;
+    a.create(NewSession::user(id("s"), "main")).await.unwrap();
+    a.append(&id("s"), turn(1)).await.unwrap();
+    assert_eq!(
+        seqs(&a.recent(&id("s"), 1).await.unwrap()),
+        (2..=6).collect::<Vec<_>>()
+    );
+    a.append(&id("s"), turn(2)).await.unwrap();
+    // A copy of turn 2's question, as seq 13.
+    sql(&url)
+        .await
+        .execute(
+            "INSERT INTO jarvis_entries (session_id, seq, starts_turn, body) \
+             SELECT session_id, 13, true, body FROM jarvis_entries WHERE session_id = 's' AND seq = 8",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        seqs(&a.recent(&id("s"), 1).await.unwrap()),
+        (8..=12).collect::<Vec<_>>(),
+        "answered from the cache"
+    );
+    let plain = PostgresSessionStore::connect(&url).await.unwrap();
+    assert_eq!(
+        seqs(&plain.recent(&id("s"), 1).await.unwrap()),
+        vec![13],
+        "the table has it"
+    );
+
+    // Another node takes over: a's next write is fenced, and from then on
+    // a reads the database.
+    lapse(&url, "node-a").await;
+    let b = node(&url, "node-b").await;
+    assert_eq!(b.claim(&id("s")).await.unwrap(), Claim::Held { token: 2 });
+    assert!(matches!(
+        a.append(&id("s"), turn(3)).await.unwrap_err(),
+        SessionError::Fenced { .. }
+    ));
+    assert_eq!(seqs(&a.recent(&id("s"), 1).await.unwrap()), vec![13]);
+}
+
+/// A node that leaves frees its sessions at once, and a node starting with
+/// the home of a crashed process (same host, same home) takes over that
+/// process's sessions without waiting for its lease.
+#[tokio::test]
+async fn a_node_that_left_or_crashed_with_its_home_frees_its_sessions() {
+    let Some((url, _schema)) = fresh_schema("leases: leave and restart").await else {
+        return;
+    };
+    let a = node(&url, "node-a").await;
+    let b = node(&url, "node-b").await;
+    a.create(NewSession::user(id("s"), "main")).await.unwrap();
+    a.append(&id("s"), turn(1)).await.unwrap();
+    a.leave().await.unwrap();
+    assert_eq!(b.claim(&id("s")).await.unwrap(), Claim::Held { token: 2 });
+    assert_eq!(b.append(&id("s"), turn(2)).await.unwrap(), 12);
+
+    let home = "/srv/jarvis-home";
+    let first = PostgresSessionStore::connect(&url)
+        .await
+        .unwrap()
+        .with_node(NodeOptions::new("host-100").with_lease(LONG).with_home(home))
+        .await
+        .unwrap();
+    first.create(NewSession::user(id("t"), "main")).await.unwrap();
+    first.append(&id("t"), turn(1)).await.unwrap();
+    assert!(matches!(
+        b.claim(&id("t")).await.unwrap(),
+        Claim::Elsewhere { .. }
+    ));
+    // The process died (its home lock is free again); the next one starts.
+    let second = PostgresSessionStore::connect(&url)
+        .await
+        .unwrap()
+        .with_node(NodeOptions::new("host-200").with_lease(LONG).with_home(home))
+        .await
+        .unwrap();
+    assert_eq!(second.append(&id("t"), turn(2)).await.unwrap(), 12);
+    assert_eq!(second.claim(&id("t")).await.unwrap(), Claim::Held { token: 2 });
+    assert!(matches!(
+        first.append(&id("t"), turn(3)).await.unwrap_err(),
+        SessionError::Fenced { .. }
+    ));
+}
+
+/// Two nodes claiming a free session at once: exactly one gets it.
+#[tokio::test]
+async fn of_two_nodes_claiming_at_once_one_wins() {
+    let Some((url, _schema)) = fresh_schema("leases: racing claims").await else {
+        return;
+    };
+    let a = node(&url, "node-a").await;
+    let b = node(&url, "node-b").await;
+    a.create(NewSession::user(id("s"), "main")).await.unwrap();
+    for round in 0..20 {
+        let session = id(&format!("r{round}"));
+        let (x, y) = tokio::join!(a.claim(&session), b.claim(&session));
+        let held = [x.unwrap(), y.unwrap()]
+            .iter()
+            .filter(|c| matches!(c, Claim::Held { .. }))
+            .count();
+        assert_eq!(held, 1, "round {round}");
+    }
+}
