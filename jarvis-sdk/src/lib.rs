@@ -119,6 +119,8 @@ pub use agent::{
     MAX_SANDBOX_COMPONENT_LEN, MAX_SANDBOX_PATH_LEN, PreparedCall, ResolvedProgram, SandboxPathError,
     normalize_sandbox_path, prepare_call,
 };
+#[cfg(feature = "postgres")]
+pub use app::PostgresSlotClaim;
 pub use app::{
     ALWAYS_ATTACHED, AgendaSettings, AgentProfile, AgentRegistry, AppAssembly, AppConfig, AppError,
     BrandConfig, DEFAULT_MAX_LOADED_SESSIONS, EMBEDDER_FILE, EmbedderChoice, JARVIS_SYSTEM_PROMPT,
@@ -131,6 +133,7 @@ pub use app::{
 pub use app::{
     ASK_TOOL_PREFIX, MCP_SHUTDOWN_GRACE, MCP_START_WAIT, McpConnection, McpTeamServer, serve_mcp_stdio,
 };
+pub use app::{ClusterLink, NodeMessage, SessionRoute};
 pub use app::{
     DEFAULT_SUBAGENT_MAX_TURNS, MAIN_DEFINITION_KEYS, MAX_SUBAGENT_DEPTH, RUN_SUBAGENT_TOOL, RunSubagentArgs,
     RunSubagentTool, SubagentBuilder, SubagentDefinition, SubagentRuntime, SubagentSpec,
@@ -161,8 +164,8 @@ pub use core::{
     BrokenFile, BuiltinJob, CatchUp, CronExpr, DEFAULT_GRACE, DEFAULT_JOB_AGENT, DEFAULT_POLL_INTERVAL, Job,
     JobInfo, JobOrigin, JobOutput, JobRunner, JobSpec, LastRun, LedgerLoad, MAX_INTERVAL, MAX_JOB_FILE_BYTES,
     MAX_JOB_ID_LEN, MAX_SKIPPED_RECORDS, MIN_INTERVAL, RunOutcome, RunRecord, RunReport, RunState,
-    SCHEDULE_RUNS_FILE, SCHEDULES_DIR, ScheduleError, ScheduleTick, Scheduler, SchedulerConfig, SlotRef,
-    Trigger, WHEN_FORMS, When, parse_when, validate_job_id,
+    SCHEDULE_RUNS_FILE, SCHEDULES_DIR, ScheduleError, ScheduleTick, Scheduler, SchedulerConfig, SlotClaim,
+    SlotRef, Trigger, WHEN_FORMS, When, parse_when, validate_job_id,
 };
 pub use core::{
     BuiltinConfig, Confinement, DEFAULT_COMMAND_TIMEOUT, DEFAULT_LIST_CAP, DEFAULT_OUTPUT_CAP,

@@ -51,6 +51,7 @@
 
 mod auth;
 pub mod client;
+mod cluster;
 mod config;
 mod error;
 mod fanout;

@@ -211,6 +211,12 @@ impl Server {
         // the server does.
         let background = CancellationToken::new();
         let tasks = self.state.app().spawn_background(background.clone());
+        let cluster = self
+            .state
+            .inner
+            .cluster
+            .clone()
+            .map(|cluster| tokio::spawn(cluster.serve(self.state.clone())));
         let router = crate::router(self.state.clone());
         // `/mcp`'s open streams end as soon as shutdown begins, so the
         // graceful shutdown does not wait for them.
@@ -246,6 +252,14 @@ impl Server {
             let _ = task.await;
         }
         self.state.shutdown().await;
+        if let Some(task) = cluster {
+            task.abort();
+        }
+        if let Some(cluster) = &self.state.inner.cluster
+            && let Err(error) = cluster.link.leave().await
+        {
+            tracing::warn!(%error, "this node could not leave its deployment; its sessions wait for its lease to run out");
+        }
         self.remove_file();
         tracing::info!("stopped");
         result

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::cluster::Cluster;
 use crate::config::ServerConfig;
 use crate::fanout::{Activity, Connections};
 use crate::mcp::McpService;
@@ -25,6 +26,8 @@ pub(crate) struct Inner {
 
     pub(crate) connections: Arc<Connections>,
     pub(crate) activity: Arc<Activity>,
+    /// This node's side of a deployment on Postgres.
+    pub(crate) cluster: Option<Arc<Cluster>>,
     /// Cancelled when the server shuts down: connections close.
     pub(crate) shutdown: CancellationToken,
     /// Set when shutdown begins: no new turns start.
@@ -50,6 +53,7 @@ impl ServerState {
         let order = app.registry().ids().map(str::to_owned).collect();
         let activity = Activity::new(connections.clone(), order);
         app.observe(activity.clone());
+        let cluster = app.cluster().cloned().map(Cluster::new);
         let mcp = McpTeamServer::new(app.clone());
         let mcp_stop = CancellationToken::new();
         let mcp_http = crate::mcp::service(&mcp, &mcp_stop, &config.limits);
@@ -63,6 +67,7 @@ impl ServerState {
 
                 connections,
                 activity,
+                cluster,
                 shutdown: CancellationToken::new(),
                 closing: AtomicBool::new(false),
                 turns: TaskTracker::new(),

@@ -55,6 +55,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::{presented_token, query_param, token_ok};
+use crate::cluster::Reply;
 use crate::error::AppError;
 use crate::fanout::{ConnectionScreen, Outbox};
 use crate::protocol::{
@@ -144,6 +145,12 @@ async fn connection(state: ServerState, socket: WebSocket, request: Opening) {
     let _attached = session.attach(Arc::new(ConnectionScreen {
         outbox: outbox.clone(),
     }));
+    // In a deployment, this node shows the session: its owner sends the
+    // frames of turns it runs here.
+    let _shown = match &state.inner.cluster {
+        Some(cluster) => Some(cluster.add_screen(&id, outbox.clone()).await),
+        None => None,
+    };
     // A Focus task in progress is on the screen from the start.
     for event in state.app().focus_events(id.as_str(), session.is_busy()) {
         outbox.send(&event);
@@ -355,7 +362,20 @@ impl Connection<'_> {
             }
             ClientMessage::Prompt { text } => self.prompt(text).await,
             ClientMessage::Approval { request_id, decision } => {
-                if !self.session.broker().decide(&request_id, decision.into()) {
+                let decision = decision.into();
+                if self.session.broker().decide(&request_id, decision) {
+                    return;
+                }
+                // The turn may wait on the node that owns the session.
+                let forwarded = match &self.state.inner.cluster {
+                    Some(cluster) => {
+                        cluster
+                            .forward_approval(self.session.id(), &request_id, decision)
+                            .await
+                    }
+                    None => false,
+                };
+                if !forwarded {
                     self.outbox.error(
                         codes::APPROVAL_NOT_PENDING,
                         format!(
@@ -365,7 +385,11 @@ impl Connection<'_> {
                 }
             }
             ClientMessage::Abort => {
-                self.session.abort();
+                if !self.session.abort()
+                    && let Some(cluster) = &self.state.inner.cluster
+                {
+                    cluster.forward_abort(self.session.id()).await;
+                }
             }
             ClientMessage::ProactiveFeedback { message_id, reaction } => {
                 if message_id.trim().is_empty() {
@@ -391,33 +415,64 @@ impl Connection<'_> {
                 .error(codes::SHUTTING_DOWN, "the server is shutting down");
         }
         let session = self.session.clone();
-        let outbox = self.outbox.clone();
-        let caller = Caller::Web {
-            token: self.token.clone(),
-        };
+        let reply = Reply::Screen(self.outbox.clone());
+        let token = self.token.clone();
+        let state = self.state.clone();
         let turn = inner.turns.track_future(async move {
-            // A long job is acknowledged and goes on in the background; its
-            // answer reaches every screen as `proactive_message`.
-            match session.prompt_dual(text, PromptOptions::from(caller)).await {
-                Ok(_) => {}
-                Err(TurnError::Busy(_)) => outbox.error(
-                    codes::BUSY,
-                    "a turn is running in this session; wait for it to end or abort it",
-                ),
-                Err(TurnError::Rejected(error)) => outbox.error(rejection_code(&error), error.to_string()),
-                Err(TurnError::BudgetExhausted(message)) => outbox.error(codes::BUDGET_EXHAUSTED, message),
-                Err(error) => {
-                    tracing::error!(session = %session.id(), %error, "a turn could not run");
-                    outbox.error(
-                        codes::INTERNAL,
-                        "the turn could not run; the server's log has the details",
-                    );
+            match state.inner.cluster.clone() {
+                // The session's lease says where it runs.
+                Some(cluster) => {
+                    let runner = state.clone();
+                    cluster
+                        .prompt(
+                            session,
+                            text,
+                            token.clone(),
+                            reply,
+                            async move |session, text, reply| {
+                                run_turn(&runner, session, text, token, reply).await
+                            },
+                        )
+                        .await
                 }
+                None => run_turn(&state, session, text, token, reply).await,
             }
         });
         let mut turn = Box::pin(turn);
         if futures::poll!(turn.as_mut()).is_pending() {
             tokio::spawn(turn);
+        }
+    }
+}
+
+/// Runs a person's turn in `session` here; refusals go to `reply`.
+pub(crate) async fn run_turn(
+    state: &ServerState,
+    session: Arc<AgentSession>,
+    text: String,
+    token: Option<String>,
+    reply: Reply,
+) {
+    if state.is_closing() {
+        return reply.error(codes::SHUTTING_DOWN, "the server is shutting down");
+    }
+    let caller = Caller::Web { token };
+    // A long job is acknowledged and goes on in the background; its
+    // answer reaches every screen as `proactive_message`.
+    match session.prompt_dual(text, PromptOptions::from(caller)).await {
+        Ok(_) => {}
+        Err(TurnError::Busy(_)) => reply.error(
+            codes::BUSY,
+            "a turn is running in this session; wait for it to end or abort it",
+        ),
+        Err(TurnError::Rejected(error)) => reply.error(rejection_code(&error), error.to_string()),
+        Err(TurnError::BudgetExhausted(message)) => reply.error(codes::BUDGET_EXHAUSTED, message),
+        Err(error) => {
+            tracing::error!(session = %session.id(), %error, "a turn could not run");
+            reply.error(
+                codes::INTERNAL,
+                "the turn could not run; the server's log has the details",
+            );
         }
     }
 }

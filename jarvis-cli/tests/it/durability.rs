@@ -32,14 +32,14 @@ use std::time::{Duration, Instant};
 const WAIT: Duration = Duration::from_secs(30);
 
 /// A home and a place for the servers' logs beside it.
-struct Home {
+pub(crate) struct Home {
     dir: tempfile::TempDir,
     logs: tempfile::TempDir,
     runs: usize,
 }
 
 impl Home {
-    fn new(script: &str) -> Self {
+    pub(crate) fn new(script: &str) -> Self {
         let home = Self {
             dir: tempfile::tempdir().unwrap(),
             logs: tempfile::tempdir().unwrap(),
@@ -49,7 +49,7 @@ impl Home {
         home
     }
 
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }
 
@@ -67,7 +67,7 @@ impl Home {
     }
 
     /// Starts `jarvis` on this home with `env` on top of the defaults.
-    fn serve(&mut self, env: &[(&str, &str)]) -> Server {
+    pub(crate) fn serve(&mut self, env: &[(&str, &str)]) -> Server {
         self.runs += 1;
         let stderr =
             std::fs::File::create(self.logs.path().join(format!("server-{}.log", self.runs))).unwrap();
@@ -131,7 +131,7 @@ impl Home {
 }
 
 /// A running `jarvis`; killed if the test ends without stopping it.
-struct Server {
+pub(crate) struct Server {
     child: Option<Child>,
     base: String,
 }
@@ -142,7 +142,7 @@ impl Server {
     }
 
     /// SIGKILL: the process ends at once, whatever it was doing.
-    fn kill(mut self) {
+    pub(crate) fn kill(mut self) {
         if let Some(mut child) = self.child.take() {
             child.kill().unwrap();
             child.wait().unwrap();
@@ -150,7 +150,7 @@ impl Server {
     }
 
     /// SIGTERM: the server stops gracefully.
-    fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         let Some(mut child) = self.child.take() else {
             return;
         };
@@ -180,7 +180,7 @@ impl Drop for Server {
     }
 }
 
-fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -189,14 +189,14 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// The frames of a connection, as JSON.
-struct Ws(Connection);
+pub(crate) struct Ws(pub(crate) Connection);
 
 impl Ws {
-    async fn open(server: &Server, session: &str, agent: Option<&str>) -> Self {
+    pub(crate) async fn open(server: &Server, session: &str, agent: Option<&str>) -> Self {
         Ws(server.client().connect(session, agent).await.unwrap())
     }
 
-    async fn prompt(&self, text: &str) {
+    pub(crate) async fn prompt(&self, text: &str) {
         self.0
             .send(ClientMessage::Prompt {
                 text: text.to_owned(),
@@ -205,7 +205,7 @@ impl Ws {
             .unwrap();
     }
 
-    async fn decide(&self, request_id: &str, decision: ClientDecision) {
+    pub(crate) async fn decide(&self, request_id: &str, decision: ClientDecision) {
         self.0
             .send(ClientMessage::Approval {
                 request_id: request_id.to_owned(),
@@ -216,7 +216,7 @@ impl Ws {
     }
 
     /// Frames until one matches `stop` (included).
-    async fn until(&mut self, stop: impl Fn(&Value) -> bool) -> Vec<Value> {
+    pub(crate) async fn until(&mut self, stop: impl Fn(&Value) -> bool) -> Vec<Value> {
         let mut frames = Vec::new();
         loop {
             let next = tokio::time::timeout(WAIT, self.0.recv()).await;
@@ -236,11 +236,11 @@ impl Ws {
     }
 }
 
-fn kind(frame: &Value) -> &str {
+pub(crate) fn kind(frame: &Value) -> &str {
     frame["type"].as_str().unwrap_or_default()
 }
 
-fn is_end(frame: &Value) -> bool {
+pub(crate) fn is_end(frame: &Value) -> bool {
     kind(frame) == "agent_end"
 }
 
@@ -324,7 +324,7 @@ fn a_fact_and_an_episode_are_recalled_after_a_clean_stop_and_after_sigkill() {
 
 // --------------------------------------------------------------- approvals
 
-const MEMO: &str = r#"
+pub(crate) const MEMO: &str = r#"
 rules:
   - when: { last_role: user, last_user: "메모" }
     reply: { tool_calls: [ { name: write_file, arguments: { path: "memo.txt", content: "hello" } } ] }

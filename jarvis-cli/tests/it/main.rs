@@ -1,6 +1,7 @@
 //! The `jarvis` binary, run as a user runs it: piped stdin, signals, a
 //! server in its own process. Every wait is on output, with a timeout.
 
+mod cluster;
 mod discovery;
 mod durability;
 mod embedder;

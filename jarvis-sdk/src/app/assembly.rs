@@ -87,6 +87,10 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         Some(p) => p.clone(),
         None => config.llm.build()?,
     };
+    #[cfg_attr(not(feature = "postgres"), allow(unused_mut))]
+    let mut cluster: Option<Arc<dyn super::cluster::ClusterLink>> = None;
+    #[cfg(feature = "postgres")]
+    let mut slot_claim: Option<Arc<dyn crate::core::SlotClaim>> = None;
     let store: Arc<dyn SessionStore> = match &config.store {
         StoreBackend::Jsonl => {
             let options = JsonlOptions::default()
@@ -110,6 +114,10 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
                 .with_clock(config.clock.clone())
                 .with_node(node)
                 .await?;
+            cluster = Some(Arc::new(
+                super::cluster::PgCluster::start(url, store.clone()).await?,
+            ));
+            slot_claim = Some(Arc::new(super::cluster::PostgresSlotClaim(store.clone())));
             Arc::new(store)
         }
         StoreBackend::Memory => Arc::new(crate::agent::MemorySessionStore::new()),
@@ -362,6 +370,10 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     for job in pack_jobs {
         scheduler = scheduler.with_builtin(job);
     }
+    #[cfg(feature = "postgres")]
+    if let Some(slots) = slot_claim {
+        scheduler = scheduler.with_slot_claim(slots);
+    }
     #[cfg(feature = "sources")]
     let source_status = crate::core::SourceStatus::default();
     #[cfg(feature = "sources")]
@@ -417,6 +429,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         config,
         registry,
         store,
+        cluster,
         provider,
         tools,
         sandboxed,
@@ -726,6 +739,8 @@ struct AppInner {
     config: AppConfig,
     registry: AgentRegistry,
     store: Arc<dyn SessionStore>,
+    /// This node's link to the others (a Postgres store).
+    cluster: Option<Arc<dyn super::cluster::ClusterLink>>,
     provider: Arc<dyn Provider>,
     tools: ToolRegistry,
     /// The built-in tools of agents whose sandbox settings widen what
@@ -809,6 +824,13 @@ impl AppAssembly {
     /// The session store.
     pub fn store(&self) -> &Arc<dyn SessionStore> {
         &self.inner.store
+    }
+
+    /// This node's link to the other nodes of its deployment: `Some` when
+    /// sessions are in Postgres ([`StoreBackend::Postgres`]), `None`
+    /// otherwise. See [`super::cluster`].
+    pub fn cluster(&self) -> Option<&Arc<dyn super::cluster::ClusterLink>> {
+        self.inner.cluster.as_ref()
     }
 
     /// `JARVIS_HOME`.

@@ -8,6 +8,10 @@
 //! It is the top layer of the SDK and may use every layer below it.
 
 mod assembly;
+mod cluster;
+#[cfg(feature = "postgres")]
+pub use cluster::PostgresSlotClaim;
+pub use cluster::{ClusterLink, NodeMessage, SessionRoute};
 mod config;
 mod definition;
 mod embedder;

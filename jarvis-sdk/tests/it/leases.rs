@@ -231,3 +231,83 @@ async fn of_two_nodes_claiming_at_once_one_wins() {
         assert_eq!(held, 1, "round {round}");
     }
 }
+
+/// Three nodes, each with its own home and ledger, reach a job's slot at
+/// once: it runs on exactly one of them, and the others record it as
+/// skipped, with no run.
+#[tokio::test]
+async fn a_schedule_slot_runs_once_across_three_nodes() {
+    use jarvis_sdk::{
+        Job, JobOutput, JobRunner, ManualClock, PostgresSlotClaim, RunOutcome, Scheduler, SchedulerConfig,
+        Timestamp,
+    };
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Debug, Default)]
+    struct Count(Mutex<Vec<String>>);
+    #[async_trait::async_trait]
+    impl JobRunner for Count {
+        async fn run(&self, job: &Job, slot: Timestamp) -> Result<JobOutput, String> {
+            self.0.lock().unwrap().push(format!("{} {slot}", job.id));
+            Ok(JobOutput {
+                text: "ran".into(),
+                session_id: None,
+            })
+        }
+    }
+
+    let Some((url, _schema)) = fresh_schema("leases: schedule slots").await else {
+        return;
+    };
+    let start = Timestamp::parse_rfc3339("2026-11-30T08:00:00+09:00").unwrap();
+    let clock = Arc::new(ManualClock::new(start.to_system_time()));
+    let runs = Arc::new(Count::default());
+    let mut homes = Vec::new();
+    let mut schedulers = Vec::new();
+    for name in ["node-a", "node-b", "node-c"] {
+        let home = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(home.path().join("schedules")).unwrap();
+        std::fs::write(
+            home.path().join("schedules/water.yaml"),
+            "prompt: 물 마시기\nevery: 30m\n",
+        )
+        .unwrap();
+        let claim = PostgresSlotClaim(node(&url, name).await);
+        let scheduler = Scheduler::new(
+            home.path(),
+            clock.clone(),
+            runs.clone(),
+            SchedulerConfig::default(),
+        )
+        .unwrap()
+        .with_slot_claim(Arc::new(claim));
+        assert!(scheduler.tick().await.runs.is_empty(), "registered, nothing due");
+        homes.push(home);
+        schedulers.push(scheduler);
+    }
+    for slot in 1..=3 {
+        clock.advance(Duration::from_secs(30 * 60));
+        let (a, b, c) = tokio::join!(schedulers[0].tick(), schedulers[1].tick(), schedulers[2].tick());
+        let outcomes: Vec<&RunOutcome> = [&a, &b, &c]
+            .iter()
+            .flat_map(|t| t.runs.iter().map(|r| &r.outcome))
+            .collect();
+        assert_eq!(outcomes.len(), 3, "every node reached slot {slot}: {outcomes:?}");
+        let done = outcomes
+            .iter()
+            .filter(|o| matches!(o, RunOutcome::Done(_)))
+            .count();
+        let elsewhere = outcomes
+            .iter()
+            .filter(|o| matches!(o, RunOutcome::RanElsewhere))
+            .count();
+        assert_eq!((done, elsewhere), (1, 2), "slot {slot}: {outcomes:?}");
+    }
+    let ran = runs.0.lock().unwrap().clone();
+    assert_eq!(ran.len(), 3, "one run per slot: {ran:?}");
+    assert_eq!(
+        ran.iter().collect::<std::collections::BTreeSet<_>>().len(),
+        3,
+        "three different slots: {ran:?}"
+    );
+}

@@ -24,7 +24,8 @@ async fn schema_of(schema: &str) -> Vec<String> {
         .unwrap()
     {
         let cols: Vec<String> = (0..5).map(|i| row.get::<_, String>(i)).collect();
-        out.push(format!("column {}", cols.join(" ")));
+        // A serial column's default names its sequence with the schema.
+        out.push(format!("column {}", cols.join(" ").replace(schema, "S")));
     }
     for row in client
         .query(

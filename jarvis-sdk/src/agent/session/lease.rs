@@ -63,6 +63,22 @@ CREATE TABLE IF NOT EXISTS jarvis_leases (
 ALTER TABLE jarvis_leases ADD COLUMN IF NOT EXISTS node TEXT NOT NULL DEFAULT '';
 ALTER TABLE jarvis_leases ADD COLUMN IF NOT EXISTS token BIGINT NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS jarvis_leases_node ON jarvis_leases (node);
+CREATE TABLE IF NOT EXISTS jarvis_watchers (
+    session_id TEXT NOT NULL,
+    node TEXT NOT NULL,
+    PRIMARY KEY (session_id, node)
+);
+CREATE TABLE IF NOT EXISTS jarvis_schedule_slots (
+    job TEXT NOT NULL,
+    slot TIMESTAMPTZ NOT NULL,
+    node TEXT NOT NULL,
+    at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (job, slot)
+);
+CREATE TABLE IF NOT EXISTS jarvis_node_payloads (
+    id BIGSERIAL PRIMARY KEY,
+    body TEXT NOT NULL
+);
 "#;
 
 /// Renews the node's row and says whether it was still alive (`false` when

@@ -98,16 +98,17 @@ macro_rules! last_seq {
 /// session.
 const LAST_SEQ: &str = concat!("SELECT ", last_seq!(), " FROM jarvis_sessions WHERE id = $1");
 
-/// The append statement, with `$lease` (a CTE before the others) and
-/// `$guard` (a condition on the session's row) for the fenced one.
+/// The append statement, with `$lease` (a CTE before the others), `$last`
+/// (the session's last `seq`) and `$guard` (a condition on the session's
+/// row) for the fenced one.
 macro_rules! append {
-    ($lease:literal, $guard:literal) => {
+    ($lease:literal, $last:expr, $guard:literal) => {
         concat!(
             "WITH ",
             $lease,
             "s AS ( \
                UPDATE jarvis_sessions SET updated_at = GREATEST(updated_at, $2), last_seq = ",
-            last_seq!(),
+            $last,
             " + cardinality($4::BOOLEAN[]) \
                WHERE id = $1",
             $guard,
@@ -127,14 +128,17 @@ macro_rules! append {
 /// the row locks it, so a concurrent append waits, and then sees the
 /// `last_seq` the other one left (Postgres re-reads a row updated under a
 /// waiting update), never a number already taken.
-const APPEND: &str = append!("", "");
+const APPEND: &str = append!("", last_seq!(), "");
 
 /// [`APPEND`] for a node holding a lease: `$6` the node, `$7` its token.
 /// The lease row is locked for the statement (`FOR SHARE`), so a takeover
 /// waits for a write under way, and a write after a takeover re-reads the
-/// row, finds another token and writes nothing (no row answered).
+/// row, finds another token and writes nothing (no row answered). Every
+/// writer of a deployment moves `last_seq`, so the highest entry is read
+/// only for a row that has none yet.
 const APPEND_FENCED: &str = append!(
     "l AS (SELECT 1 FROM jarvis_leases WHERE session_id = $1 AND node = $6 AND token = $7 FOR SHARE), ",
+    "COALESCE(last_seq, (SELECT COALESCE(MAX(seq), 0) FROM jarvis_entries WHERE session_id = $1))",
     " AND EXISTS (SELECT 1 FROM l)"
 );
 
@@ -270,6 +274,12 @@ impl PostgresSessionStore {
         }
     }
 
+    /// Whether this store's node holds `id`'s lease (as far as it knows;
+    /// a store that is not a node holds nothing).
+    pub fn holds(&self, id: &SessionId) -> bool {
+        self.node.as_ref().is_some_and(|node| node.token(id).is_some())
+    }
+
     /// The node owning `id` now and how long its lease has left, if a live
     /// node owns it.
     pub async fn owner(&self, id: &SessionId) -> Result<Option<(String, Duration)>, SessionError> {
@@ -312,6 +322,38 @@ impl PostgresSessionStore {
 
     async fn client(&self) -> Result<deadpool_postgres::Object, SessionError> {
         connection(&self.pool, &self.target).await.map_err(setup_error)
+    }
+
+    /// Runs one statement on the store's pool (the cluster link's tables).
+    pub(crate) async fn execute(
+        &self,
+        statement: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<u64, SessionError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(statement)
+            .await
+            .map_err(db("prepare a statement"))?;
+        client.execute(&stmt, params).await.map_err(db("run a statement"))
+    }
+
+    /// Runs one query on the store's pool and answers its first column.
+    pub(crate) async fn query_strings(
+        &self,
+        statement: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<String>, SessionError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(statement)
+            .await
+            .map_err(db("prepare a query"))?;
+        let rows = client.query(&stmt, params).await.map_err(db("run a query"))?;
+        rows.iter()
+            .map(|row| row.try_get::<_, String>(0))
+            .collect::<Result<_, _>>()
+            .map_err(db("read a query's rows"))
     }
 
     /// Why a fenced append wrote nothing: the lease was taken over

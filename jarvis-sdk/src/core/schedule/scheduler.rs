@@ -163,6 +163,18 @@ pub enum RunOutcome {
     Failed(String),
     /// It did not start: its `started` record could not be written.
     NotStarted(String),
+    /// Another node of the deployment runs this slot ([`SlotClaim`]).
+    RanElsewhere,
+}
+
+/// Decides, across the nodes of a deployment that each keep their own
+/// ledger, which one runs a slot: each node asks before it runs, and only
+/// the first gets `true`. A failure to ask means the slot is not run here
+/// (at most once, as the ledger promises).
+#[async_trait]
+pub trait SlotClaim: Send + Sync + fmt::Debug {
+    /// Claims `job`'s `slot` for this node: `Ok(true)` when no node had.
+    async fn claim(&self, job: &str, slot: Timestamp) -> Result<bool, String>;
 }
 
 /// One run of a tick.
@@ -281,6 +293,8 @@ pub struct Scheduler {
     running: Arc<Mutex<HashSet<String>>>,
     /// Runs that failed.
     failed: Arc<std::sync::atomic::AtomicU64>,
+    /// Which node of a deployment runs a slot; `None` alone.
+    slots: Option<Arc<dyn SlotClaim>>,
 }
 
 /// `/schedule <when> <prompt>` for [`StandardCommands`](crate::core::StandardCommands):
@@ -343,7 +357,15 @@ impl Scheduler {
             state: Mutex::new(State::default()),
             running: Arc::new(Mutex::new(HashSet::new())),
             failed: Arc::default(),
+            slots: None,
         })
+    }
+
+    /// Runs each slot only when `claim` grants it: one node of several
+    /// sharing a database runs it; the others record it as `skipped`.
+    pub fn with_slot_claim(mut self, claim: Arc<dyn SlotClaim>) -> Self {
+        self.slots = Some(claim);
+        self
     }
 
     /// Adds a job defined in code (such as [`WatchJob`](super::WatchJob)).
@@ -669,9 +691,35 @@ impl Scheduler {
         let ledger = self.ledger.clone();
         let clock = self.clock.clone();
         let failed = self.failed.clone();
-        tracing::info!(job = %job.id, agent = %job.agent, slot = %slot, "schedule: run started");
+        let slots = self.slots.clone();
         Box::pin(async move {
             let _guard = guard;
+            if let Some(slots) = slots {
+                let claimed = slots.claim(&job.id, slot).await;
+                if !matches!(claimed, Ok(true)) {
+                    match &claimed {
+                        Ok(_) => {
+                            tracing::info!(job = %job.id, slot = %slot, "schedule: another node runs this slot")
+                        }
+                        Err(error) => {
+                            tracing::warn!(job = %job.id, slot = %slot, %error, "schedule: the slot could not be claimed; it does not run here")
+                        }
+                    }
+                    let mut record =
+                        RunRecord::new(&job.id, slot, RunState::Skipped, Timestamp::from(clock.now()));
+                    record.error = claimed.err();
+                    if let Err(e) = ledger.append(&[record]) {
+                        tracing::warn!(job = %job.id, error = %e, "schedule: cannot record a slot run elsewhere");
+                    }
+                    return RunReport {
+                        job: job.id,
+                        agent: job.agent,
+                        slot,
+                        outcome: RunOutcome::RanElsewhere,
+                    };
+                }
+            }
+            tracing::info!(job = %job.id, agent = %job.agent, slot = %slot, "schedule: run started");
             let run = async {
                 match &exec {
                     Exec::Runner => runner.run(&job, slot).await,
