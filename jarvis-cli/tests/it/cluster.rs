@@ -128,17 +128,26 @@ fn three_nodes_forward_prompts_and_approvals_and_take_over_a_killed_owner() {
         "the session answered {answered:?} after its owner died (lease {LEASE_SECS} s + 2 s = {limit:?})"
     );
 
-    // Every completed turn is in the history once, in order; the killed
-    // turn's question was never written by B, and nothing of B's came after.
+    // Every completed turn is in the history once, in order, and the turn B
+    // was running when it died is closed as interrupted, once.
     let entries = rt.block_on(async {
         let store = PostgresSessionStore::connect(&url).await.unwrap();
         store.entries(&SessionId::new(session).unwrap()).await.unwrap()
     });
     let asked = questions(&entries);
-    assert_eq!(asked.len(), 3, "{asked:#?}");
-    for (question, said) in asked.iter().zip(["안녕", "메모 남겨 줘", "다음"]) {
+    assert_eq!(asked.len(), 4, "{asked:#?}");
+    for (question, said) in asked.iter().zip(["안녕", "메모 남겨 줘", "메모 하나 더", "다음"]) {
         assert!(question.contains(said), "{question} is {said}");
     }
+    let ends: Vec<String> = entries
+        .iter()
+        .map(|e| serde_json::to_value(&e.body).unwrap())
+        .filter(|b| b["kind"] == "turn_end")
+        .map(|b| b["stop_reason"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(ends.len(), 4, "{ends:?}");
+    assert_eq!(ends[2], "interrupted", "{ends:?}");
+    assert_ne!(ends[3], "interrupted", "{ends:?}");
     a.stop();
     c.stop();
 }

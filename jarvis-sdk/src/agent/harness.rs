@@ -341,6 +341,7 @@ impl Harness {
             parent: options.parent_turn,
             resumable: options.resumable,
         });
+        self.store.turn_begins(session, &turn_id, &prompt);
         history.push(Message::user(prompt.clone()));
         let ctx = self.turn_context(session, &turn_id, adjust);
         self.drive(session, &turn_id, prompt, ctx, history, None, cancel)

@@ -311,3 +311,53 @@ async fn a_schedule_slot_runs_once_across_three_nodes() {
         "three different slots: {ran:?}"
     );
 }
+
+/// A node that dies during a turn leaves the turn recorded in its lease:
+/// the node taking the session over closes it as interrupted, once; a turn
+/// whose block was written is not closed again.
+#[tokio::test]
+async fn a_turn_left_running_is_closed_as_interrupted_by_the_next_owner() {
+    let Some((url, _schema)) = fresh_schema("leases: interrupted turns").await else {
+        return;
+    };
+    let a = node(&url, "node-a").await;
+    a.create(NewSession::user(id("s"), "main")).await.unwrap();
+    a.append(&id("s"), turn(1)).await.unwrap();
+    a.record_turn(&id("s"), "t-9", "메모 하나 더").await.unwrap();
+    // a dies; b takes over and closes the turn.
+    lapse(&url, "node-a").await;
+    let b = node(&url, "node-b").await;
+    assert_eq!(b.claim(&id("s")).await.unwrap(), Claim::Held { token: 2 });
+    let entries = b.entries(&id("s")).await.unwrap();
+    let tail: Vec<serde_json::Value> = entries[6..]
+        .iter()
+        .map(|e| serde_json::to_value(&e.body).unwrap())
+        .collect();
+    assert_eq!(tail.len(), 3, "{tail:#?}");
+    assert_eq!(tail[0]["kind"], "turn_start");
+    assert_eq!(tail[0]["turn_id"], "t-9");
+    assert!(tail[1].to_string().contains("메모 하나 더"), "{tail:#?}");
+    assert_eq!(tail[2]["kind"], "turn_end");
+    assert_eq!(tail[2]["stop_reason"], "interrupted");
+    // Claimed again by a third node: nothing more is written.
+    lapse(&url, "node-b").await;
+    let c = node(&url, "node-c").await;
+    assert_eq!(c.claim(&id("s")).await.unwrap(), Claim::Held { token: 3 });
+    assert_eq!(c.entries(&id("s")).await.unwrap().len(), 9);
+
+    // A turn recorded as running whose block was written (the record came
+    // late) is not closed twice.
+    c.record_turn(&id("s"), "t-10", "late").await.unwrap();
+    let mut done = turn(2);
+    done[0] = jarvis_sdk::EntryBody::turn_start("t-10");
+    c.append(&id("s"), done).await.unwrap();
+    c.record_turn(&id("s"), "t-10", "late").await.unwrap();
+    lapse(&url, "node-c").await;
+    let d = node(&url, "node-d").await;
+    d.claim(&id("s")).await.unwrap();
+    assert_eq!(
+        d.entries(&id("s")).await.unwrap().len(),
+        15,
+        "no interrupted block for a written turn"
+    );
+}

@@ -62,6 +62,7 @@ CREATE TABLE IF NOT EXISTS jarvis_leases (
 );
 ALTER TABLE jarvis_leases ADD COLUMN IF NOT EXISTS node TEXT NOT NULL DEFAULT '';
 ALTER TABLE jarvis_leases ADD COLUMN IF NOT EXISTS token BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE jarvis_leases ADD COLUMN IF NOT EXISTS turn JSONB;
 CREATE INDEX IF NOT EXISTS jarvis_leases_node ON jarvis_leases (node);
 CREATE TABLE IF NOT EXISTS jarvis_watchers (
     session_id TEXT NOT NULL,
@@ -91,15 +92,17 @@ const HEARTBEAT: &str = "WITH prev AS (SELECT expires_at > clock_timestamp() AS 
      RETURNING COALESCE((SELECT alive FROM prev), false)";
 
 /// Claims a session for a live node: `$1` session, `$2` node. Answers the
-/// token; no row when another live node owns it (or this node's own row has
-/// lapsed). The node keeps its token when it owns the session already.
+/// token and the turn the session's owner recorded as running (`turn`:
+/// `{node, turn_id, prompt}`, cleared when the turn's block is written); no
+/// row when another live node owns it (or this node's own row has lapsed).
+/// The node keeps its token when it owns the session already.
 const CLAIM: &str = "WITH me AS (SELECT 1 FROM jarvis_nodes WHERE id = $2 AND expires_at > clock_timestamp()) \
      INSERT INTO jarvis_leases AS l (session_id, node, token) SELECT $1, $2, 1 FROM me \
      ON CONFLICT (session_id) DO UPDATE SET node = EXCLUDED.node, \
        token = CASE WHEN l.node = EXCLUDED.node THEN l.token ELSE l.token + 1 END \
      WHERE EXISTS (SELECT 1 FROM me) AND (l.node = EXCLUDED.node OR NOT EXISTS \
        (SELECT 1 FROM jarvis_nodes n WHERE n.id = l.node AND n.expires_at > clock_timestamp())) \
-     RETURNING token";
+     RETURNING token, turn::TEXT";
 
 /// A session's owner and how long its lease has left (0 when it lapsed).
 const OWNER: &str = "SELECT l.node, l.token, \
@@ -175,6 +178,18 @@ pub enum Claim {
         /// How long its lease has left unless it renews it.
         expires_in: Duration,
     },
+}
+
+/// The turn a node recorded as running in a session it owns
+/// (`jarvis_leases.turn`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct RunningTurn {
+    /// The node running it.
+    pub(crate) node: String,
+    /// The turn's id.
+    pub(crate) turn_id: String,
+    /// The person's prompt.
+    pub(crate) prompt: String,
 }
 
 /// A node's leases: the heartbeat, the tokens it holds and until when they
@@ -323,12 +338,15 @@ impl Node {
         self.lock().held.remove(id);
     }
 
-    /// Claims `id` for this node; see [`Claim`].
-    pub(crate) async fn claim(&self, id: &SessionId) -> Result<Claim, SessionError> {
+    /// Claims `id` for this node (see [`Claim`]), and answers the turn another node left
+    /// running in it, when this claim took the session from that node.
+    pub(crate) async fn claim_with_turn(
+        &self,
+        id: &SessionId,
+    ) -> Result<(Claim, Option<RunningTurn>), SessionError> {
         if let Some(token) = self.token(id) {
-            return Ok(Claim::Held {
-                token: u64::try_from(token).unwrap_or(0),
-            });
+            let token = u64::try_from(token).unwrap_or(0);
+            return Ok((Claim::Held { token }, None));
         }
         for attempt in 0..2 {
             let client = self.client().await?;
@@ -342,15 +360,18 @@ impl Node {
                 .map_err(db("claim a session"))?
             {
                 let token: i64 = row.try_get(0).map_err(db("claim a session"))?;
+                let turn: Option<String> = row.try_get(1).map_err(db("claim a session"))?;
                 self.lock().held.insert(id.clone(), token);
-                return Ok(Claim::Held {
-                    token: u64::try_from(token).unwrap_or(0),
-                });
+                let left = turn
+                    .and_then(|text| serde_json::from_str::<RunningTurn>(&text).ok())
+                    .filter(|t| t.node != self.options.id);
+                let token = u64::try_from(token).unwrap_or(0);
+                return Ok((Claim::Held { token }, left));
             }
             let owner = self.owner(id).await?;
             match owner {
                 Some((node, _, expires_in)) if node != self.options.id && !expires_in.is_zero() => {
-                    return Ok(Claim::Elsewhere { node, expires_in });
+                    return Ok((Claim::Elsewhere { node, expires_in }, None));
                 }
                 // This node's own row lapsed (a heartbeat was late): renew
                 // it and try once more.

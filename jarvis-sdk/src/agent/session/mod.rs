@@ -106,6 +106,15 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
         Ok(())
     }
 
+    /// Called by the harness when turn `turn_id` of session `id` begins,
+    /// with the person's prompt, before the model is asked. A store shared
+    /// by several nodes records it (without making the turn wait), so that
+    /// the node taking the session over after a crash can close the turn as
+    /// interrupted. The default does nothing.
+    fn turn_begins(&self, id: &SessionId, turn_id: &str, prompt: &str) {
+        let _ = (id, turn_id, prompt);
+    }
+
     /// Whether the history holds the block of turn `turn_id` (its
     /// `turn_start` carries the id). Recovery after a crash asks it, so a
     /// turn recorded just before the crash is not recorded twice. The

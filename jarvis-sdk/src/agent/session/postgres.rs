@@ -37,7 +37,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::{Json, Type};
 
 use super::error::BoxError;
-use super::lease::{Claim, Node, NodeOptions};
+use super::lease::{Claim, Node, NodeOptions, RunningTurn};
 use super::{
     ENTRY_SCHEMA_VERSION, EntryBody, NewSession, SessionEntry, SessionError, SessionId, SessionKind,
     SessionMeta, SessionStore, fork_meta, normalize_title, now,
@@ -130,14 +130,17 @@ macro_rules! append {
 /// waiting update), never a number already taken.
 const APPEND: &str = append!("", last_seq!(), "");
 
-/// [`APPEND`] for a node holding a lease: `$6` the node, `$7` its token.
-/// The lease row is locked for the statement (`FOR SHARE`), so a takeover
-/// waits for a write under way, and a write after a takeover re-reads the
-/// row, finds another token and writes nothing (no row answered). Every
-/// writer of a deployment moves `last_seq`, so the highest entry is read
-/// only for a row that has none yet.
+/// [`APPEND`] for a node holding a lease: `$6` the node, `$7` its token,
+/// `$8` the ids of the turns whose blocks the batch holds. The lease row is
+/// updated in the same statement (the running turn is cleared once its
+/// block is written), which locks it: a takeover waits for a write under
+/// way, and a write after a takeover re-reads the row, finds another token
+/// and writes nothing (no row answered). Every writer of a deployment
+/// moves `last_seq`, so the highest entry is read only for a row that has
+/// none yet.
 const APPEND_FENCED: &str = append!(
-    "l AS (SELECT 1 FROM jarvis_leases WHERE session_id = $1 AND node = $6 AND token = $7 FOR SHARE), ",
+    "l AS (UPDATE jarvis_leases SET turn = CASE WHEN turn->>'turn_id' = ANY($8::TEXT[]) THEN NULL ELSE turn END \
+       WHERE session_id = $1 AND node = $6 AND token = $7 RETURNING 1), ",
     "COALESCE(last_seq, (SELECT COALESCE(MAX(seq), 0) FROM jarvis_entries WHERE session_id = $1))",
     " AND EXISTS (SELECT 1 FROM l)"
 );
@@ -267,11 +270,79 @@ impl PostgresSessionStore {
     /// Claims `id` for this store's node ([`Claim::Held`] with the token
     /// its writes carry), or says which live node owns it. A store that is
     /// not a node holds every session.
+    ///
+    /// A session taken from a node that died during a turn gets that turn
+    /// closed as interrupted (its question and a `turn_end` with
+    /// `interrupted`), once, before the claim answers.
     pub async fn claim(&self, id: &SessionId) -> Result<Claim, SessionError> {
         match &self.node {
-            Some(node) => node.claim(id).await,
+            Some(node) => self.claim_node(node, id).await,
             None => Ok(Claim::Held { token: 0 }),
         }
+    }
+
+    async fn claim_node(&self, node: &Node, id: &SessionId) -> Result<Claim, SessionError> {
+        let (claim, left) = node.claim_with_turn(id).await?;
+        if let Some(turn) = left {
+            Box::pin(self.close_interrupted(node, id, turn)).await?;
+        }
+        Ok(claim)
+    }
+
+    /// Closes a turn another node left running as interrupted, unless its
+    /// block is in the history already; clears it from the lease either way.
+    async fn close_interrupted(
+        &self,
+        node: &Node,
+        id: &SessionId,
+        turn: RunningTurn,
+    ) -> Result<(), SessionError> {
+        if self.has_turn(id, &turn.turn_id).await? {
+            self.execute(
+                "UPDATE jarvis_leases SET turn = NULL WHERE session_id = $1 AND node = $2 AND turn->>'turn_id' = $3",
+                &[&id.as_str(), &node.options.id, &turn.turn_id],
+            )
+            .await?;
+            return Ok(());
+        }
+        let block = vec![
+            EntryBody::turn_start(turn.turn_id.clone()),
+            EntryBody::message(crate::model::Message::user(turn.prompt)),
+            EntryBody::TurnEnd {
+                stop_reason: crate::agent::StopReason::Interrupted,
+                turns: 0,
+                overflows: 0,
+            },
+        ];
+        self.append(id, block).await?;
+        tracing::warn!(session_id = %id, turn_id = %turn.turn_id, from = %turn.node,
+            "session store (postgres): a turn left running by node {} was closed as interrupted", turn.node);
+        Ok(())
+    }
+
+    /// Records that turn `turn_id` of `id` runs on this node (see
+    /// [`SessionStore::turn_begins`]); the fenced write of its block clears
+    /// it. Does nothing for a store that is not a node.
+    pub async fn record_turn(&self, id: &SessionId, turn_id: &str, prompt: &str) -> Result<(), SessionError> {
+        let Some(node) = &self.node else {
+            return Ok(());
+        };
+        let Claim::Held { token } = self.claim_node(node, id).await? else {
+            return Ok(());
+        };
+        let turn = serde_json::to_string(&RunningTurn {
+            node: node.options.id.clone(),
+            turn_id: turn_id.to_owned(),
+            prompt: prompt.to_owned(),
+        })
+        .map_err(SessionError::Encode)?;
+        let token = i64::try_from(token).unwrap_or(i64::MAX);
+        self.execute(
+            "UPDATE jarvis_leases SET turn = $3::TEXT::JSONB WHERE session_id = $1 AND node = $2 AND token = $4",
+            &[&id.as_str(), &node.options.id, &turn, &token],
+        )
+        .await?;
+        Ok(())
     }
 
     /// Whether this store's node holds `id`'s lease (as far as it knows;
@@ -602,7 +673,7 @@ impl SessionStore for PostgresSessionStore {
                     .ok_or_else(|| SessionError::not_found(id))?
             }
             Some(node) => {
-                let token = match node.claim(id).await? {
+                let token = match self.claim_node(node, id).await? {
                     Claim::Held { token } => i64::try_from(token).unwrap_or(i64::MAX),
                     Claim::Elsewhere { node, .. } => {
                         return Err(SessionError::OwnedElsewhere {
@@ -615,6 +686,7 @@ impl SessionStore for PostgresSessionStore {
                     .prepare_cached(APPEND_FENCED)
                     .await
                     .map_err(db("append entries"))?;
+                let turns: Vec<&str> = entries.iter().filter_map(EntryBody::turn_id).collect();
                 let row = client
                     .query_opt(
                         &stmt,
@@ -626,6 +698,7 @@ impl SessionStore for PostgresSessionStore {
                             &bodies,
                             &node.options.id,
                             &token,
+                            &turns,
                         ],
                     )
                     .await
@@ -823,6 +896,21 @@ impl SessionStore for PostgresSessionStore {
             .map_err(db("fork a session"))?;
         tx.commit().await.map_err(db("commit a fork"))?;
         Ok(meta)
+    }
+
+    /// A node records the turn in its lease, on a task of its own.
+    fn turn_begins(&self, id: &SessionId, turn_id: &str, prompt: &str) {
+        if self.node.is_none() {
+            return;
+        }
+        let (store, id, turn_id, prompt) = (self.clone(), id.clone(), turn_id.to_owned(), prompt.to_owned());
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(error) = store.record_turn(&id, &turn_id, &prompt).await {
+                    tracing::warn!(session_id = %id, %error, "session store (postgres): a running turn could not be recorded");
+                }
+            });
+        }
     }
 
     async fn unload(&self, id: &SessionId) -> bool {
