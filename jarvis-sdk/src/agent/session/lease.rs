@@ -28,10 +28,20 @@
 //! forgets every lease it held; it claims them again (keeping its token when
 //! nobody took them meanwhile).
 //!
+//! A node records the turn it is running in the lease row (`turn`: node,
+//! turn id, prompt; written off the turn's path), and the fenced write of
+//! the turn's block clears it; a node that takes the session over closes a
+//! turn left there as interrupted, unless its block is in the history.
+//!
 //! A node starting with the home of a process that died (same host, same
 //! `JARVIS_HOME`, which only one live process can hold) removes that
 //! process's row, so a restart after a crash need not wait for the lease to
 //! run out.
+//!
+//! The migrations here also create the tables of the nodes' link
+//! (`jarvis_watchers`, `jarvis_node_payloads`) and of the schedule's slots
+//! (`jarvis_schedule_slots`), so that one advisory-locked migration brings
+//! a deployment's whole schema up.
 
 use deadpool_postgres::Pool;
 use std::collections::HashMap;
