@@ -23,7 +23,7 @@ use jarvis_sdk::{
     AgentEvent, AgentSession, ApprovalDecision, ApprovalRequest, ClusterLink, NodeMessage, SessionAttachment,
     SessionId, SessionRoute, UIAdapter,
 };
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -53,7 +53,13 @@ pub(crate) struct Cluster {
     /// Forwarded prompts waiting for `accepted`.
     accepts: Mutex<HashMap<String, oneshot::Sender<()>>>,
     next_prompt: AtomicU64,
+    /// The ids of the prompts other nodes forwarded here lately: a prompt
+    /// sent again (its `accepted` came late) runs once.
+    seen: Mutex<(HashSet<String>, VecDeque<String>)>,
 }
+
+/// How many forwarded prompt ids a node remembers.
+const SEEN_PROMPTS: usize = 10_000;
 
 struct Remote {
     nodes: Arc<Mutex<BTreeSet<String>>>,
@@ -190,6 +196,7 @@ impl Cluster {
             remote: Mutex::default(),
             accepts: Mutex::default(),
             next_prompt: AtomicU64::new(0),
+            seen: Mutex::default(),
         })
     }
 
@@ -295,6 +302,13 @@ impl Cluster {
         reply: Reply,
         run: impl AsyncFnOnce(Arc<AgentSession>, String, Reply),
     ) {
+        // One id for every forwarding of this prompt, so an owner that
+        // answers late runs it once.
+        let prompt_id = format!(
+            "{}-{}",
+            self.me(),
+            self.next_prompt.fetch_add(1, Ordering::Relaxed)
+        );
         for _ in 0..MAX_ROUTES {
             let route = match self.link.route(session.id()).await {
                 Ok(route) => route,
@@ -319,11 +333,6 @@ impl Cluster {
                     return run(session, text, reply).await;
                 }
                 SessionRoute::Remote { node, expires_in } => {
-                    let prompt_id = format!(
-                        "{}-{}",
-                        self.me(),
-                        self.next_prompt.fetch_add(1, Ordering::Relaxed)
-                    );
                     let (tx, rx) = oneshot::channel();
                     lock(&self.accepts).insert(prompt_id.clone(), tx);
                     self.link.send(
@@ -433,7 +442,25 @@ impl Cluster {
                 from,
                 prompt_id,
             } => {
-                self.link.send(&from, NodeMessage::Accepted { prompt_id });
+                self.link.send(
+                    &from,
+                    NodeMessage::Accepted {
+                        prompt_id: prompt_id.clone(),
+                    },
+                );
+                {
+                    let mut seen = lock(&self.seen);
+                    let (ids, order) = &mut *seen;
+                    if !ids.insert(prompt_id.clone()) {
+                        return; // sent again; it runs already
+                    }
+                    order.push_back(prompt_id);
+                    if order.len() > SEEN_PROMPTS
+                        && let Some(old) = order.pop_front()
+                    {
+                        ids.remove(&old);
+                    }
+                }
                 let reply = Reply::Node {
                     cluster: self.clone(),
                     node: from.clone(),
