@@ -2,8 +2,9 @@
 //!
 //! `initdb` into a fresh temporary directory, then `pg_ctl start` with the
 //! server listening only on a Unix socket in that directory (so its port can
-//! never collide with another server's) and `fsync=off` (fine for tests,
-//! never for users). Run as root, the server runs as the `postgres` user
+//! never collide with another server's), `fsync=off` (fine for tests,
+//! never for users) and 300 connections (a benchmark runs several nodes,
+//! each with its pools). Run as root, the server runs as the `postgres` user
 //! (`runuser`), which owns the directory.
 //!
 //! Clean-up does not depend on the test process ending well: one shell
@@ -196,7 +197,7 @@ d=$(mktemp -d {tmp}) || exit 1
 echo "dir $d"
 if {{ {chown}{as_postgres}{initdb} -D "$d/data" -A trust -U postgres -E UTF8 --locale=C -N && \
      {as_postgres}{pg_ctl} -D "$d/data" -l "$d/log" -w -t 60 start \
-       -o "-p {port} -k $d -c listen_addresses='' -c fsync=off -c synchronous_commit=off -c full_page_writes=off"; \
+       -o "-p {port} -k $d -c listen_addresses='' -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off"; \
    }} >"$d/setup.log" 2>&1
 then echo ready
 else echo failed; cat "$d/setup.log" "$d/log" 2>/dev/null; echo end

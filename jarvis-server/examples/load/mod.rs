@@ -126,6 +126,13 @@ pub(crate) fn peak_rss_kb(pid: u32) -> Option<u64> {
 /// The server process: the app from the environment on 127.0.0.1:0, until
 /// stdin closes.
 pub(crate) fn serve_child() -> anyhow::Result<()> {
+    // Warnings go to stderr (`JARVIS_LOG` as the binary reads it).
+    let filter = tracing_subscriber::EnvFilter::try_from_env("JARVIS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         let app = build_app(AppConfig::from_env()?).await?;

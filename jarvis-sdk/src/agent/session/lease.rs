@@ -208,6 +208,8 @@ pub(crate) struct Node {
     pub(crate) options: NodeOptions,
     host: String,
     pool: Pool,
+    /// The heartbeat's own connection, never taken by the store's work.
+    beats: Pool,
     target: Arc<str>,
     state: Mutex<NodeState>,
     heartbeat: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -251,12 +253,14 @@ impl Node {
     pub(crate) async fn start(
         options: NodeOptions,
         pool: Pool,
+        beats: Pool,
         target: Arc<str>,
     ) -> Result<Arc<Self>, SessionError> {
         let node = Arc::new(Self {
             options,
             host: host_name(),
             pool,
+            beats,
             target,
             state: Mutex::default(),
             heartbeat: Mutex::new(None),
@@ -283,7 +287,11 @@ impl Node {
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, SessionError> {
-        connection(&self.pool, &self.target).await.map_err(|e| match e {
+        self.client_of(&self.pool).await
+    }
+
+    async fn client_of(&self, pool: &Pool) -> Result<deadpool_postgres::Object, SessionError> {
+        connection(pool, &self.target).await.map_err(|e| match e {
             crate::common::pg::PgSetupError::Unreachable { target, source } => {
                 SessionError::Unreachable { target, source }
             }
@@ -299,7 +307,7 @@ impl Node {
     /// every lease this node held.
     pub(crate) async fn beat(&self) -> Result<(), SessionError> {
         let sent = Instant::now();
-        let client = self.client().await?;
+        let client = self.client_of(&self.beats).await?;
         let stmt = client
             .prepare_cached(HEARTBEAT)
             .await
@@ -359,16 +367,20 @@ impl Node {
             return Ok((Claim::Held { token }, None));
         }
         for attempt in 0..2 {
-            let client = self.client().await?;
-            let stmt = client
-                .prepare_cached(CLAIM)
-                .await
-                .map_err(db("claim a session"))?;
-            if let Some(row) = client
-                .query_opt(&stmt, &[&id.as_str(), &self.options.id])
-                .await
-                .map_err(db("claim a session"))?
-            {
+            // One connection at a time: holding this one while `owner` or
+            // `beat` takes another could starve a busy pool.
+            let claimed = {
+                let client = self.client().await?;
+                let stmt = client
+                    .prepare_cached(CLAIM)
+                    .await
+                    .map_err(db("claim a session"))?;
+                client
+                    .query_opt(&stmt, &[&id.as_str(), &self.options.id])
+                    .await
+                    .map_err(db("claim a session"))?
+            };
+            if let Some(row) = claimed {
                 let token: i64 = row.try_get(0).map_err(db("claim a session"))?;
                 let turn: Option<String> = row.try_get(1).map_err(db("claim a session"))?;
                 self.lock().held.insert(id.clone(), token);

@@ -158,6 +158,9 @@ const META_COLUMNS: &str =
 #[derive(Clone)]
 pub struct PostgresSessionStore {
     pool: Pool,
+    /// A pool of one connection for the node's heartbeat (made only once
+    /// used).
+    beats: Pool,
     target: Arc<str>,
     clock: Arc<dyn Clock>,
     windows: Arc<Mutex<HashMap<SessionId, Window>>>,
@@ -236,8 +239,12 @@ impl PostgresSessionStore {
     /// database (never the password), when no connection can be made.
     pub async fn connect(url: &str) -> Result<Self, SessionError> {
         let (pool, target) = build_pool(url, 16).map_err(setup_error)?;
+        // The heartbeat's own connection: a node busy enough to hold every
+        // connection of its pool must still renew its lease in time.
+        let (beats, _) = build_pool(url, 1).map_err(setup_error)?;
         let store = Self {
             pool,
+            beats,
             target,
             clock: Arc::new(SystemClock),
             windows: Arc::default(),
@@ -258,7 +265,15 @@ impl PostgresSessionStore {
     /// While the node's lease certainly runs, the recent window of a
     /// session it holds is answered from the process without a round trip.
     pub async fn with_node(mut self, options: NodeOptions) -> Result<Self, SessionError> {
-        self.node = Some(Node::start(options, self.pool.clone(), self.target.clone()).await?);
+        self.node = Some(
+            Node::start(
+                options,
+                self.pool.clone(),
+                self.beats.clone(),
+                self.target.clone(),
+            )
+            .await?,
+        );
         Ok(self)
     }
 
@@ -640,6 +655,20 @@ impl SessionStore for PostgresSessionStore {
     }
 
     async fn append(&self, id: &SessionId, entries: Vec<EntryBody>) -> Result<u64, SessionError> {
+        // The lease first: a claim takes connections of its own, which must
+        // not wait while this one is held (a busy pool would starve).
+        let token = match &self.node {
+            Some(node) if !entries.is_empty() => match self.claim_node(node, id).await? {
+                Claim::Held { token } => Some(i64::try_from(token).unwrap_or(i64::MAX)),
+                Claim::Elsewhere { node, .. } => {
+                    return Err(SessionError::OwnedElsewhere {
+                        id: id.to_string(),
+                        node,
+                    });
+                }
+            },
+            _ => None,
+        };
         let client = self.client().await?;
         if entries.is_empty() {
             let stmt = client
@@ -673,15 +702,7 @@ impl SessionStore for PostgresSessionStore {
                     .ok_or_else(|| SessionError::not_found(id))?
             }
             Some(node) => {
-                let token = match self.claim_node(node, id).await? {
-                    Claim::Held { token } => i64::try_from(token).unwrap_or(i64::MAX),
-                    Claim::Elsewhere { node, .. } => {
-                        return Err(SessionError::OwnedElsewhere {
-                            id: id.to_string(),
-                            node,
-                        });
-                    }
-                };
+                let token = token.unwrap_or_default();
                 let stmt = client
                     .prepare_cached(APPEND_FENCED)
                     .await
@@ -705,7 +726,10 @@ impl SessionStore for PostgresSessionStore {
                     .map_err(db("append entries"))?;
                 match row {
                     Some(row) => row,
-                    None => return Err(self.refused(node, id, token).await),
+                    None => {
+                        drop(client);
+                        return Err(self.refused(node, id, token).await);
+                    }
                 }
             }
         };
