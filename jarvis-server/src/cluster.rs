@@ -291,16 +291,16 @@ impl Cluster {
         }
     }
 
-    /// Runs a person's prompt where the session's lease says: here (then
-    /// `run` is called), or on its owner. Never fails: refusals go to
-    /// `reply`.
+    /// Runs a person's prompt where the session's lease says: here
+    /// ([`crate::ws::run_turn`]), or on its owner. Never fails: refusals go
+    /// to `reply`.
     pub(crate) async fn prompt(
         self: &Arc<Self>,
         session: Arc<AgentSession>,
         text: String,
         token: Option<String>,
         reply: Reply,
-        run: impl AsyncFnOnce(Arc<AgentSession>, String, Reply),
+        state: &ServerState,
     ) {
         // One id for every forwarding of this prompt, so an owner that
         // answers late runs it once.
@@ -330,7 +330,7 @@ impl Cluster {
                             }
                         }
                     }
-                    return run(session, text, reply).await;
+                    return crate::ws::run_turn(state, session, text, token, reply).await;
                 }
                 SessionRoute::Remote { node, expires_in } => {
                     let (tx, rx) = oneshot::channel();
@@ -473,18 +473,7 @@ impl Cluster {
                 let cluster = self.clone();
                 let state = state.clone();
                 tokio::spawn(async move {
-                    let runner = state.clone();
-                    cluster
-                        .prompt(
-                            session,
-                            text,
-                            token.clone(),
-                            reply,
-                            async move |session, text, reply| {
-                                crate::ws::run_turn(&runner, session, text, token, reply).await
-                            },
-                        )
-                        .await;
+                    cluster.prompt(session, text, token, reply, &state).await;
                 });
             }
             NodeMessage::Accepted { prompt_id } => {

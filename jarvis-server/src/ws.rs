@@ -421,20 +421,7 @@ impl Connection<'_> {
         let turn = inner.turns.track_future(async move {
             match state.inner.cluster.clone() {
                 // The session's lease says where it runs.
-                Some(cluster) => {
-                    let runner = state.clone();
-                    cluster
-                        .prompt(
-                            session,
-                            text,
-                            token.clone(),
-                            reply,
-                            async move |session, text, reply| {
-                                run_turn(&runner, session, text, token, reply).await
-                            },
-                        )
-                        .await
-                }
+                Some(cluster) => cluster.prompt(session, text, token, reply, &state).await,
                 None => run_turn(&state, session, text, token, reply).await,
             }
         });
