@@ -119,8 +119,6 @@ pub use agent::{
     MAX_SANDBOX_COMPONENT_LEN, MAX_SANDBOX_PATH_LEN, PreparedCall, ResolvedProgram, SandboxPathError,
     normalize_sandbox_path, prepare_call,
 };
-#[cfg(feature = "postgres")]
-pub use app::PostgresSlotClaim;
 pub use app::{
     ALWAYS_ATTACHED, AgendaSettings, AgentProfile, AgentRegistry, AppAssembly, AppConfig, AppError,
     BrandConfig, DEFAULT_MAX_LOADED_SESSIONS, EMBEDDER_FILE, EmbedderChoice, JARVIS_SYSTEM_PROMPT,
@@ -139,6 +137,8 @@ pub use app::{
     RunSubagentTool, SubagentBuilder, SubagentDefinition, SubagentRuntime, SubagentSpec,
     apply_main_definition, last_sub_number,
 };
+#[cfg(feature = "postgres")]
+pub use app::{PgCluster, PostgresApprovalRules, PostgresJobs, PostgresSlotClaim};
 pub use common::{
     CivilTime, Clock, DEFAULT_TIME_ZONE, Extensions, HOME_LOCK_FILE, HomeLock, HomeLockError, IdSource,
     LockHolder, ManualClock, SequentialIds, SystemClock, TimeZone, TimeZoneError, Timestamp, TimestampError,
@@ -157,15 +157,15 @@ pub use core::{
     DEFAULT_APPROVAL_TIMEOUT, DEFAULT_ASK_TIMEOUT, Delegation, DelegationChain, DelegationError,
     DirectoryLink, DualConfig, DualReply, LayeredApprovalRules, MAX_CHAIN, PEER_REQUEST_RULE, PromptOptions,
     RECENT_TURNS, RosterEntry, RuleDecision, RuleSource, SecurityError, SecurityInput, SecurityPipeline,
-    SecurityStage, SessionAttachment, SessionPolicy, Slot, Supervisor, TaskHealth, TaskStatus, TokenAuth,
-    TurnError, Validation, ValidationConfig, bigram_jaccard, html_escape, is_bounce,
+    SecurityStage, SessionAttachment, SessionPolicy, SharedRuleStore, Slot, Supervisor, TaskHealth,
+    TaskStatus, TokenAuth, TurnError, Validation, ValidationConfig, bigram_jaccard, html_escape, is_bounce,
 };
 pub use core::{
     BrokenFile, BuiltinJob, CatchUp, CronExpr, DEFAULT_GRACE, DEFAULT_JOB_AGENT, DEFAULT_POLL_INTERVAL, Job,
     JobInfo, JobOrigin, JobOutput, JobRunner, JobSpec, LastRun, LedgerLoad, MAX_INTERVAL, MAX_JOB_FILE_BYTES,
     MAX_JOB_ID_LEN, MAX_SKIPPED_RECORDS, MIN_INTERVAL, RunOutcome, RunRecord, RunReport, RunState,
-    SCHEDULE_RUNS_FILE, SCHEDULES_DIR, ScheduleError, ScheduleTick, Scheduler, SchedulerConfig, SlotClaim,
-    SlotRef, Trigger, WHEN_FORMS, When, parse_when, validate_job_id,
+    SCHEDULE_RUNS_FILE, SCHEDULES_DIR, ScheduleError, ScheduleTick, Scheduler, SchedulerConfig, SharedJobs,
+    SlotClaim, SlotRef, Trigger, WHEN_FORMS, When, parse_when, validate_job_id,
 };
 pub use core::{
     BuiltinConfig, Confinement, DEFAULT_COMMAND_TIMEOUT, DEFAULT_LIST_CAP, DEFAULT_OUTPUT_CAP,

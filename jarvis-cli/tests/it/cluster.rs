@@ -3,7 +3,8 @@
 //! node owns and sees its turn stream; an approval answered on a third
 //! node resolves it; and when the owner is SIGKILLed, the session answers
 //! on another node once the owner's lease has run out, with every
-//! completed turn in the history once.
+//! completed turn in the history once. A job in every node's `schedules/`
+//! runs once across the three.
 
 use jarvis_sdk::testing::TempPostgres;
 use jarvis_sdk::{PostgresSessionStore, SessionId, SessionStore};
@@ -40,6 +41,17 @@ fn holds(dir: &std::path::Path, name: &str) -> bool {
         })
 }
 
+/// The states of `job`'s slot records in one home's run ledger (not its
+/// `registered` record).
+fn slot_states(home: &std::path::Path, job: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(home.join("schedule_runs.jsonl")).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|r| r["job"] == job && r["state"] != "registered")
+        .map(|r| r["state"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
 /// The person's messages of a session's history (as JSON), in order.
 fn questions(entries: &[jarvis_sdk::SessionEntry]) -> Vec<String> {
     entries
@@ -62,6 +74,7 @@ fn three_nodes_forward_prompts_and_approvals_and_take_over_a_killed_owner() {
             ("JARVIS_STORE__POSTGRES_URL", url.clone()),
             ("JARVIS_NODE__ID", node.to_owned()),
             ("JARVIS_NODE__LEASE_SECS", lease.clone()),
+            ("JARVIS_SCHEDULE__POLL_SECS", "0.2".to_owned()),
         ]
     };
     let start = |home: &mut Home, node: &'static str| {
@@ -70,11 +83,48 @@ fn three_nodes_forward_prompts_and_approvals_and_take_over_a_killed_owner() {
         home.serve(&vars)
     };
     let (mut home_a, mut home_b, mut home_c) = (Home::new(MEMO), Home::new(MEMO), Home::new(MEMO));
+    // The same job file on every node (configuration is identical across
+    // a deployment), due a few seconds after the nodes start.
+    let due = jarvis_sdk::Timestamp::from_system_time(std::time::SystemTime::now()).as_millis() + 5_000;
+    let due = jarvis_sdk::Timestamp::from_millis(due - due % 1_000);
+    for home in [&home_a, &home_b, &home_c] {
+        let dir = home.path().join("schedules");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("cluster-ping.yaml"),
+            format!("prompt: 오늘 일정 알려줘\nat: \"{due}\"\n"),
+        )
+        .unwrap();
+    }
     let a = start(&mut home_a, "node-a");
     let b = start(&mut home_b, "node-b");
     let c = start(&mut home_c, "node-c");
     let rt = runtime();
     let session = "cluster-1";
+
+    // The job's slot runs on one node; the other two record it as run
+    // elsewhere.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let states = loop {
+        let states: Vec<Vec<String>> = [&home_a, &home_b, &home_c]
+            .iter()
+            .map(|h| slot_states(h.path(), "cluster-ping"))
+            .collect();
+        let settled = states
+            .iter()
+            .all(|s| s.iter().any(|x| x == "done" || x == "skipped"));
+        if settled || Instant::now() > deadline {
+            break states;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let count = |state: &str| states.iter().flatten().filter(|s| *s == state).count();
+    // Each node records `started` before it claims the slot.
+    assert_eq!(
+        (count("done"), count("skipped"), count("failed")),
+        (1, 2, 0),
+        "one node ran the slot, two skipped it: {states:?}"
+    );
 
     rt.block_on(async {
         // B takes the session by running its first turn.

@@ -90,7 +90,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     #[cfg_attr(not(feature = "postgres"), allow(unused_mut))]
     let mut cluster: Option<Arc<dyn super::cluster::ClusterLink>> = None;
     #[cfg(feature = "postgres")]
-    let mut slot_claim: Option<Arc<dyn crate::core::SlotClaim>> = None;
+    let mut deployment: Option<crate::agent::PostgresSessionStore> = None;
     let store: Arc<dyn SessionStore> = match &config.store {
         StoreBackend::Jsonl => {
             let options = JsonlOptions::default()
@@ -117,7 +117,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
             cluster = Some(Arc::new(
                 super::cluster::PgCluster::start(url, store.clone()).await?,
             ));
-            slot_claim = Some(Arc::new(super::cluster::PostgresSlotClaim(store.clone())));
+            deployment = Some(store.clone());
             Arc::new(store)
         }
         StoreBackend::Memory => Arc::new(crate::agent::MemorySessionStore::new()),
@@ -364,15 +364,23 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         Arc::new(AppJobs(app_link.clone())),
         SchedulerConfig {
             time_zone: config.agenda.time_zone.clone(),
+            poll_interval: config.schedule_poll,
             ..SchedulerConfig::default()
         },
     )?;
     for job in pack_jobs {
         scheduler = scheduler.with_builtin(job);
     }
+    #[cfg_attr(not(feature = "postgres"), allow(unused_mut))]
+    let mut rules = LayeredApprovalRules::new(&config.home);
+    // Several nodes on one Postgres: each slot runs on one node, and
+    // `/schedule` and "always allow" write for the whole deployment.
     #[cfg(feature = "postgres")]
-    if let Some(slots) = slot_claim {
-        scheduler = scheduler.with_slot_claim(slots);
+    if let Some(store) = deployment {
+        scheduler = scheduler
+            .with_slot_claim(Arc::new(super::cluster::PostgresSlotClaim(store.clone())))
+            .with_shared_jobs(Arc::new(super::cluster::PostgresJobs(store.clone())));
+        rules = rules.with_shared(Arc::new(super::cluster::PostgresApprovalRules(store)));
     }
     #[cfg(feature = "sources")]
     let source_status = crate::core::SourceStatus::default();
@@ -419,7 +427,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         goals,
         focus,
         me: me.clone(),
-        rules: Arc::new(LayeredApprovalRules::new(&config.home)),
+        rules: Arc::new(rules),
         demo: config.is_demo(),
         notice: if config.provider.is_some() {
             None

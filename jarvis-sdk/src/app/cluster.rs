@@ -144,14 +144,13 @@ pub trait ClusterLink: Send + Sync + std::fmt::Debug {
 }
 
 #[cfg(feature = "postgres")]
-pub(crate) use pg::PgCluster;
-#[cfg(feature = "postgres")]
-pub use pg::PostgresSlotClaim;
+pub use pg::{PgCluster, PostgresApprovalRules, PostgresJobs, PostgresSlotClaim};
 
 #[cfg(feature = "postgres")]
 mod pg {
     //! [`ClusterLink`] over Postgres: `NOTIFY` on each node's channel, one
-    //! dedicated connection that listens and sends in order.
+    //! dedicated connection that listens and sends in order, connected
+    //! again when it breaks.
 
     use super::*;
     use crate::agent::{Claim, PostgresSessionStore};
@@ -182,8 +181,21 @@ mod pg {
         format!("jarvis_node_{hash:016x}")
     }
 
-    /// The Postgres link of a node.
-    pub(crate) struct PgCluster {
+    /// The longest wait between two attempts to connect the link again.
+    const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+    /// The [`ClusterLink`] of a node over Postgres (what
+    /// [`build_app`](crate::app::build_app) makes for a store on Postgres).
+    ///
+    /// One dedicated connection (`application_name` `jarvis-link-<node>`)
+    /// `LISTEN`s on the node's channel and sends the node's `NOTIFY`s in
+    /// order, pipelined. When it breaks (the database restarted, a proxy
+    /// cut it), the link connects again, waiting 0.1 s and then twice as
+    /// long after each failed attempt, up to 5 s; messages sent to or by
+    /// the node meanwhile are lost (a forwarded prompt that is not
+    /// acknowledged is taken over once the owner's lease runs out; screens
+    /// see the turn's outcome in the history).
+    pub struct PgCluster {
         store: PostgresSessionStore,
         node: String,
         outgoing: mpsc::UnboundedSender<(String, String)>,
@@ -216,8 +228,10 @@ mod pg {
 
     impl PgCluster {
         /// Connects the link of `store`'s node (a store made a node with
-        /// `with_node`) to the database at `url`, and starts listening.
-        pub(crate) async fn start(url: &str, store: PostgresSessionStore) -> Result<Self, SessionError> {
+        /// `PostgresSessionStore::with_node`) to the database at `url`
+        /// (a URL or `key=value` settings), and starts listening. Fails when
+        /// the first connection cannot be made; later breaks are mended.
+        pub async fn start(url: &str, store: PostgresSessionStore) -> Result<Self, SessionError> {
             let node = store
                 .node_id()
                 .ok_or_else(|| SessionError::Database {
@@ -225,36 +239,31 @@ mod pg {
                     source: "the session store is not a node".into(),
                 })?
                 .to_owned();
-            let (client, connection) = tokio_postgres::connect(url, NoTls)
+            let mut config: tokio_postgres::Config = url.parse().map_err(db("read the database address"))?;
+            config.application_name(format!("jarvis-link-{node}"));
+            let (raw_tx, mut raw_rx) = mpsc::unbounded_channel::<String>();
+            let first = Link::open(&config, &node, raw_tx.clone())
                 .await
                 .map_err(db("connect the cluster link"))?;
-            let client = std::sync::Arc::new(client);
-            let (in_tx, in_rx) = mpsc::unbounded_channel();
-            let (raw_tx, mut raw_rx) = mpsc::unbounded_channel::<String>();
-            let listen = tokio::spawn(drive(connection, raw_tx));
-            client
-                .batch_execute(&format!("LISTEN {}", channel(&node)))
-                .await
-                .map_err(db("listen for other nodes"))?;
-            client
+            store
                 .execute("DELETE FROM jarvis_watchers WHERE node = $1", &[&node])
-                .await
-                .map_err(db("clear this node's screens"))?;
+                .await?;
+            let (in_tx, in_rx) = mpsc::unbounded_channel();
             // Payloads in, sent by reference or not.
-            let reader = client.clone();
+            let reader = store.clone();
             let decode = tokio::spawn(async move {
                 while let Some(payload) = raw_rx.recv().await {
                     let text = match serde_json::from_str::<ByRef>(&payload) {
                         Ok(ByRef { id }) => {
                             match reader
-                                .query_opt(
+                                .query_strings(
                                     "DELETE FROM jarvis_node_payloads WHERE id = $1 RETURNING body",
                                     &[&id],
                                 )
                                 .await
                             {
-                                Ok(Some(row)) => row.get::<_, String>(0),
-                                Ok(None) => continue,
+                                Ok(mut body) if !body.is_empty() => body.swap_remove(0),
+                                Ok(_) => continue,
                                 Err(error) => {
                                     tracing::warn!(%error, "cluster: a message sent by reference could not be read");
                                     continue;
@@ -275,35 +284,104 @@ mod pg {
                     }
                 }
             });
-            // Payloads out, in order, pipelined on the one connection.
-            let (out_tx, mut out_rx) = mpsc::unbounded_channel::<(String, String)>();
-            let sender = client.clone();
-            let send = tokio::spawn(async move {
-                while let Some(first) = out_rx.recv().await {
-                    let mut batch = vec![first];
-                    while batch.len() < 64 {
-                        match out_rx.try_recv() {
-                            Ok(next) => batch.push(next),
-                            Err(_) => break,
-                        }
-                    }
-                    let sends = batch
-                        .iter()
-                        .map(|(channel, payload)| notify(&sender, channel, payload));
-                    for result in futures::future::join_all(sends).await {
-                        if let Err(error) = result {
-                            tracing::warn!(%error, "cluster: a message to another node was lost");
-                        }
-                    }
-                }
-            });
+            // Payloads out, in order, pipelined on the link's connection,
+            // which is mended when it breaks.
+            let (out_tx, out_rx) = mpsc::unbounded_channel::<(String, String)>();
+            let link = tokio::spawn(run_link(config, node.clone(), first, raw_tx, out_rx));
             Ok(Self {
                 store,
                 node,
                 outgoing: out_tx,
                 incoming: Mutex::new(Some(in_rx)),
-                tasks: vec![listen, decode, send],
+                tasks: vec![link, decode],
             })
+        }
+    }
+
+    /// One connection of the link: listening, and driven by a task that
+    /// hands notifications on until it breaks.
+    struct Link {
+        client: tokio_postgres::Client,
+        driver: tokio::task::JoinHandle<()>,
+    }
+
+    impl Link {
+        async fn open(
+            config: &tokio_postgres::Config,
+            node: &str,
+            raw: mpsc::UnboundedSender<String>,
+        ) -> Result<Self, tokio_postgres::Error> {
+            let (client, connection) = config.connect(NoTls).await?;
+            let driver = tokio::spawn(drive(connection, raw));
+            let link = Self { client, driver };
+            link.client
+                .batch_execute(&format!("LISTEN {}", channel(node)))
+                .await?;
+            Ok(link)
+        }
+    }
+
+    impl Drop for Link {
+        fn drop(&mut self) {
+            self.driver.abort();
+        }
+    }
+
+    /// Sends what the node sends, on `link` and on the links that replace
+    /// it when it breaks (see [`PgCluster`]); ends when the node drops its
+    /// sender.
+    async fn run_link(
+        config: tokio_postgres::Config,
+        node: String,
+        first: Link,
+        raw: mpsc::UnboundedSender<String>,
+        mut out: mpsc::UnboundedReceiver<(String, String)>,
+    ) {
+        let mut link = Some(first);
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let mut current = match link.take() {
+                Some(current) => current,
+                None => match Link::open(&config, &node, raw.clone()).await {
+                    Ok(current) => {
+                        tracing::info!(node = %node, "cluster: the link to the database is back");
+                        backoff = Duration::from_millis(100);
+                        current
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, retry_in = ?backoff, "cluster: the link to the database could not be made again");
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                        continue;
+                    }
+                },
+            };
+            loop {
+                tokio::select! {
+                    _ = &mut current.driver => break,
+                    message = out.recv() => {
+                        let Some(first) = message else {
+                            return;
+                        };
+                        let mut batch = vec![first];
+                        while batch.len() < 64 {
+                            match out.try_recv() {
+                                Ok(next) => batch.push(next),
+                                Err(_) => break,
+                            }
+                        }
+                        let sends = batch
+                            .iter()
+                            .map(|(channel, payload)| notify(&current.client, channel, payload));
+                        for result in futures::future::join_all(sends).await {
+                            if let Err(error) = result {
+                                tracing::warn!(%error, "cluster: a message to another node was lost");
+                            }
+                        }
+                    }
+                }
+            }
+            tracing::warn!(node = %node, "cluster: the link to the database broke; connecting again");
         }
     }
 
@@ -350,9 +428,7 @@ mod pg {
                 }
                 Ok(_) => {}
                 Err(error) => {
-                    // ponytail: the link does not reconnect; a node whose
-                    // link broke is cut off until it restarts.
-                    tracing::error!(%error, "cluster: the link to the database broke; this node no longer hears the others");
+                    tracing::warn!(%error, "cluster: the link's connection ended");
                     return;
                 }
             }
@@ -435,6 +511,86 @@ mod pg {
                 )
                 .await
                 .map(|inserted| inserted == 1)
+                .map_err(|e| e.to_string())
+        }
+    }
+
+    /// "Always allow" for the whole deployment: the table
+    /// `jarvis_approval_rules` (a row per agent and rule, the rule as its
+    /// JSON text), read by `LayeredApprovalRules::with_shared` between the
+    /// agent's file and `approvals.yaml`. `build_app` sets it for a store on
+    /// Postgres.
+    #[derive(Debug, Clone)]
+    pub struct PostgresApprovalRules(pub PostgresSessionStore);
+
+    #[async_trait]
+    impl crate::core::SharedRuleStore for PostgresApprovalRules {
+        async fn rules(&self, agent_id: &str) -> Result<Vec<crate::core::ApprovalRule>, String> {
+            let texts = self
+                .0
+                .query_strings(
+                    "SELECT rule FROM jarvis_approval_rules WHERE agent_id = $1 ORDER BY id",
+                    &[&agent_id],
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(texts
+                .iter()
+                .filter_map(|text| match serde_json::from_str(text) {
+                    Ok(rule) => Some(rule),
+                    Err(error) => {
+                        tracing::warn!(%error, agent = agent_id, "approval rules: a deployment rule does not parse; skipped");
+                        None
+                    }
+                })
+                .collect())
+        }
+
+        async fn add(&self, agent_id: &str, rule: &crate::core::ApprovalRule) -> Result<bool, String> {
+            let text = serde_json::to_string(rule).map_err(|e| e.to_string())?;
+            self.0
+                .execute(
+                    "INSERT INTO jarvis_approval_rules (agent_id, rule) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                    &[&agent_id, &text],
+                )
+                .await
+                .map(|inserted| inserted == 1)
+                .map_err(|e| e.to_string())
+        }
+    }
+
+    /// The deployment's scheduled jobs: the table `jarvis_jobs` (a row per
+    /// job, its text as `Job::to_yaml` writes it), read by every node's
+    /// scheduler before each tick (`Scheduler::with_shared_jobs`), written
+    /// by `/schedule`. `build_app` sets it for a store on Postgres.
+    #[derive(Debug, Clone)]
+    pub struct PostgresJobs(pub PostgresSessionStore);
+
+    #[async_trait]
+    impl crate::core::SharedJobs for PostgresJobs {
+        async fn load(&self) -> Result<Vec<String>, String> {
+            self.0
+                .query_strings("SELECT spec FROM jarvis_jobs ORDER BY seq", &[])
+                .await
+                .map_err(|e| e.to_string())
+        }
+
+        async fn insert(&self, id: &str, text: &str) -> Result<bool, String> {
+            self.0
+                .execute(
+                    "INSERT INTO jarvis_jobs (id, spec) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                    &[&id, &text],
+                )
+                .await
+                .map(|inserted| inserted == 1)
+                .map_err(|e| e.to_string())
+        }
+
+        async fn remove(&self, id: &str) -> Result<bool, String> {
+            self.0
+                .execute("DELETE FROM jarvis_jobs WHERE id = $1", &[&id])
+                .await
+                .map(|removed| removed == 1)
                 .map_err(|e| e.to_string())
         }
     }

@@ -275,6 +275,10 @@ pub struct AppConfig {
     /// it was first asked, across restarts (`JARVIS_APPROVAL__TIMEOUT_SECS`,
     /// default 300); then it is denied.
     pub approval_timeout: Duration,
+    /// How often the scheduler looks for due jobs
+    /// (`JARVIS_SCHEDULE__POLL_SECS`, default 15 s; decimals allowed, 0.1
+    /// to 3600). A slot runs at most this late.
+    pub schedule_poll: Duration,
     /// How long a delegation may take.
     pub ask_timeout: Duration,
     /// At most this many sessions are held in memory
@@ -370,6 +374,7 @@ impl AppConfig {
             web_token: None,
             loop_config: AgentLoopConfig::default(),
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
+            schedule_poll: crate::core::DEFAULT_POLL_INTERVAL,
             ask_timeout: DEFAULT_ASK_TIMEOUT,
             max_loaded_sessions: DEFAULT_MAX_LOADED_SESSIONS,
             packs: Vec::new(),
@@ -540,18 +545,27 @@ impl AppConfig {
             }
             config.node.id = Some(id.to_owned());
         }
-        if let Some(text) = var("JARVIS_NODE__LEASE_SECS") {
-            config.node.lease = text
-                .trim()
-                .parse::<f64>()
-                .ok()
-                .filter(|s| s.is_finite() && *s >= 0.3 && *s <= 3600.0)
-                .map(Duration::from_secs_f64)
-                .ok_or_else(|| {
-                    AppError::Config(format!(
-                        "JARVIS_NODE__LEASE_SECS={text} is not a lease in seconds (0.3 to 3600)"
-                    ))
-                })?;
+        // Seconds with decimals, from `min` to 3600.
+        let decimal_seconds = |name: &str, what: &str, min: f64| -> Result<Option<Duration>, AppError> {
+            var(name)
+                .map(|text| {
+                    text.parse::<f64>()
+                        .ok()
+                        .filter(|s| s.is_finite() && *s >= min && *s <= 3600.0)
+                        .map(Duration::from_secs_f64)
+                        .ok_or_else(|| {
+                            AppError::Config(format!(
+                                "{name}={text} is not {what} in seconds ({min} to 3600)"
+                            ))
+                        })
+                })
+                .transpose()
+        };
+        if let Some(lease) = decimal_seconds("JARVIS_NODE__LEASE_SECS", "a lease", 0.3)? {
+            config.node.lease = lease;
+        }
+        if let Some(poll) = decimal_seconds("JARVIS_SCHEDULE__POLL_SECS", "an interval", 0.1)? {
+            config.schedule_poll = poll;
         }
         if let Some(timeout) = seconds("JARVIS_APPROVAL__TIMEOUT_SECS")? {
             config.approval_timeout = timeout;

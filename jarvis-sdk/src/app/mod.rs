@@ -9,9 +9,9 @@
 
 mod assembly;
 mod cluster;
-#[cfg(feature = "postgres")]
-pub use cluster::PostgresSlotClaim;
 pub use cluster::{ClusterLink, NodeMessage, SessionRoute};
+#[cfg(feature = "postgres")]
+pub use cluster::{PgCluster, PostgresApprovalRules, PostgresJobs, PostgresSlotClaim};
 mod config;
 mod definition;
 mod embedder;

@@ -36,7 +36,7 @@ mod usage;
 pub use agenda::{AgendaItem, AgendaKind, AgendaSource};
 pub use approval::{
     AgentApprover, ApprovalBroker, ApprovalError, ApprovalRule, Attachment, DEFAULT_APPROVAL_TIMEOUT,
-    LayeredApprovalRules, RuleDecision, RuleSource,
+    LayeredApprovalRules, RuleDecision, RuleSource, SharedRuleStore,
 };
 pub use ask::{
     AgentDirectory, AskAgentArgs, AskAgentTool, DEFAULT_ASK_TIMEOUT, Delegation, DelegationChain,
@@ -84,8 +84,8 @@ pub use schedule::{
     BrokenFile, BuiltinJob, CatchUp, CronExpr, DEFAULT_GRACE, DEFAULT_JOB_AGENT, DEFAULT_POLL_INTERVAL, Job,
     JobInfo, JobOrigin, JobOutput, JobRunner, JobSpec, LastRun, LedgerLoad, MAX_INTERVAL, MAX_JOB_FILE_BYTES,
     MAX_JOB_ID_LEN, MAX_SKIPPED_RECORDS, MIN_INTERVAL, RunOutcome, RunRecord, RunReport, RunState,
-    SCHEDULE_RUNS_FILE, SCHEDULES_DIR, ScheduleError, ScheduleTick, Scheduler, SchedulerConfig, SlotClaim,
-    SlotRef, Trigger, WHEN_FORMS, When, parse_when, validate_job_id,
+    SCHEDULE_RUNS_FILE, SCHEDULES_DIR, ScheduleError, ScheduleTick, Scheduler, SchedulerConfig, SharedJobs,
+    SlotClaim, SlotRef, Trigger, WHEN_FORMS, When, parse_when, validate_job_id,
 };
 pub use security::{
     Caller, SecurityError, SecurityInput, SecurityPipeline, SecurityStage, SessionPolicy, Slot, TokenAuth,

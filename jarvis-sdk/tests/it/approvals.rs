@@ -437,3 +437,42 @@ async fn a_person_approves_a_loop_tool_call_from_a_screen() {
     assert_eq!((result.content.as_str(), result.is_error), ("written", false));
     assert_eq!(run.outcome.final_message.content, "saved");
 }
+
+/// A deployment's rule store that cannot be reached: its rules are
+/// skipped (the call falls through to the shared file, or is asked about),
+/// and "always allow" reports the failure instead of writing a file.
+#[tokio::test]
+async fn an_unreachable_deployment_rule_store_is_skipped_not_trusted() {
+    use jarvis_sdk::{ApprovalRule, RuleSource, SharedRuleStore};
+
+    #[derive(Debug)]
+    struct Down;
+    #[async_trait::async_trait]
+    impl SharedRuleStore for Down {
+        async fn rules(&self, _agent_id: &str) -> Result<Vec<ApprovalRule>, String> {
+            Err("connection refused".into())
+        }
+        async fn add(&self, _agent_id: &str, _rule: &ApprovalRule) -> Result<bool, String> {
+            Err("connection refused".into())
+        }
+    }
+
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("approvals.yaml"),
+        "- { tool: web_fetch, decision: allow }\n",
+    )
+    .unwrap();
+    let rules = LayeredApprovalRules::new(home.path()).with_shared(Arc::new(Down));
+    let args = json!({"url": "https://example.com"});
+    let fetch = ToolCallInfo::new("s1", "main", "c1", "web_fetch", &args, true);
+    assert!(matches!(
+        rules.decide_gate(&fetch).await,
+        Some((RuleDecision::Allow, RuleSource::Shared(_)))
+    ));
+    let write = ToolCallInfo::new("s1", "main", "c2", "write_file", &args, true);
+    assert_eq!(rules.decide_gate(&write).await, None, "asked about");
+    let error = rules.remember("main", "write_file", &args).await.unwrap_err();
+    assert!(error.to_string().contains("connection refused"), "{error}");
+    assert!(!home.path().join("approvals").exists(), "no file instead");
+}

@@ -43,6 +43,43 @@ async fn lapse(url: &str, node: &str) {
     assert_eq!(changed, 1, "node {node} is registered");
 }
 
+/// A job runner that lists the runs it was asked for.
+#[derive(Debug, Default)]
+struct Runs(std::sync::Mutex<Vec<String>>);
+
+#[async_trait::async_trait]
+impl jarvis_sdk::JobRunner for Runs {
+    async fn run(
+        &self,
+        job: &jarvis_sdk::Job,
+        slot: jarvis_sdk::Timestamp,
+    ) -> Result<jarvis_sdk::JobOutput, String> {
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("{} {} {slot}", job.id, job.prompt));
+        Ok(jarvis_sdk::JobOutput::default())
+    }
+}
+
+/// How many runs of three nodes' ticks were done here, and how many ran
+/// elsewhere.
+fn done_and_elsewhere(ticks: [&jarvis_sdk::ScheduleTick; 3]) -> (usize, usize) {
+    let outcomes: Vec<&jarvis_sdk::RunOutcome> = ticks
+        .iter()
+        .flat_map(|t| t.runs.iter().map(|r| &r.outcome))
+        .collect();
+    let done = outcomes
+        .iter()
+        .filter(|o| matches!(o, jarvis_sdk::RunOutcome::Done(_)))
+        .count();
+    let elsewhere = outcomes
+        .iter()
+        .filter(|o| matches!(o, jarvis_sdk::RunOutcome::RanElsewhere))
+        .count();
+    (done, elsewhere)
+}
+
 fn seqs(entries: &[jarvis_sdk::SessionEntry]) -> Vec<u64> {
     entries.iter().map(|e| e.seq).collect()
 }
@@ -237,31 +274,15 @@ async fn of_two_nodes_claiming_at_once_one_wins() {
 /// skipped, with no run.
 #[tokio::test]
 async fn a_schedule_slot_runs_once_across_three_nodes() {
-    use jarvis_sdk::{
-        Job, JobOutput, JobRunner, ManualClock, PostgresSlotClaim, RunOutcome, Scheduler, SchedulerConfig,
-        Timestamp,
-    };
-    use std::sync::{Arc, Mutex};
-
-    #[derive(Debug, Default)]
-    struct Count(Mutex<Vec<String>>);
-    #[async_trait::async_trait]
-    impl JobRunner for Count {
-        async fn run(&self, job: &Job, slot: Timestamp) -> Result<JobOutput, String> {
-            self.0.lock().unwrap().push(format!("{} {slot}", job.id));
-            Ok(JobOutput {
-                text: "ran".into(),
-                session_id: None,
-            })
-        }
-    }
+    use jarvis_sdk::{ManualClock, PostgresSlotClaim, Scheduler, SchedulerConfig, Timestamp};
+    use std::sync::Arc;
 
     let Some((url, _schema)) = fresh_schema("leases: schedule slots").await else {
         return;
     };
     let start = Timestamp::parse_rfc3339("2026-11-30T08:00:00+09:00").unwrap();
     let clock = Arc::new(ManualClock::new(start.to_system_time()));
-    let runs = Arc::new(Count::default());
+    let runs = Arc::new(Runs::default());
     let mut homes = Vec::new();
     let mut schedulers = Vec::new();
     for name in ["node-a", "node-b", "node-c"] {
@@ -288,20 +309,11 @@ async fn a_schedule_slot_runs_once_across_three_nodes() {
     for slot in 1..=3 {
         clock.advance(Duration::from_secs(30 * 60));
         let (a, b, c) = tokio::join!(schedulers[0].tick(), schedulers[1].tick(), schedulers[2].tick());
-        let outcomes: Vec<&RunOutcome> = [&a, &b, &c]
-            .iter()
-            .flat_map(|t| t.runs.iter().map(|r| &r.outcome))
-            .collect();
-        assert_eq!(outcomes.len(), 3, "every node reached slot {slot}: {outcomes:?}");
-        let done = outcomes
-            .iter()
-            .filter(|o| matches!(o, RunOutcome::Done(_)))
-            .count();
-        let elsewhere = outcomes
-            .iter()
-            .filter(|o| matches!(o, RunOutcome::RanElsewhere))
-            .count();
-        assert_eq!((done, elsewhere), (1, 2), "slot {slot}: {outcomes:?}");
+        assert_eq!(
+            done_and_elsewhere([&a, &b, &c]),
+            (1, 2),
+            "every node reached slot {slot}, one ran it: {a:?} {b:?} {c:?}"
+        );
     }
     let ran = runs.0.lock().unwrap().clone();
     assert_eq!(ran.len(), 3, "one run per slot: {ran:?}");
@@ -360,4 +372,186 @@ async fn a_turn_left_running_is_closed_as_interrupted_by_the_next_owner() {
         15,
         "no interrupted block for a written turn"
     );
+}
+
+/// `/schedule` on one node of a deployment adds the job to `jarvis_jobs`:
+/// every node runs it from its next tick (each slot once), no home gets a
+/// job file, and removing it stops it everywhere.
+#[tokio::test]
+async fn a_job_scheduled_on_one_node_is_due_on_every_node() {
+    use jarvis_sdk::{
+        JobOrigin, ManualClock, PostgresJobs, PostgresSlotClaim, ScheduleCommand, Scheduler, SchedulerConfig,
+        Timestamp,
+    };
+    use std::sync::Arc;
+
+    let Some((url, _schema)) = fresh_schema("leases: shared jobs").await else {
+        return;
+    };
+    let start = Timestamp::parse_rfc3339("2026-11-30T08:00:00+09:00").unwrap();
+    let clock = Arc::new(ManualClock::new(start.to_system_time()));
+    let runs = Arc::new(Runs::default());
+    let mut homes = Vec::new();
+    let mut schedulers = Vec::new();
+    for name in ["node-a", "node-b", "node-c"] {
+        let home = tempfile::tempdir().unwrap();
+        let store = node(&url, name).await;
+        let scheduler = Scheduler::new(
+            home.path(),
+            clock.clone(),
+            runs.clone(),
+            SchedulerConfig::default(),
+        )
+        .unwrap()
+        .with_slot_claim(Arc::new(PostgresSlotClaim(store.clone())))
+        .with_shared_jobs(Arc::new(PostgresJobs(store)));
+        assert!(scheduler.tick().await.runs.is_empty());
+        homes.push(home);
+        schedulers.push(scheduler);
+    }
+
+    let answer = schedulers[1]
+        .schedule("main", "every 30m 물 마시기")
+        .await
+        .unwrap();
+    assert!(answer.contains("물 마시기"), "{answer}");
+    let job = schedulers[1].jobs().into_iter().next().unwrap().job;
+    assert_eq!(job.origin, JobOrigin::Deployment);
+    for home in &homes {
+        assert!(!home.path().join("schedules").exists(), "no job file in any home");
+    }
+    // The others read it on their next tick, at the same moment.
+    for scheduler in [&schedulers[0], &schedulers[2]] {
+        let tick = scheduler.tick().await;
+        assert_eq!(tick.registered, vec![job.id.clone()], "{tick:?}");
+    }
+    for slot in 1..=2 {
+        clock.advance(Duration::from_secs(30 * 60));
+        let (a, b, c) = tokio::join!(schedulers[0].tick(), schedulers[1].tick(), schedulers[2].tick());
+        assert_eq!(
+            done_and_elsewhere([&a, &b, &c]),
+            (1, 2),
+            "slot {slot}: {a:?} {b:?} {c:?}"
+        );
+    }
+    assert_eq!(runs.0.lock().unwrap().len(), 2);
+
+    // A second `/schedule` of the same minute gets an id of its own.
+    let second = schedulers[0].schedule("main", "every 1h 스트레칭").await.unwrap();
+    assert!(second.contains("-2"), "{second}");
+
+    schedulers[2].remove_shared_job(&job.id).await.unwrap();
+    assert!(
+        schedulers[2].remove_shared_job(&job.id).await.is_err(),
+        "gone already"
+    );
+    clock.advance(Duration::from_secs(30 * 60));
+    for scheduler in &schedulers {
+        let tick = scheduler.tick().await;
+        assert!(tick.runs.iter().all(|r| r.job != job.id), "{tick:?}");
+    }
+    assert_eq!(runs.0.lock().unwrap().len(), 2, "removed on every node");
+}
+
+/// "Always allow" on one node writes to `jarvis_approval_rules`, not the
+/// agent's file: the next call on another node is allowed by it; an agent
+/// file's deny still comes first, and other agents are not covered.
+#[tokio::test]
+async fn always_allow_on_one_node_holds_on_every_node() {
+    use jarvis_sdk::{LayeredApprovalRules, PostgresApprovalRules, RuleDecision, RuleSource, ToolCallInfo};
+    use serde_json::json;
+    use std::sync::Arc;
+
+    let Some((url, _schema)) = fresh_schema("leases: shared rules").await else {
+        return;
+    };
+    let (home_a, home_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let rules_a = LayeredApprovalRules::new(home_a.path())
+        .with_shared(Arc::new(PostgresApprovalRules(node(&url, "node-a").await)));
+    let rules_b = LayeredApprovalRules::new(home_b.path())
+        .with_shared(Arc::new(PostgresApprovalRules(node(&url, "node-b").await)));
+    let args = json!({"program": "git", "args": ["status"]});
+    let call = |agent: &'static str| ToolCallInfo::new("s1", agent, "c1", "run_command", &args, true);
+    let call_main = call("main");
+    assert_eq!(rules_b.decide_gate(&call_main).await, None);
+
+    assert!(rules_a.remember("main", "run_command", &args).await.unwrap());
+    assert!(
+        !rules_a.remember("main", "run_command", &args).await.unwrap(),
+        "once"
+    );
+    assert!(!home_a.path().join("approvals").exists(), "no agent file written");
+    assert_eq!(
+        rules_b.decide_gate(&call_main).await,
+        Some((RuleDecision::Allow, RuleSource::Deployment))
+    );
+    assert_eq!(
+        rules_b.decide_gate(&call("karen")).await,
+        None,
+        "main's rule only"
+    );
+
+    // The agent's own file is read first.
+    std::fs::create_dir_all(home_b.path().join("approvals")).unwrap();
+    std::fs::write(
+        home_b.path().join("approvals/main.yaml"),
+        "- { tool: run_command, decision: deny }\n",
+    )
+    .unwrap();
+    assert!(matches!(
+        rules_b.decide_gate(&call_main).await,
+        Some((RuleDecision::Deny, RuleSource::Agent(_)))
+    ));
+}
+
+/// A node's link whose connection is cut (the database restarted, a proxy
+/// dropped it) connects again and hears the other nodes, large messages
+/// (sent by reference) too.
+#[tokio::test]
+async fn a_broken_link_connects_again() {
+    use jarvis_sdk::{ClusterLink, NodeMessage, PgCluster};
+
+    let Some((url, _schema)) = fresh_schema("leases: link reconnects").await else {
+        return;
+    };
+    let a = PgCluster::start(&url, node(&url, "link-a").await).await.unwrap();
+    let b = PgCluster::start(&url, node(&url, "link-b").await).await.unwrap();
+    let mut heard = a.incoming().unwrap();
+    let watch = |session: &str| NodeMessage::Watch {
+        session_id: session.to_owned(),
+        node: "link-b".to_owned(),
+    };
+    b.send("link-a", watch("before"));
+    assert!(
+        matches!(heard.recv().await, Some(NodeMessage::Watch { session_id, .. }) if session_id == "before")
+    );
+
+    let cut = sql(&url)
+        .await
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'jarvis-link-link-a'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0);
+    assert_eq!(cut, 1, "A's link had one connection");
+
+    // What is sent while A is away is lost; once it is back it hears again.
+    let big = "세".repeat(4_000);
+    let back = tokio::time::timeout(Duration::from_secs(20), async {
+        let mut tick = tokio::time::interval(Duration::from_millis(50));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => b.send("link-a", watch(&big)),
+                message = heard.recv() => match message {
+                    Some(NodeMessage::Watch { session_id, .. }) if session_id == big => return true,
+                    Some(_) => {}
+                    None => return false,
+                },
+            }
+        }
+    })
+    .await;
+    assert_eq!(back, Ok(true), "A hears B again after its link was cut");
 }

@@ -39,8 +39,9 @@
 //! run out.
 //!
 //! The migrations here also create the tables of the nodes' link
-//! (`jarvis_watchers`, `jarvis_node_payloads`) and of the schedule's slots
-//! (`jarvis_schedule_slots`), so that one advisory-locked migration brings
+//! (`jarvis_watchers`, `jarvis_node_payloads`), of the schedule's slots
+//! and shared jobs (`jarvis_schedule_slots`, `jarvis_jobs`) and of the
+//! shared "always allow" rules (`jarvis_approval_rules`), so that one advisory-locked migration brings
 //! a deployment's whole schema up.
 
 use deadpool_postgres::Pool;
@@ -89,6 +90,19 @@ CREATE TABLE IF NOT EXISTS jarvis_schedule_slots (
 CREATE TABLE IF NOT EXISTS jarvis_node_payloads (
     id BIGSERIAL PRIMARY KEY,
     body TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS jarvis_approval_rules (
+    id BIGSERIAL PRIMARY KEY,
+    agent_id TEXT NOT NULL,
+    rule TEXT NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    UNIQUE (agent_id, rule)
+);
+CREATE TABLE IF NOT EXISTS jarvis_jobs (
+    id TEXT PRIMARY KEY,
+    seq BIGSERIAL,
+    spec TEXT NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 "#;
 

@@ -254,7 +254,7 @@ impl ApprovalBroker {
     async fn decide_call(&self, call: &ToolCallInfo<'_>, always_ask: bool) -> ApprovalDecision {
         let inner = &*self.inner;
         if !always_ask {
-            match inner.rules.decide_call(call) {
+            match inner.rules.decide_gate(call).await {
                 Some((RuleDecision::Allow, source)) => {
                     tracing::debug!(tool = call.tool_name, ?source, "allowed by an approval rule");
                     return ApprovalDecision::Allow;
@@ -334,10 +334,10 @@ impl ApprovalBroker {
                     tool = call.tool_name,
                     "always-ask tool: allowed once, no rule written"
                 );
-            } else if let Err(error) =
-                inner
-                    .rules
-                    .remember_allow(call.agent_id, call.tool_name, call.arguments)
+            } else if let Err(error) = inner
+                .rules
+                .remember(call.agent_id, call.tool_name, call.arguments)
+                .await
             {
                 tracing::warn!(%error, "the \"always allow\" rule could not be saved; allowed once");
             }

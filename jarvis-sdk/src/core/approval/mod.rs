@@ -6,4 +6,6 @@ mod glob;
 mod rules;
 
 pub use broker::{AgentApprover, ApprovalBroker, Attachment, DEFAULT_APPROVAL_TIMEOUT};
-pub use rules::{ApprovalError, ApprovalRule, LayeredApprovalRules, RuleDecision, RuleSource};
+pub use rules::{
+    ApprovalError, ApprovalRule, LayeredApprovalRules, RuleDecision, RuleSource, SharedRuleStore,
+};

@@ -53,17 +53,21 @@
 //! bounds every program, whatever the rules say, is the sandbox's kernel
 //! confinement (see the `tools` module).
 //!
-//! The agent's file is consulted first, then the shared file; in each, the
-//! first matching rule decides. Files are re-read when they change. A file
+//! The agent's file is consulted first, then the deployment's shared rules
+//! when there are any ([`SharedRuleStore`]: several nodes on one Postgres,
+//! where "always allow" writes to the table `jarvis_approval_rules` instead
+//! of the agent's file), then the shared file; in each, the first matching
+//! rule decides. Files are re-read when they change. A file
 //! that does not parse is ignored with a warning (it is never rewritten);
 //! a bad rule (also one with an invalid pattern) is skipped with a warning
 //! and the others still apply.
 
+use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use super::glob::{Pattern, glob_escape};
@@ -232,6 +236,21 @@ pub enum RuleSource {
     Agent(PathBuf),
     /// The shared file.
     Shared(PathBuf),
+    /// The deployment's shared rules ([`SharedRuleStore`]).
+    Deployment,
+}
+
+/// "Always allow" rules kept for a whole deployment rather than in one
+/// home's files: several nodes on one Postgres, where a rule one node
+/// remembers must hold on every node. Read on every gate decision that the
+/// agent's own file did not settle (one round trip), so a rule remembered
+/// on one node holds on the next call on any node.
+#[async_trait]
+pub trait SharedRuleStore: Send + Sync + std::fmt::Debug {
+    /// The rules of `agent_id`, oldest first.
+    async fn rules(&self, agent_id: &str) -> Result<Vec<ApprovalRule>, String>;
+    /// Adds `rule` for `agent_id`; `false` when it was there already.
+    async fn add(&self, agent_id: &str, rule: &ApprovalRule) -> Result<bool, String>;
 }
 
 /// Why rules could not be used or saved.
@@ -262,6 +281,9 @@ pub enum ApprovalError {
         /// The parse error.
         message: String,
     },
+    /// The deployment's rule store refused the rule.
+    #[error("approval rules: the deployment's rule store could not save the rule: {0}")]
+    Shared(String),
 }
 
 #[derive(Debug)]
@@ -276,6 +298,7 @@ pub struct LayeredApprovalRules {
     home: PathBuf,
     cache: Mutex<HashMap<PathBuf, Cached>>,
     write: Mutex<()>,
+    shared: Option<Arc<dyn SharedRuleStore>>,
 }
 
 /// Whether `id` is a valid agent id (R-DEF-4): `^[a-z][a-z0-9_-]{0,31}$`.
@@ -293,7 +316,71 @@ impl LayeredApprovalRules {
             home: home.into(),
             cache: Mutex::default(),
             write: Mutex::new(()),
+            shared: None,
         }
+    }
+
+    /// Reads the deployment's rules from `store` too (between the agent's
+    /// file and the shared file), and makes "always allow" write there
+    /// instead of the agent's file ([`LayeredApprovalRules::remember`]).
+    pub fn with_shared(mut self, store: Arc<dyn SharedRuleStore>) -> Self {
+        self.shared = Some(store);
+        self
+    }
+
+    /// What the tool gate consults: the agent's file, then the
+    /// deployment's rules (when [`with_shared`](Self::with_shared) gave a
+    /// store; a store that cannot answer is logged and skipped, so the
+    /// call is asked about rather than allowed), then the shared file. The
+    /// call's program arguments are matched against the files that will
+    /// run.
+    pub async fn decide_gate(&self, call: &ToolCallInfo<'_>) -> Option<(RuleDecision, RuleSource)> {
+        let (agent, tool, args, programs) = (call.agent_id, call.tool_name, call.arguments, call.programs);
+        let Some(store) = &self.shared else {
+            return self.decide_call(call);
+        };
+        if let Some(found) = self.decide_in_agent_file(agent, tool, args, programs) {
+            return Some(found);
+        }
+        match store.rules(agent).await {
+            Ok(rules) => {
+                let hit = rules
+                    .into_iter()
+                    .filter_map(|rule| CompiledRule::new(rule).ok())
+                    .find(|rule| rule.matches(tool, args, programs));
+                if let Some(rule) = hit {
+                    return Some((rule.rule.decision, RuleSource::Deployment));
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, agent, "approval rules: the deployment's rules could not be read; they are skipped for this call")
+            }
+        }
+        self.decide_in_shared_file(tool, args, programs)
+    }
+
+    /// "Always allow" as the tool gate does it: into the deployment's
+    /// rules when there is a store ([`with_shared`](Self::with_shared)),
+    /// otherwise into the agent's file
+    /// ([`remember_allow`](Self::remember_allow)). Returns `false` when an
+    /// identical rule was already there.
+    pub async fn remember(&self, agent_id: &str, tool: &str, args: &Value) -> Result<bool, ApprovalError> {
+        let Some(store) = &self.shared else {
+            return self.remember_allow(agent_id, tool, args);
+        };
+        if !valid_agent_id(agent_id) {
+            return Err(ApprovalError::InvalidAgent(agent_id.to_owned()));
+        }
+        let rule = ApprovalRule::allow_exactly(tool, args);
+        let added = store.add(agent_id, &rule).await.map_err(ApprovalError::Shared)?;
+        if added {
+            tracing::info!(
+                agent = agent_id,
+                tool,
+                "approval rule remembered for the deployment"
+            );
+        }
+        Ok(added)
     }
 
     /// `$JARVIS_HOME/approvals.yaml`.
@@ -330,14 +417,31 @@ impl LayeredApprovalRules {
         args: &Value,
         programs: &[ResolvedProgram],
     ) -> Option<(RuleDecision, RuleSource)> {
-        if let Ok(path) = self.agent_path(agent_id)
-            && let Some(rule) = self
-                .rules(&path)
-                .into_iter()
-                .find(|r| r.matches(tool, args, programs))
-        {
-            return Some((rule.rule.decision, RuleSource::Agent(path)));
-        }
+        self.decide_in_agent_file(agent_id, tool, args, programs)
+            .or_else(|| self.decide_in_shared_file(tool, args, programs))
+    }
+
+    fn decide_in_agent_file(
+        &self,
+        agent_id: &str,
+        tool: &str,
+        args: &Value,
+        programs: &[ResolvedProgram],
+    ) -> Option<(RuleDecision, RuleSource)> {
+        let path = self.agent_path(agent_id).ok()?;
+        let rule = self
+            .rules(&path)
+            .into_iter()
+            .find(|r| r.matches(tool, args, programs))?;
+        Some((rule.rule.decision, RuleSource::Agent(path)))
+    }
+
+    fn decide_in_shared_file(
+        &self,
+        tool: &str,
+        args: &Value,
+        programs: &[ResolvedProgram],
+    ) -> Option<(RuleDecision, RuleSource)> {
         let shared = self.shared_path();
         let rule = self
             .rules(&shared)

@@ -60,6 +60,10 @@ pub enum ScheduleError {
         /// The id.
         id: String,
     },
+    /// The deployment's job store ([`SharedJobs`](super::SharedJobs))
+    /// failed.
+    #[error("schedule: the deployment's job store failed: {0}")]
+    Shared(String),
 }
 
 impl ScheduleError {

@@ -51,6 +51,9 @@ pub enum JobOrigin {
     File(PathBuf),
     /// Code (a [`BuiltinJob`](super::BuiltinJob): an external source, a pack's job).
     BuiltIn,
+    /// The deployment's shared jobs ([`SharedJobs`](super::SharedJobs):
+    /// `/schedule` on a node of several sharing one Postgres).
+    Deployment,
 }
 
 /// One scheduled job.
@@ -238,6 +241,17 @@ pub(crate) fn parse_job_file(path: &Path, text: &str, default_zone: &TimeZone) -
     let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
     let id = file.id.clone().unwrap_or_else(|| stem.to_owned());
     build(file, id, default_zone, JobOrigin::File(path.to_owned())).map_err(in_file)
+}
+
+/// Reads a job kept by the deployment ([`JobOrigin::Deployment`]): the
+/// text [`Job::to_yaml`] wrote, which names its id.
+pub(crate) fn parse_shared_job(text: &str, default_zone: &TimeZone) -> Result<Job, ScheduleError> {
+    let file: JobFile = serde_yaml::from_str(text).map_err(|e| ScheduleError::invalid(e.to_string()))?;
+    let id = file
+        .id
+        .clone()
+        .ok_or_else(|| ScheduleError::invalid("a shared job names no id"))?;
+    build(file, id, default_zone, JobOrigin::Deployment)
 }
 
 fn build(

@@ -35,7 +35,8 @@ pub use job::{
 pub use ledger::{LastRun, LedgerLoad, RunRecord, RunState, SCHEDULE_RUNS_FILE};
 pub use scheduler::{
     BrokenFile, BuiltinJob, DEFAULT_GRACE, DEFAULT_POLL_INTERVAL, JobInfo, JobOutput, JobRunner,
-    MAX_SKIPPED_RECORDS, RunOutcome, RunReport, ScheduleTick, Scheduler, SchedulerConfig, SlotClaim, SlotRef,
+    MAX_SKIPPED_RECORDS, RunOutcome, RunReport, ScheduleTick, Scheduler, SchedulerConfig, SharedJobs,
+    SlotClaim, SlotRef,
 };
 pub use trigger::{MAX_INTERVAL, MIN_INTERVAL, Trigger};
 pub use when::{WHEN_FORMS, When, parse_when};

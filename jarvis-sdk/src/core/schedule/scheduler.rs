@@ -35,7 +35,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::ScheduleError;
 use super::job::{
-    CatchUp, Job, JobOrigin, JobSpec, MAX_JOB_FILE_BYTES, SCHEDULES_DIR, parse_job_file, validate_job_id,
+    CatchUp, Job, JobOrigin, JobSpec, MAX_JOB_FILE_BYTES, SCHEDULES_DIR, parse_job_file, parse_shared_job,
+    validate_job_id,
 };
 use super::ledger::{LastRun, LedgerLoad, RunLedger, RunRecord, RunState};
 use super::trigger::{Trigger, check_interval};
@@ -177,6 +178,21 @@ pub trait SlotClaim: Send + Sync + fmt::Debug {
     async fn claim(&self, job: &str, slot: Timestamp) -> Result<bool, String>;
 }
 
+/// Jobs kept for a whole deployment rather than in one home's
+/// `schedules/`: several nodes on one Postgres (the table `jarvis_jobs`),
+/// where a job made with `/schedule` on one node must be due on all of
+/// them (and each slot still runs once, through [`SlotClaim`]). Each job is
+/// kept as the text [`Job::to_yaml`] writes.
+#[async_trait]
+pub trait SharedJobs: Send + Sync + fmt::Debug {
+    /// Every job's text, in the order they were added.
+    async fn load(&self) -> Result<Vec<String>, String>;
+    /// Adds job `id`; `false` when a job with that id exists already.
+    async fn insert(&self, id: &str, text: &str) -> Result<bool, String>;
+    /// Removes job `id`; `false` when there was none.
+    async fn remove(&self, id: &str) -> Result<bool, String>;
+}
+
 /// One run of a tick.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunReport {
@@ -226,6 +242,8 @@ struct State {
     stamp: Option<Stamp>,
     files: Vec<Job>,
     broken: Vec<BrokenFile>,
+    /// The deployment's jobs as last read ([`SharedJobs`]).
+    deployment: Vec<Job>,
     /// Each job as last seen: enabled, and when it is due. A job that
     /// disappears counts as disabled.
     seen: HashMap<String, Seen>,
@@ -295,6 +313,8 @@ pub struct Scheduler {
     failed: Arc<std::sync::atomic::AtomicU64>,
     /// Which node of a deployment runs a slot; `None` alone.
     slots: Option<Arc<dyn SlotClaim>>,
+    /// The deployment's jobs; `None` alone.
+    shared: Option<Arc<dyn SharedJobs>>,
 }
 
 /// `/schedule <when> <prompt>` for [`StandardCommands`](crate::core::StandardCommands):
@@ -303,7 +323,17 @@ pub struct Scheduler {
 #[async_trait]
 impl ScheduleCommand for Scheduler {
     async fn schedule(&self, agent_id: &str, spec: &str) -> Result<String, String> {
-        let job = self.schedule_text(agent_id, spec).map_err(|e| e.to_string())?;
+        let job = match &self.shared {
+            None => self.schedule_text(agent_id, spec),
+            Some(_) => match self.parse_when(spec) {
+                Ok(when) => {
+                    self.add_shared_job(JobSpec::new(agent_id, when.prompt, when.trigger))
+                        .await
+                }
+                Err(e) => Err(e),
+            },
+        }
+        .map_err(|e| e.to_string())?;
         let next = self
             .next_run_of(&job, self.now())
             .map(|t| {
@@ -358,7 +388,16 @@ impl Scheduler {
             running: Arc::new(Mutex::new(HashSet::new())),
             failed: Arc::default(),
             slots: None,
+            shared: None,
         })
+    }
+
+    /// Also runs the deployment's jobs kept in `jobs` (read again before
+    /// every tick), and makes `/schedule` add its jobs there rather than to
+    /// this home's `schedules/` ([`Scheduler::add_shared_job`]).
+    pub fn with_shared_jobs(mut self, jobs: Arc<dyn SharedJobs>) -> Self {
+        self.shared = Some(jobs);
+        self
     }
 
     /// Runs each slot only when `claim` grants it: one node of several
@@ -398,6 +437,7 @@ impl Scheduler {
     /// Runs everything due at the clock's time and waits for those runs.
     /// Runs of different jobs go concurrently.
     pub async fn tick(&self) -> ScheduleTick {
+        self.pull_shared().await;
         let (mut report, runs) = self.begin();
         report.runs.extend(join_all(runs).await);
         report
@@ -425,6 +465,7 @@ impl Scheduler {
                 _ = interval.tick() => {}
             }
             while runs.try_join_next().is_some() {}
+            self.pull_shared().await;
             let (_report, started) = self.begin();
             for run in started {
                 runs.spawn(run);
@@ -497,6 +538,97 @@ impl Scheduler {
     /// moment run.
     pub fn add_job(&self, spec: JobSpec) -> Result<Job, ScheduleError> {
         let now = self.now();
+        let mut state = self.lock_state();
+        self.refresh(&mut state, now);
+        let job = self.new_job(spec, &state, now)?;
+        let JobOrigin::File(path) = &job.origin else {
+            return Err(ScheduleError::invalid("a new job has no file"));
+        };
+        std::fs::create_dir_all(&self.dir).map_err(|e| ScheduleError::io("create", &self.dir, e))?;
+        write_atomic(path, job.to_yaml().as_bytes()).map_err(|e| ScheduleError::io("write", path, e))?;
+        tracing::info!(job = %job.id, agent = %job.agent, trigger = %job.describe_trigger(), "schedule: job added");
+        self.refresh(&mut state, now);
+        Ok(job)
+    }
+
+    /// Adds a job to the deployment's jobs ([`Scheduler::with_shared_jobs`];
+    /// without them, as [`Scheduler::add_job`]): every node runs it from its
+    /// next tick, each slot on one node. Registered here now, so only slots
+    /// after this moment run.
+    pub async fn add_shared_job(&self, spec: JobSpec) -> Result<Job, ScheduleError> {
+        let Some(shared) = &self.shared else {
+            return self.add_job(spec);
+        };
+        self.pull_shared().await;
+        let now = self.now();
+        let mut job = {
+            let mut state = self.lock_state();
+            self.refresh(&mut state, now);
+            self.new_job(spec, &state, now)?
+        };
+        job.origin = JobOrigin::Deployment;
+        if !shared
+            .insert(&job.id, &job.to_yaml())
+            .await
+            .map_err(ScheduleError::Shared)?
+        {
+            return Err(ScheduleError::Exists { id: job.id });
+        }
+        tracing::info!(job = %job.id, agent = %job.agent, trigger = %job.describe_trigger(), "schedule: job added for the deployment");
+        let mut state = self.lock_state();
+        state.deployment.push(job.clone());
+        self.refresh(&mut state, now);
+        Ok(job)
+    }
+
+    /// Removes job `id` from the deployment's jobs (every node stops
+    /// running it from its next tick). Its ledger records stay.
+    pub async fn remove_shared_job(&self, id: &str) -> Result<(), ScheduleError> {
+        let Some(shared) = &self.shared else {
+            return self.remove_job(id);
+        };
+        if !shared.remove(id).await.map_err(ScheduleError::Shared)? {
+            return Err(ScheduleError::NotFound { id: id.to_owned() });
+        }
+        tracing::info!(job = %id, "schedule: job removed from the deployment");
+        let now = self.now();
+        let mut state = self.lock_state();
+        state.deployment.retain(|j| j.id != id);
+        self.refresh(&mut state, now);
+        Ok(())
+    }
+
+    /// Reads the deployment's jobs again (a no-op alone). A store that
+    /// cannot answer keeps the jobs last read; a job that does not parse,
+    /// or whose id a file or built-in job has, is skipped with a warning.
+    async fn pull_shared(&self) {
+        let Some(shared) = &self.shared else {
+            return;
+        };
+        let texts = match shared.load().await {
+            Ok(texts) => texts,
+            Err(error) => {
+                tracing::warn!(%error, "schedule: the deployment's jobs could not be read; the last ones read stay");
+                return;
+            }
+        };
+        let mut jobs: Vec<Job> = Vec::with_capacity(texts.len());
+        for text in texts {
+            match parse_shared_job(&text, &self.config.time_zone) {
+                Ok(job) if !jobs.iter().any(|j| j.id == job.id) => jobs.push(job),
+                Ok(job) => {
+                    tracing::warn!(job = %job.id, "schedule: a shared job's id is used twice; skipped")
+                }
+                Err(error) => tracing::warn!(%error, "schedule: a shared job does not parse; skipped"),
+            }
+        }
+        let mut state = self.lock_state();
+        state.deployment = jobs;
+    }
+
+    /// A new job from `spec`: checked, with its id (chosen when `spec` has
+    /// none) and the file it would have.
+    fn new_job(&self, spec: JobSpec, state: &State, now: Timestamp) -> Result<Job, ScheduleError> {
         let time_zone = spec.time_zone.unwrap_or_else(|| self.config.time_zone.clone());
         let prompt = spec.prompt.trim().to_owned();
         if prompt.is_empty() {
@@ -512,10 +644,8 @@ impl Scheduler {
             }
             _ => {}
         }
-        let mut state = self.lock_state();
-        self.refresh(&mut state, now);
         let taken = |id: &str| {
-            self.entries(&state).iter().any(|(j, _)| j.id == id)
+            self.entries(state).iter().any(|(j, _)| j.id == id)
                 || self.dir.join(format!("{id}.yaml")).exists()
         };
         let id = match spec.id {
@@ -545,7 +675,7 @@ impl Scheduler {
             }
         };
         let path = self.dir.join(format!("{id}.yaml"));
-        let job = Job {
+        Ok(Job {
             id,
             agent: spec.agent,
             prompt,
@@ -553,13 +683,8 @@ impl Scheduler {
             time_zone,
             enabled: spec.enabled,
             catch_up: spec.catch_up,
-            origin: JobOrigin::File(path.clone()),
-        };
-        std::fs::create_dir_all(&self.dir).map_err(|e| ScheduleError::io("create", &self.dir, e))?;
-        write_atomic(&path, job.to_yaml().as_bytes()).map_err(|e| ScheduleError::io("write", &path, e))?;
-        tracing::info!(job = %job.id, agent = %job.agent, trigger = %job.describe_trigger(), "schedule: job added");
-        self.refresh(&mut state, now);
-        Ok(job)
+            origin: JobOrigin::File(path),
+        })
     }
 
     /// Deletes job `id`'s file. Its ledger records stay, so a job later
@@ -574,8 +699,14 @@ impl Scheduler {
             .map(|(job, _)| job)
             .find(|j| j.id == id)
             .ok_or_else(|| ScheduleError::NotFound { id: id.to_owned() })?;
-        let JobOrigin::File(path) = &job.origin else {
-            return Err(ScheduleError::BuiltIn { id: id.to_owned() });
+        let path = match &job.origin {
+            JobOrigin::File(path) => path,
+            JobOrigin::BuiltIn => return Err(ScheduleError::BuiltIn { id: id.to_owned() }),
+            JobOrigin::Deployment => {
+                return Err(ScheduleError::invalid(format!(
+                    "job {id:?} is the deployment's; remove it with remove_shared_job"
+                )));
+            }
         };
         std::fs::remove_file(path).map_err(|e| ScheduleError::io("remove", path, e))?;
         tracing::info!(job = %id, "schedule: job removed");
@@ -591,15 +722,31 @@ impl Scheduler {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// File jobs (by file name), then built-in ones.
+    /// File jobs (by file name), the deployment's (those whose id no file
+    /// or built-in job has), then built-in ones.
     fn entries(&self, state: &State) -> Vec<(Job, Exec)> {
+        let builtins: Vec<Job> = self
+            .builtins
+            .iter()
+            .map(|b| {
+                let mut job = b.job();
+                job.origin = JobOrigin::BuiltIn;
+                job
+            })
+            .collect();
+        let local = |id: &str| state.files.iter().chain(&builtins).any(|j| j.id == id);
         let files = state.files.iter().map(|j| (j.clone(), Exec::Runner));
-        let builtins = self.builtins.iter().map(|b| {
-            let mut job = b.job();
-            job.origin = JobOrigin::BuiltIn;
-            (job, Exec::Builtin(b.clone()))
-        });
-        files.chain(builtins).collect()
+        let deployment: Vec<(Job, Exec)> = state
+            .deployment
+            .iter()
+            .filter(|j| !local(&j.id))
+            .map(|j| (j.clone(), Exec::Runner))
+            .collect();
+        let builtins = builtins
+            .into_iter()
+            .zip(&self.builtins)
+            .map(|(job, b)| (job, Exec::Builtin(b.clone())));
+        files.chain(deployment).chain(builtins).collect()
     }
 
     /// Decides what is due now, records it, and hands back the runs to
