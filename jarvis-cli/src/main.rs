@@ -1,11 +1,12 @@
 //! The `jarvis` command: parses arguments, sets up logging, and hands over
 //! to a module. `jarvis` alone starts the server and opens the HUD; the
 //! subcommands talk in the terminal, list what the home holds (the team,
-//! sessions, what the turns cost), or serve the team to an MCP client
+//! sessions, what the turns cost), run an eval suite, or serve the team to an MCP client
 //! (`jarvis mcp serve`, whose stdout carries MCP messages only: logs always
 //! go to stderr).
 
 mod chat;
+mod eval;
 mod home;
 mod lists;
 mod mcp;
@@ -60,6 +61,16 @@ enum Command {
         #[arg(long, default_value = "agent", value_parser = lists::parse_usage_by)]
         by: jarvis_sdk::UsageBy,
     },
+    /// Run an eval suite against the configured model, each case in a
+    /// temporary home: a table, the pass rate, and exit code 0 (passed), 1
+    /// (below the threshold) or 2 (the suite cannot be read).
+    Eval {
+        /// The suite's YAML file.
+        suite: std::path::PathBuf,
+        /// The pass rate needed, 0 to 1 (instead of the suite's).
+        #[arg(long)]
+        threshold: Option<f64>,
+    },
     /// The team and MCP: `jarvis mcp serve` serves the team to an MCP
     /// client on stdin and stdout.
     Mcp {
@@ -94,6 +105,7 @@ async fn main() -> ExitCode {
         Some(Command::Models) => lists::models().await,
         Some(Command::Usage { by }) => lists::usage(by).await,
         Some(Command::Mcp { command }) => mcp::run(command).await,
+        Some(Command::Eval { suite, threshold }) => eval::run(&suite, threshold).await,
     };
     match result {
         Ok(code) => code,

@@ -644,3 +644,59 @@ fn chat_shows_a_reminder_of_a_due_promise_without_being_asked() {
         "{loops}"
     );
 }
+
+/// `jarvis eval`: a table and the pass rate on stdout; exit 0 at or above
+/// the threshold, 1 below it, 2 for a suite that cannot be read; the home
+/// itself is not written.
+#[test]
+fn eval_runs_a_suite_and_exits_by_its_threshold() {
+    let home = TempHome::new();
+    let script = r#"
+rules:
+  - when: { last_user: "날씨" }
+    reply: { text: "맑아요, 20도." }
+fallback: { text: "네." }
+"#;
+    let suite = home.0.join("suite.yaml");
+    std::fs::write(
+        &suite,
+        "threshold: 0.5\ncases:\n  - { name: weather, prompt: 날씨 어때, checks: { contains: 맑아요, max_steps: 1 } }\n  - { name: greeting, prompt: 안녕, checks: { regex: \"^안녕\" } }\n",
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        let out = scripted(&home, script)
+            .arg("eval")
+            .arg(&suite)
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) = run(&[]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("pass  weather"), "{stdout}");
+    assert!(stdout.contains("FAIL  greeting"), "{stdout}");
+    assert!(stdout.contains("the answer does not match /^안녕/"), "{stdout}");
+    assert!(stdout.contains("1/2 passed (50%), threshold 50%: ok"), "{stdout}");
+
+    let (code, stdout, _) = run(&["--threshold", "0.75"]);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(stdout.contains("below the threshold"), "{stdout}");
+
+    std::fs::write(&suite, "cases: [{name: a, prompt: b, checks: {contain: x}}]").unwrap();
+    let (code, stdout, stderr) = run(&[]);
+    assert_eq!(code, Some(2), "{stdout}");
+    assert!(stderr.contains("unknown field"), "{stderr}");
+
+    let mut left: Vec<String> = std::fs::read_dir(&home.0)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["script.yaml", "suite.yaml"], "the home was not written");
+}

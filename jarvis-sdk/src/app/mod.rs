@@ -16,6 +16,7 @@ mod config;
 mod definition;
 mod embedder;
 mod error;
+mod eval;
 #[cfg(feature = "mcp")]
 mod mcp_server;
 mod pack;
@@ -38,6 +39,7 @@ pub use definition::{
 };
 pub use embedder::{EMBEDDER_FILE, EmbedderChoice};
 pub use error::AppError;
+pub use eval::{CaseResult, EvalApprovals, EvalCase, EvalChecks, EvalError, EvalReport, EvalSuite, run_eval};
 #[cfg(feature = "mcp")]
 pub use mcp_server::{ASK_TOOL_PREFIX, MCP_SHUTDOWN_GRACE, McpConnection, McpTeamServer, serve_mcp_stdio};
 pub use pack::{Pack, PackContext, PackParts};

@@ -10,6 +10,7 @@ mod continuity;
 mod deps;
 mod dual;
 mod embed;
+mod eval;
 mod files;
 mod focus;
 mod gate;

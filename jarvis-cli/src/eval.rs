@@ -1,0 +1,40 @@
+//! `jarvis eval suite.yaml [--threshold X]`: runs an eval suite (format in
+//! README.md, "Replay and evals") against the configured model, each case
+//! in a temporary home, prints a table and the pass rate, and exits 0 when
+//! the pass rate reaches the threshold, 1 below it, 2 when the suite cannot
+//! be read.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use jarvis_sdk::{EvalSuite, run_eval};
+
+use crate::home::config_from_env;
+
+/// Runs the suite at `path`; `threshold` overrides the suite's.
+pub(crate) async fn run(path: &Path, threshold: Option<f64>) -> anyhow::Result<ExitCode> {
+    let suite = std::fs::read_to_string(path)
+        .map_err(|e| e.to_string())
+        .and_then(|text| EvalSuite::parse(&text).map_err(|e| e.to_string()));
+    let mut suite = match suite {
+        Ok(suite) => suite,
+        Err(error) => {
+            eprintln!("jarvis eval: {}: {error}", path.display());
+            return Ok(ExitCode::from(2));
+        }
+    };
+    if let Some(threshold) = threshold {
+        if !(0.0..=1.0).contains(&threshold) {
+            eprintln!("jarvis eval: --threshold {threshold} is not between 0 and 1");
+            return Ok(ExitCode::from(2));
+        }
+        suite.threshold = threshold;
+    }
+    let report = run_eval(&suite, &config_from_env()?).await;
+    print!("{}", report.table());
+    Ok(if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
