@@ -143,16 +143,7 @@ fn main() -> anyhow::Result<()> {
         return serve_child();
     }
     let smoke = args.iter().any(|a| a == "--smoke");
-    let number = |flag: &str, default: usize| -> anyhow::Result<usize> {
-        match args.iter().position(|a| a == flag) {
-            Some(i) => args
-                .get(i + 1)
-                .and_then(|v| v.parse().ok())
-                .filter(|n| *n > 0)
-                .ok_or_else(|| anyhow::anyhow!("{flag} takes a number of at least 1")),
-            None => Ok(default),
-        }
-    };
+    let number = |flag: &str, default: usize| load::number_arg(&args, flag, default);
     let per_node = number("--sessions", if smoke { 5 } else { 500 })?;
     let turns = number("--turns", if smoke { 2 } else { 3 })?;
     let pg = match TempPostgres::start() {

@@ -49,15 +49,7 @@ fn main() -> anyhow::Result<()> {
         return serve_child();
     }
     let smoke = args.iter().any(|a| a == "--smoke");
-    let number = |flag: &str, default: usize| -> anyhow::Result<usize> {
-        match args.iter().position(|a| a == flag) {
-            Some(i) => args
-                .get(i + 1)
-                .and_then(|v| v.parse().ok())
-                .ok_or_else(|| anyhow::anyhow!("{flag} takes a number")),
-            None => Ok(default),
-        }
-    };
+    let number = |flag: &str, default: usize| load::number_arg(&args, flag, default);
     let sessions = number("--sessions", if smoke { 20 } else { 1000 })?;
     let turns = number("--turns", if smoke { 3 } else { 10 })?;
     let interval_ms = number("--interval-ms", if smoke { 100 } else { 1000 })?;

@@ -472,9 +472,12 @@ impl Cluster {
                 self.show_on(&session, [from], false);
                 let cluster = self.clone();
                 let state = state.clone();
-                tokio::spawn(async move {
+                // Tracked as the turns of this node's own screens are, so a
+                // clean stop aborts it and waits for its end to be written.
+                let turns = state.inner.turns.clone();
+                tokio::spawn(turns.track_future(async move {
                     cluster.prompt(session, text, token, reply, &state).await;
-                });
+                }));
             }
             NodeMessage::Accepted { prompt_id } => {
                 if let Some(tx) = lock(&self.accepts).remove(&prompt_id) {

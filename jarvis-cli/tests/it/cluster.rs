@@ -83,22 +83,23 @@ fn three_nodes_forward_prompts_and_approvals_and_take_over_a_killed_owner() {
         home.serve(&vars)
     };
     let (mut home_a, mut home_b, mut home_c) = (Home::new(MEMO), Home::new(MEMO), Home::new(MEMO));
+    let a = start(&mut home_a, "node-a");
+    let b = start(&mut home_b, "node-b");
+    let c = start(&mut home_c, "node-c");
     // The same job file on every node (configuration is identical across
-    // a deployment), due a few seconds after the nodes start.
-    let due = jarvis_sdk::Timestamp::from_system_time(std::time::SystemTime::now()).as_millis() + 5_000;
+    // a deployment), written once they run (each reads its `schedules/`
+    // again at its next look, every 0.2 s), due a few seconds later.
+    let due = jarvis_sdk::Timestamp::from_system_time(std::time::SystemTime::now()).as_millis() + 4_000;
     let due = jarvis_sdk::Timestamp::from_millis(due - due % 1_000);
     for home in [&home_a, &home_b, &home_c] {
         let dir = home.path().join("schedules");
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(
-            dir.join("cluster-ping.yaml"),
-            format!("prompt: 오늘 일정 알려줘\nat: \"{due}\"\n"),
+        jarvis_sdk::write_atomic(
+            &dir.join("cluster-ping.yaml"),
+            format!("prompt: 오늘 일정 알려줘\nat: \"{due}\"\n").as_bytes(),
         )
         .unwrap();
     }
-    let a = start(&mut home_a, "node-a");
-    let b = start(&mut home_b, "node-b");
-    let c = start(&mut home_c, "node-c");
     let rt = runtime();
     let session = "cluster-1";
 

@@ -123,12 +123,26 @@ pub(crate) fn peak_rss_kb(pid: u32) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// The value of `--flag N` in `args` (at least 1), or `default` when the
+/// flag is absent.
+pub(crate) fn number_arg(args: &[String], flag: &str, default: usize) -> anyhow::Result<usize> {
+    match args.iter().position(|a| a == flag) {
+        Some(i) => args
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .filter(|n| *n > 0)
+            .ok_or_else(|| anyhow::anyhow!("{flag} takes a number of at least 1")),
+        None => Ok(default),
+    }
+}
+
 /// The server process: the app from the environment on 127.0.0.1:0, until
 /// stdin closes.
 pub(crate) fn serve_child() -> anyhow::Result<()> {
-    // Warnings go to stderr (`JARVIS_LOG` as the binary reads it).
+    // Errors go to stderr (`JARVIS_LOG=warn` for more, as the binary reads it):
+    // under saturation every slow turn would warn.
     let filter = tracing_subscriber::EnvFilter::try_from_env("JARVIS_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
