@@ -17,9 +17,10 @@
 //! same database). Memory off and memory on (the seed's two conditions): with
 //! memory on, a `MemoryService` on the hash embedder shared by every session
 //! of the run, so the memory grows by one episode a turn (1,000 records by
-//! turn 181 of the last short session) — in the process for the fsync-off
-//! row, and in the embedded SQLite store (`memory.sqlite3`, the default of
-//! a home) for the fsync-per-turn row.
+//! turn 181 of the last short session) — in the embedded SQLite store
+//! (`memory.sqlite3`, the default of a home) for the `jsonl-memory` and
+//! `jsonl-fsync-memory` rows, and in the process (`InMemoryMemoryStore`)
+//! for the `jsonl-memory-inproc` row.
 //!
 //! The physical floor of a durable turn is measured in the same run, on the
 //! same disk, interleaved with the turns it is compared with: after each
@@ -47,7 +48,8 @@
 //! apart, over many calls (target: the slot at most 5 µs a turn).
 //!
 //! Run with `cargo run --release -p jarvis-sdk --example turn_overhead`
-//! (add `-- --smoke` for a quick check that it works).
+//! (add `-- --smoke` for a quick check that it works, `-- --only
+//! jsonl,postgres` to measure some conditions alone; keys as printed).
 
 use async_trait::async_trait;
 use jarvis_sdk::testing::{REQUIRE_POSTGRES_ENV, TempPostgres};
@@ -498,8 +500,14 @@ impl Plan {
 }
 
 struct Condition {
+    key: &'static str,
     name: &'static str,
     rows: Vec<(String, Row)>,
+}
+
+/// The condition measured under `key`, when this run measured it.
+fn find<'a>(conditions: &'a [Condition], key: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.key == key)
 }
 
 /// One condition's rows. Each argument is a knob of the table's rows, set
@@ -560,7 +568,7 @@ async fn measure(
             r.total, r.read, r.write, r.events, r.security, r.recall, r.memory_write, r.thinking
         );
     }
-    Condition { name, rows }
+    Condition { key, name, rows }
 }
 
 /// Seconds per routing decision, over `calls` decisions on the turns'
@@ -584,7 +592,15 @@ fn router_decision(calls: usize) -> f64 {
 }
 
 fn main() {
-    let smoke = std::env::args().any(|a| a == "--smoke");
+    let args: Vec<String> = std::env::args().collect();
+    let smoke = args.iter().any(|a| a == "--smoke");
+    // `--only a,b`: measure these conditions alone (keys as printed).
+    let only: Option<Vec<String>> = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .map(|list| list.split(',').map(str::to_owned).collect());
+    let wanted = |key: &str| only.as_ref().is_none_or(|keys| keys.iter().any(|k| k == key));
     let plan = if smoke {
         Plan {
             warmup: 20,
@@ -614,138 +630,173 @@ fn main() {
     let mut conditions = Vec::new();
 
     let home = tempfile::tempdir().unwrap();
-    let options = JsonlOptions::default().durability(Durability::Never);
-    let jsonl = JsonlSessionStore::open_with(home.path().join("fsync-off"), options.clone()).unwrap();
-    conditions.push(runtime.block_on(measure(
-        "jsonl",
-        "JSONL, fsync off, memory off",
-        Arc::new(jsonl),
-        plan,
-        true,
-        Memory::Off,
-        false,
-        None,
-    )));
-    let jsonl = JsonlSessionStore::open_with(home.path().join("memory-on"), options).unwrap();
-    conditions.push(runtime.block_on(measure(
-        "jsonl-memory",
-        "JSONL, fsync off, memory on (in process)",
-        Arc::new(jsonl),
-        plan,
-        true,
-        Memory::InProcess,
-        false,
-        None,
-    )));
+    let fsync_off = JsonlOptions::default().durability(Durability::Never);
+    if wanted("jsonl") {
+        let jsonl = JsonlSessionStore::open_with(home.path().join("fsync-off"), fsync_off.clone()).unwrap();
+        conditions.push(runtime.block_on(measure(
+            "jsonl",
+            "JSONL, fsync off, memory off",
+            Arc::new(jsonl),
+            plan,
+            true,
+            Memory::Off,
+            false,
+            None,
+        )));
+    }
+    if wanted("jsonl-memory") {
+        // Memory as a home keeps it by default: `memory.sqlite3`.
+        let dir = home.path().join("memory-on");
+        let jsonl = JsonlSessionStore::open_with(&dir, fsync_off.clone()).unwrap();
+        conditions.push(runtime.block_on(measure(
+            "jsonl-memory",
+            "JSONL, fsync off, memory on (embedded store, the default)",
+            Arc::new(jsonl),
+            plan,
+            true,
+            Memory::Embedded(&dir.join("memory.sqlite3")),
+            false,
+            None,
+        )));
+    }
+    if wanted("jsonl-memory-inproc") {
+        let jsonl = JsonlSessionStore::open_with(home.path().join("memory-inproc"), fsync_off).unwrap();
+        conditions.push(runtime.block_on(measure(
+            "jsonl-memory-inproc",
+            "JSONL, fsync off, memory on (in process)",
+            Arc::new(jsonl),
+            plan,
+            true,
+            Memory::InProcess,
+            false,
+            None,
+        )));
+    }
 
     // The default: fsync per turn; memory off, then on in the embedded store.
-    let durable = JsonlSessionStore::open(home.path().join("fsync-on")).unwrap();
-    conditions.push(runtime.block_on(measure(
-        "jsonl-fsync",
-        "JSONL, fsync per turn, memory off",
-        Arc::new(durable),
-        plan,
-        true,
-        Memory::Off,
-        false,
-        Some(&home.path().join("fsync-on")),
-    )));
-    let durable = JsonlSessionStore::open(home.path().join("fsync-on-memory")).unwrap();
-    let database = home.path().join("fsync-on-memory").join("memory.sqlite3");
-    conditions.push(runtime.block_on(measure(
-        "jsonl-fsync-memory",
-        "JSONL, fsync per turn, memory on (embedded store)",
-        Arc::new(durable),
-        plan,
-        true,
-        Memory::Embedded(&database),
-        false,
-        Some(&home.path().join("fsync-on-memory")),
-    )));
-    let memory = MemorySessionStore::new();
-    conditions.push(runtime.block_on(measure(
-        "memory",
-        "in-memory",
-        Arc::new(memory),
-        plan,
-        true,
-        Memory::Off,
-        false,
-        None,
-    )));
-
-    let memory = MemorySessionStore::new();
-    conditions.push(runtime.block_on(measure(
-        "thinking",
-        "in-memory, thinking on, routed off",
-        Arc::new(memory),
-        plan,
-        false,
-        Memory::Off,
-        true,
-        None,
-    )));
+    if wanted("jsonl-fsync") {
+        let dir = home.path().join("fsync-on");
+        let durable = JsonlSessionStore::open(&dir).unwrap();
+        conditions.push(runtime.block_on(measure(
+            "jsonl-fsync",
+            "JSONL, fsync per turn, memory off",
+            Arc::new(durable),
+            plan,
+            true,
+            Memory::Off,
+            false,
+            Some(&dir),
+        )));
+    }
+    if wanted("jsonl-fsync-memory") {
+        let dir = home.path().join("fsync-on-memory");
+        let durable = JsonlSessionStore::open(&dir).unwrap();
+        conditions.push(runtime.block_on(measure(
+            "jsonl-fsync-memory",
+            "JSONL, fsync per turn, memory on (embedded store)",
+            Arc::new(durable),
+            plan,
+            true,
+            Memory::Embedded(&dir.join("memory.sqlite3")),
+            false,
+            Some(&dir),
+        )));
+    }
+    if wanted("memory") {
+        conditions.push(runtime.block_on(measure(
+            "memory",
+            "in-memory",
+            Arc::new(MemorySessionStore::new()),
+            plan,
+            true,
+            Memory::Off,
+            false,
+            None,
+        )));
+    }
+    if wanted("thinking") {
+        conditions.push(runtime.block_on(measure(
+            "thinking",
+            "in-memory, thinking on, routed off",
+            Arc::new(MemorySessionStore::new()),
+            plan,
+            false,
+            Memory::Off,
+            true,
+            None,
+        )));
+    }
     let decision = router_decision(if smoke { 20_000 } else { 1_000_000 });
 
-    match TempPostgres::start() {
-        Ok(cluster) => {
-            // As the `jarvis` binary runs it: a node of a deployment, which
-            // claims each session once and then holds its lease. Each
-            // condition in a schema of its own (the session ids repeat).
-            let schema_url = |schema: &str| {
-                runtime.block_on(async {
-                    let (client, connection) = tokio_postgres::connect(&cluster.url(), tokio_postgres::NoTls)
-                        .await
-                        .unwrap();
-                    tokio::spawn(connection);
-                    client
-                        .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
-                        .await
-                        .unwrap();
-                });
-                format!("{} options='-c search_path={schema}'", cluster.url())
-            };
-            let node = |url: &str| {
-                let store = runtime
-                    .block_on(async {
-                        PostgresSessionStore::connect(url)
-                            .await?
-                            .with_node(NodeOptions::new("bench"))
+    if wanted("postgres") || wanted("postgres-memory") {
+        match TempPostgres::start() {
+            Ok(cluster) => {
+                // As the `jarvis` binary runs it: a node of a deployment, which
+                // claims each session once and then holds its lease. Each
+                // condition in a schema of its own (the session ids repeat).
+                let schema_url = |schema: &str| {
+                    runtime.block_on(async {
+                        let (client, connection) =
+                            tokio_postgres::connect(&cluster.url(), tokio_postgres::NoTls)
+                                .await
+                                .unwrap();
+                        tokio::spawn(connection);
+                        client
+                            .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
                             .await
-                    })
-                    .unwrap();
-                Arc::new(store)
-            };
-            conditions.push(runtime.block_on(measure(
-                "postgres",
-                "Postgres (local socket), one node, memory off",
-                node(&schema_url("bench_memory_off")),
-                plan,
-                true,
-                Memory::Off,
-                false,
-                None,
-            )));
-            let url = schema_url("bench_memory_on");
-            conditions.push(runtime.block_on(measure(
-                "postgres-memory",
-                "Postgres (local socket), one node, memory on (PostgresMemoryStore)",
-                node(&url),
-                plan,
-                true,
-                Memory::Postgres(&url),
-                false,
-                None,
-            )));
+                            .unwrap();
+                    });
+                    format!("{} options='-c search_path={schema}'", cluster.url())
+                };
+                let node = |url: &str| {
+                    let store = runtime
+                        .block_on(async {
+                            PostgresSessionStore::connect(url)
+                                .await?
+                                .with_node(NodeOptions::new("bench"))
+                                .await
+                        })
+                        .unwrap();
+                    Arc::new(store)
+                };
+                if wanted("postgres") {
+                    conditions.push(runtime.block_on(measure(
+                        "postgres",
+                        "Postgres (local socket), one node, memory off",
+                        node(&schema_url("bench_memory_off")),
+                        plan,
+                        true,
+                        Memory::Off,
+                        false,
+                        None,
+                    )));
+                }
+                if wanted("postgres-memory") {
+                    let url = schema_url("bench_memory_on");
+                    conditions.push(runtime.block_on(measure(
+                        "postgres-memory",
+                        "Postgres (local socket), one node, memory on (PostgresMemoryStore)",
+                        node(&url),
+                        plan,
+                        true,
+                        Memory::Postgres(&url),
+                        false,
+                        None,
+                    )));
+                }
+            }
+            Err(reason) if std::env::var(REQUIRE_POSTGRES_ENV).is_ok_and(|v| v == "1") => {
+                eprintln!("{REQUIRE_POSTGRES_ENV}=1 but Postgres cannot start: {reason}");
+                std::process::exit(1);
+            }
+            Err(reason) => println!("turn_overhead postgres: SKIPPED ({reason})"),
         }
-        Err(reason) if std::env::var(REQUIRE_POSTGRES_ENV).is_ok_and(|v| v == "1") => {
-            eprintln!("{REQUIRE_POSTGRES_ENV}=1 but Postgres cannot start: {reason}");
-            std::process::exit(1);
-        }
-        Err(reason) => println!("turn_overhead postgres: SKIPPED ({reason})"),
     }
 
     println!();
+    for c in &conditions {
+        println!("{}: {}", c.key, c.name);
+    }
     println!(
         "| condition | window | total | history read | history write | events | security | recall | memory write | thinking |"
     );
@@ -754,108 +805,132 @@ fn main() {
         for (label, r) in &c.rows {
             println!(
                 "| {} | {label} | {:.4} ms | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} |",
-                c.name, r.total, r.read, r.write, r.events, r.security, r.recall, r.memory_write, r.thinking
+                c.key, r.total, r.read, r.write, r.events, r.security, r.recall, r.memory_write, r.thinking
             );
         }
     }
-
-    let jsonl = &conditions[0].rows;
-    let (first, late, long) = (jsonl[0].1.total, jsonl[1].1.total, jsonl[2].1.total);
     println!();
-    println!(
-        "turn_overhead jsonl: {} / {} = {:.2}x, {} / {} = {:.2}x (targets: late <= 0.100 ms, both <= 1.5x)",
-        jsonl[1].0,
-        jsonl[0].0,
-        late / first,
-        jsonl[2].0,
-        jsonl[0].0,
-        long / first
-    );
-    let with_memory = conditions[1].rows[1].1.total;
-    let memory_adds = with_memory - late;
-    println!(
-        "turn_overhead memory (in process): {} memory on {with_memory:.4} ms, memory off {late:.4} ms: memory adds {memory_adds:.4} ms (target <= 0.050 ms)",
-        jsonl[1].0
-    );
-    // Recall must not grow with the records (memory graphs past 5,000).
-    for c in [&conditions[1], &conditions[3]] {
-        let (late, long) = (&c.rows[1], &c.rows[2]);
-        println!(
-            "turn_overhead {}: {} / {} = {:.2}x ({:.4} / {:.4} ms; target <= 1.5x)",
-            c.name,
-            long.0,
-            late.0,
-            long.1.total / late.1.total,
-            long.1.total,
-            late.1.total
-        );
-    }
-    let (fsync_off, fsync_on) = (&conditions[2].rows, &conditions[3].rows);
-    let mut ratios = Vec::new();
-    for (rows, what) in [
-        (fsync_off, "memory off"),
-        (fsync_on, "memory on (embedded store)"),
-    ] {
-        for (label, r) in rows.iter().take(3) {
-            let ratio = r.total / r.floor;
-            // The target is the durable turn's; with memory on, the turn
-            // also recalls before the model call (reported below).
-            if what == "memory off" {
-                ratios.push(ratio);
-            }
-            println!(
-                "turn_overhead jsonl-fsync, {what}, {label}: {:.4} ms against a floor of {:.4} ms sampled after each of these turns (an append of a turn's bytes + fdatasync, same disk) = {ratio:.2}x (target <= 1.3x)",
-                r.total, r.floor
-            );
-        }
-    }
-    // What memory's durable write adds: the episode is written while the
-    // block syncs, so it costs what it takes beyond the sync plus what it
-    // slows the sync, against the same stretches without memory.
-    let durable_adds = [1, 2].map(|i| {
-        let (on, off) = (&fsync_on[i].1, &fsync_off[i].1);
-        (on.memory_write - off.memory_write) + (on.write - off.write)
-    });
-    for (i, adds) in [1, 2].iter().zip(durable_adds) {
-        let (on, off) = (&fsync_on[*i].1, &fsync_off[*i].1);
-        println!(
-            "turn_overhead memory (embedded store, durable): {}: the durable write adds {adds:.4} ms to a turn (target <= 0.050 ms); recall before the model call {:.4} ms (without memory {:.4}); whole turn {:.4} vs {:.4} ms",
-            fsync_on[*i].0, on.recall, off.recall, on.total, off.total
-        );
-    }
-    // The in-memory store with thinking off and on, same window.
-    let (off, on) = (&conditions[4].rows[1].1, &conditions[5].rows[1].1);
-    let slot_us = on.thinking * 1e3;
-    println!(
-        "turn_overhead router: thinking on, routed off: {slot_us:.3} us per turn in the thinking slot at {} (the decision and the thought_route event reaching the subscriber; \
-         the decision alone, timed apart: {:.3} us); turn total {:.4} ms vs {:.4} ms with thinking off (target: slot <= 5 us)",
-        conditions[5].rows[1].0,
-        decision * 1e6,
-        on.total,
-        off.total
-    );
+    let missed = summary(&conditions, decision);
     if smoke {
         return;
-    }
-    let mut missed = Vec::new();
-    if slot_us > 5.0 {
-        missed.push("the Thought Router must cost at most 5 us per turn when it routes off");
-    }
-    if late > 0.1 || late > 1.5 * first || long > 1.5 * first {
-        missed.push("the JSONL per-turn total must stay under 0.1 ms and within 1.5x of turns 1-20");
-    }
-    if memory_adds > 0.05 {
-        missed.push("memory must add at most 0.05 ms per turn at turns 181-200");
-    }
-    if ratios.iter().any(|r| *r > 1.3) {
-        missed.push("a durable turn must cost at most 1.3x the floor");
-    }
-    if durable_adds.iter().any(|a| *a > 0.05) {
-        missed.push("memory's durable write must add at most 0.05 ms to a turn");
     }
     for m in &missed {
         eprintln!("target missed: {m}");
     }
+}
+
+/// Prints the figures the targets are about, from whichever conditions
+/// were measured, and answers the targets missed.
+fn summary(conditions: &[Condition], decision: f64) -> Vec<&'static str> {
+    let mut missed = Vec::new();
+    let window = |key: &str, i: usize| find(conditions, key).map(|c| (c.rows[i].0.as_str(), c.rows[i].1));
+    if let Some(jsonl) = find(conditions, "jsonl") {
+        let rows = &jsonl.rows;
+        let (first, late, long) = (rows[0].1.total, rows[1].1.total, rows[2].1.total);
+        println!(
+            "turn_overhead jsonl: {} / {} = {:.2}x, {} / {} = {:.2}x (targets: late <= 0.100 ms, both <= 1.5x)",
+            rows[1].0,
+            rows[0].0,
+            late / first,
+            rows[2].0,
+            rows[0].0,
+            long / first
+        );
+        if late > 0.1 || late > 1.5 * first || long > 1.5 * first {
+            missed.push("the JSONL per-turn total must stay under 0.1 ms and within 1.5x of turns 1-20");
+        }
+        if let Some((label, with_memory)) = window("jsonl-memory-inproc", 1) {
+            let adds = with_memory.total - late;
+            println!(
+                "turn_overhead memory (in process): {label} memory on {:.4} ms, memory off {late:.4} ms: memory adds {adds:.4} ms (target <= 0.050 ms)",
+                with_memory.total
+            );
+            if adds > 0.05 {
+                missed.push("memory must add at most 0.05 ms per turn at turns 181-200");
+            }
+        }
+    }
+    // Recall must not grow with the records (memory graphs past 5,000);
+    // the target is the default memory store's.
+    for key in ["jsonl-memory", "jsonl-memory-inproc", "jsonl-fsync-memory"] {
+        let Some(c) = find(conditions, key) else {
+            continue;
+        };
+        let (late, long) = (&c.rows[1], &c.rows[2]);
+        let ratio = long.1.total / late.1.total;
+        let target = if key == "jsonl-memory" {
+            "target <= 1.5x"
+        } else {
+            "extra row"
+        };
+        println!(
+            "turn_overhead {key}: {} / {} = {ratio:.2}x ({:.4} / {:.4} ms; {target})",
+            long.0, late.0, long.1.total, late.1.total
+        );
+        if key == "jsonl-memory" && ratio > 1.5 {
+            missed.push("with memory on, turns 9981-10000 must cost at most 1.5x turns 181-200");
+        }
+    }
+    if let (Some(fsync_off), Some(fsync_on)) = (
+        find(conditions, "jsonl-fsync"),
+        find(conditions, "jsonl-fsync-memory"),
+    ) {
+        for (rows, what) in [
+            (&fsync_off.rows, "memory off"),
+            (&fsync_on.rows, "memory on (embedded store)"),
+        ] {
+            for (label, r) in rows.iter().take(3) {
+                let ratio = r.total / r.floor;
+                // The target is the durable turn's; with memory on, the turn
+                // also recalls before the model call (reported below).
+                if what == "memory off" && ratio > 1.3 {
+                    missed.push("a durable turn must cost at most 1.3x the floor");
+                }
+                println!(
+                    "turn_overhead jsonl-fsync, {what}, {label}: {:.4} ms against a floor of {:.4} ms sampled after each of these turns (an append of a turn's bytes + fdatasync, same disk) = {ratio:.2}x (target <= 1.3x)",
+                    r.total, r.floor
+                );
+            }
+        }
+        // What memory's durable write adds: the episode is written while
+        // the block syncs, so it costs what it takes beyond the sync plus
+        // what it slows the sync, against the same stretches without memory.
+        for i in [1, 2] {
+            let (on, off) = (&fsync_on.rows[i].1, &fsync_off.rows[i].1);
+            let adds = (on.memory_write - off.memory_write) + (on.write - off.write);
+            println!(
+                "turn_overhead memory (embedded store, durable): {}: the durable write adds {adds:.4} ms to a turn (target <= 0.050 ms); recall before the model call {:.4} ms (without memory {:.4}); whole turn {:.4} vs {:.4} ms",
+                fsync_on.rows[i].0, on.recall, off.recall, on.total, off.total
+            );
+            if adds > 0.05 {
+                missed.push("memory's durable write must add at most 0.05 ms to a turn");
+            }
+        }
+    }
+    // The in-memory store with thinking off and on, same window.
+    if let (Some((_, off)), Some((label, on))) = (window("memory", 1), window("thinking", 1)) {
+        let slot_us = on.thinking * 1e3;
+        println!(
+            "turn_overhead router: thinking on, routed off: {slot_us:.3} us per turn in the thinking slot at {label} (the decision and the thought_route event reaching the subscriber; \
+             the decision alone, timed apart: {:.3} us); turn total {:.4} ms vs {:.4} ms with thinking off (target: slot <= 5 us)",
+            decision * 1e6,
+            on.total,
+            off.total
+        );
+        if slot_us > 5.0 {
+            missed.push("the Thought Router must cost at most 5 us per turn when it routes off");
+        }
+    }
+    if let Some((label, r)) = window("postgres", 1) {
+        println!(
+            "turn_overhead postgres: {label} {:.4} ms per turn (history read {:.4}, write {:.4}; target <= 0.300 ms)",
+            r.total, r.read, r.write
+        );
+        if r.total > 0.3 {
+            missed.push("a turn on Postgres must cost at most 0.3 ms at turns 181-200");
+        }
+    }
+    missed
 }
 
 /// One append of `record` to `file` and `fdatasync`, in milliseconds.

@@ -17,7 +17,10 @@
 //!   session. Nothing is sent for a session no other node shows.
 //! - **Aborts and approvals** for a session running elsewhere go to its
 //!   owner; an answer the owner no longer waits for comes back as
-//!   `error {code: "approval_not_pending"}`.
+//!   `error {code: "approval_not_pending"}`. An approval is routed like a
+//!   prompt: an owner that does not answer `accepted` is waited out, and
+//!   the node that then takes the session resumes the turn that waited
+//!   for the answer (kept with the lease) and applies it.
 
 use jarvis_sdk::{
     AgentEvent, AgentSession, ApprovalDecision, ApprovalRequest, ClusterLink, NodeMessage, SessionAttachment,
@@ -34,7 +37,7 @@ use crate::fanout::{Outbox, frame};
 use crate::protocol::{ServerNotice, codes};
 use crate::state::ServerState;
 
-/// How long a forwarded prompt waits for its owner's `accepted`.
+/// How long a forwarded prompt or approval waits for its owner's `accepted`.
 pub(crate) const ACCEPT_WAIT: Duration = Duration::from_millis(750);
 
 /// How many times a prompt is routed again (an owner that went away, then
@@ -304,11 +307,7 @@ impl Cluster {
     ) {
         // One id for every forwarding of this prompt, so an owner that
         // answers late runs it once.
-        let prompt_id = format!(
-            "{}-{}",
-            self.me(),
-            self.next_prompt.fetch_add(1, Ordering::Relaxed)
-        );
+        let prompt_id = self.forward_id();
         for _ in 0..MAX_ROUTES {
             let route = match self.link.route(session.id()).await {
                 Ok(route) => route,
@@ -323,36 +322,21 @@ impl Cluster {
             match route {
                 SessionRoute::Local { taken } => {
                     if taken {
-                        match self.link.watchers(session.id()).await {
-                            Ok(nodes) => self.show_on(&session, nodes, true),
-                            Err(error) => {
-                                tracing::warn!(session = %session.id(), %error, "cluster: the session's other screens could not be read")
-                            }
-                        }
+                        self.taken_over(&session, state, None).await;
                     }
                     return crate::ws::run_turn(state, session, text, token, reply).await;
                 }
                 SessionRoute::Remote { node, expires_in } => {
-                    let (tx, rx) = oneshot::channel();
-                    lock(&self.accepts).insert(prompt_id.clone(), tx);
-                    self.link.send(
-                        &node,
-                        NodeMessage::Prompt {
-                            session_id: session.id().as_str().to_owned(),
-                            text: text.clone(),
-                            token: token.clone(),
-                            from: self.me(),
-                            prompt_id: prompt_id.clone(),
-                        },
-                    );
-                    let accepted = tokio::time::timeout(ACCEPT_WAIT, rx).await;
-                    lock(&self.accepts).remove(&prompt_id);
-                    if matches!(accepted, Ok(Ok(()))) {
+                    let message = NodeMessage::Prompt {
+                        session_id: session.id().as_str().to_owned(),
+                        text: text.clone(),
+                        token: token.clone(),
+                        from: self.me(),
+                        prompt_id: prompt_id.clone(),
+                    };
+                    if self.forward(&node, expires_in, &prompt_id, message).await {
                         return;
                     }
-                    tracing::warn!(session = %session.id(), owner = %node, "cluster: the session's owner did not answer; taking the session over once its lease runs out");
-                    tokio::time::sleep(expires_in.saturating_sub(ACCEPT_WAIT) + Duration::from_millis(50))
-                        .await;
                 }
             }
         }
@@ -362,30 +346,103 @@ impl Cluster {
         );
     }
 
-    /// A person's answer to an approval this node does not wait for: sent
-    /// to the session's owner when another node owns it. Answers whether it
-    /// was sent.
-    pub(crate) async fn forward_approval(
+    /// A session this node just took over: its other screens are shown
+    /// again from here, and a turn that waited for a person on the node
+    /// that stopped resumes here (`early`: an answer to one of its requests
+    /// that came with the takeover). Answers whether a turn resumed.
+    async fn taken_over(
         &self,
-        session: &SessionId,
+        session: &Arc<AgentSession>,
+        state: &ServerState,
+        early: Option<(&str, ApprovalDecision)>,
+    ) -> bool {
+        match self.link.watchers(session.id()).await {
+            Ok(nodes) => self.show_on(session, nodes, true),
+            Err(error) => {
+                tracing::warn!(session = %session.id(), %error, "cluster: the session's other screens could not be read")
+            }
+        }
+        match state.app().resume_adopted(session.id(), early).await {
+            Ok(resumed) => resumed,
+            Err(error) => {
+                tracing::error!(session = %session.id(), %error, "cluster: a turn taken over from a stopped node could not be resumed");
+                false
+            }
+        }
+    }
+
+    /// A person's answer to an approval this node does not wait for,
+    /// routed through the session's lease like a prompt: sent to a live
+    /// owner (which answers `accepted`); when the owner is gone, its lease
+    /// is waited out and this node takes the session, resuming the turn
+    /// that waited for the answer with it. Answers whether the answer went
+    /// somewhere that waits for it.
+    pub(crate) async fn approve(
+        self: &Arc<Self>,
+        session: &Arc<AgentSession>,
+        state: &ServerState,
         request_id: &str,
         decision: ApprovalDecision,
     ) -> bool {
-        match self.link.owner(session).await {
-            Ok(Some(owner)) if owner != self.link.node_id() => {
-                self.link.send(
-                    &owner,
-                    NodeMessage::Approval {
-                        session_id: session.as_str().to_owned(),
+        let forward_id = self.forward_id();
+        for _ in 0..MAX_ROUTES {
+            let route = match self.link.route(session.id()).await {
+                Ok(route) => route,
+                Err(error) => {
+                    tracing::error!(session = %session.id(), %error, "cluster: a session could not be routed");
+                    return false;
+                }
+            };
+            match route {
+                SessionRoute::Local { taken: true } => {
+                    return self
+                        .taken_over(session, state, Some((request_id, decision)))
+                        .await;
+                }
+                // Held here already: the turn may have been resumed here meanwhile.
+                SessionRoute::Local { taken: false } => return session.broker().decide(request_id, decision),
+                SessionRoute::Remote { node, expires_in } => {
+                    let message = NodeMessage::Approval {
+                        session_id: session.id().as_str().to_owned(),
                         request_id: request_id.to_owned(),
                         decision,
                         from: self.me(),
-                    },
-                );
-                true
+                        forward_id: forward_id.clone(),
+                    };
+                    if self.forward(&node, expires_in, &forward_id, message).await {
+                        return true;
+                    }
+                }
             }
-            _ => false,
         }
+        false
+    }
+
+    /// A new id for a forwarded prompt or approval.
+    fn forward_id(&self) -> String {
+        format!(
+            "{}-{}",
+            self.me(),
+            self.next_prompt.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    /// Sends `message` (carrying `id`) to `owner` and waits for its
+    /// `accepted`: true when it came; otherwise false once the owner's
+    /// lease (`expires_in` when routed) has run out, so the caller routes
+    /// again and takes the session.
+    async fn forward(&self, owner: &str, expires_in: Duration, id: &str, message: NodeMessage) -> bool {
+        let (tx, rx) = oneshot::channel();
+        lock(&self.accepts).insert(id.to_owned(), tx);
+        self.link.send(owner, message);
+        let accepted = tokio::time::timeout(ACCEPT_WAIT, rx).await;
+        lock(&self.accepts).remove(id);
+        if matches!(accepted, Ok(Ok(()))) {
+            return true;
+        }
+        tracing::warn!(%owner, "cluster: a session's owner did not answer; taking the session over once its lease runs out");
+        tokio::time::sleep(expires_in.saturating_sub(ACCEPT_WAIT) + Duration::from_millis(50)).await;
+        false
     }
 
     /// An abort of a session whose turn runs on another node.
@@ -494,7 +551,16 @@ impl Cluster {
                 request_id,
                 decision,
                 from,
+                forward_id,
             } => {
+                if !forward_id.is_empty() {
+                    self.link.send(
+                        &from,
+                        NodeMessage::Accepted {
+                            prompt_id: forward_id,
+                        },
+                    );
+                }
                 let decided = match open(&session_id).await {
                     Some(session) => session.broker().decide(&request_id, decision),
                     None => false,

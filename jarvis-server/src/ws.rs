@@ -370,7 +370,7 @@ impl Connection<'_> {
                 let forwarded = match &self.state.inner.cluster {
                     Some(cluster) => {
                         cluster
-                            .forward_approval(self.session.id(), &request_id, decision)
+                            .approve(&self.session, self.state, &request_id, decision)
                             .await
                     }
                     None => false,

@@ -33,12 +33,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::event::StopReason;
 use super::gate::{ApprovalDecision, ApprovalRequest};
 use super::run::LoopState;
-use super::session::EntryBody;
+use super::session::{EntryBody, SessionId, SessionStore};
 use crate::common::Timestamp;
 use crate::model::{Message, ToolResultMessage};
 
@@ -223,6 +223,35 @@ impl PendingTurn {
         (settled, asked_again)
     }
 
+    /// The turn as the journal's records, one JSON value each, as the file
+    /// holds them: how a node hands a turn waiting for a person to the node
+    /// that takes its session over ([`PendingTurn::from_records`]).
+    pub fn to_records(&self) -> Vec<serde_json::Value> {
+        records_of(self)
+            .iter()
+            .filter_map(|r| serde_json::to_value(r).ok())
+            .collect()
+    }
+
+    /// The turn [`PendingTurn::to_records`] wrote; `None` when a record is
+    /// damaged, of another version, or the records hold no `begin`, several
+    /// turns or its `end`.
+    pub fn from_records(records: &[serde_json::Value]) -> Option<PendingTurn> {
+        let mut state = State::default();
+        let mut ended = HashSet::new();
+        for value in records {
+            let record = serde_json::from_value::<Record>(value.clone()).ok()?;
+            if record.version() != VERSION || matches!(record, Record::End { .. }) {
+                return None;
+            }
+            apply(&mut state, &mut ended, record);
+        }
+        if state.active.len() != 1 {
+            return None;
+        }
+        state.active.into_values().next()
+    }
+
     /// The block that closes the turn as interrupted: `turn_start`, the
     /// prompt, what it recorded (every call without a result gets
     /// [`INTERRUPTED_RESULT`], so each call is followed by its result), and
@@ -332,6 +361,9 @@ impl Record {
 pub struct TurnJournal {
     file: Option<JournalFile>,
     state: Mutex<State>,
+    /// Told of a person's turn each time it stops for a person or gets an
+    /// answer ([`TurnJournal::with_mirror`]).
+    mirror: Option<Arc<dyn SessionStore>>,
 }
 
 #[derive(Debug)]
@@ -359,6 +391,54 @@ impl TurnJournal {
         Self {
             file: None,
             state: Mutex::default(),
+            mirror: None,
+        }
+    }
+
+    /// Tells `store` ([`SessionStore::turn_progress`]) what a person's
+    /// turn recorded each time it stops for a person and each time it gets
+    /// the answer, before the request is shown or the answer acted on: a
+    /// store shared by several nodes keeps it with the session's lease, so
+    /// the node that takes the session over after this one stops resumes
+    /// the turn instead of closing it.
+    pub fn with_mirror(mut self, store: Arc<dyn SessionStore>) -> Self {
+        self.mirror = Some(store);
+        self
+    }
+
+    /// Takes over `turn`, which another process recorded (a turn waiting
+    /// for a person in a session this node took over): its records are
+    /// written here, durably, as if this journal had recorded them, so
+    /// [`TurnJournal::undecided`] finds its requests and a restart of this
+    /// process resumes it. Answers false (and writes nothing) when the
+    /// turn is in progress here already.
+    pub async fn adopt(&self, turn: &PendingTurn) -> Result<bool, JournalError> {
+        {
+            let mut state = self.state();
+            if state.active.contains_key(turn.turn_id()) {
+                return Ok(false);
+            }
+            state.order.push(turn.turn_id().to_owned());
+            state.active.insert(turn.turn_id().to_owned(), turn.clone());
+            for record in records_of(turn) {
+                self.write(&mut state, &record);
+            }
+        }
+        self.sync().await?;
+        Ok(true)
+    }
+
+    /// Hands a person's turn, as recorded so far, to the mirror.
+    async fn mirror(&self, turn_id: &str) {
+        let Some(store) = &self.mirror else { return };
+        let Some(turn) = self.state().active.get(turn_id).cloned() else {
+            return;
+        };
+        if turn.begin.parent.is_some() || !turn.begin.resumable {
+            return;
+        }
+        if let Ok(id) = SessionId::new(turn.begin.session_id.as_str()) {
+            store.turn_progress(&id, &turn).await;
         }
     }
 
@@ -403,6 +483,7 @@ impl TurnJournal {
                 len: good_len,
                 ..state
             }),
+            mirror: None,
         };
         Ok((journal, pending))
     }
@@ -509,7 +590,9 @@ impl TurnJournal {
             });
             self.write(&mut state, &record);
         }
-        self.sync().await
+        self.sync().await?;
+        self.mirror(turn_id).await;
+        Ok(())
     }
 
     /// Records, durably, the decision on `request_id`. Call before acting on it.
@@ -539,7 +622,9 @@ impl TurnJournal {
             }
             self.write(&mut state, &record);
         }
-        self.sync().await
+        self.sync().await?;
+        self.mirror(turn_id).await;
+        Ok(())
     }
 
     /// Records that the turn's block is in its session's history (or that
@@ -940,6 +1025,51 @@ mod tests {
             tool_name: "write_file".into(),
             args: json!({"path": "a.txt"}),
         }
+    }
+
+    /// What a node hands over with a session (its lease's records) is the
+    /// turn as its journal holds it; adopted, it is in the journal file of
+    /// the node taking over, so a restart there resumes it too.
+    #[tokio::test]
+    async fn a_turn_handed_over_as_records_is_adopted_whole() {
+        let source = TurnJournal::in_memory();
+        source.begin(begin("t1"));
+        source.step("t1", &calling(&["a", "b"]), &LoopState::default());
+        source.result("t1", &result("b"));
+        source
+            .ask("t1", "a", &request("approval_1"), Timestamp::from_millis(2_000))
+            .await
+            .unwrap();
+        let turn = source.in_progress().remove(0);
+        let records = turn.to_records();
+        assert_eq!(records.len(), 4, "begin, step, result, ask: {records:#?}");
+        let back = PendingTurn::from_records(&records).unwrap();
+        assert_eq!(back, turn);
+        // Damaged, foreign or ended records are refused, not half-read.
+        assert!(PendingTurn::from_records(&records[1..]).is_none(), "no begin");
+        let mut damaged = records.clone();
+        damaged[1] = json!({"op": "step", "v": 1});
+        assert!(PendingTurn::from_records(&damaged).is_none());
+        let mut newer = records.clone();
+        newer[0]["v"] = json!(2);
+        assert!(PendingTurn::from_records(&newer).is_none());
+        let mut ended = records.clone();
+        ended.push(json!({"op": "end", "v": 1, "turn_id": "t1"}));
+        assert!(PendingTurn::from_records(&ended).is_none());
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(TURN_JOURNAL_FILE);
+        {
+            let (journal, _) = TurnJournal::open(&path).unwrap();
+            assert!(journal.adopt(&back).await.unwrap());
+            assert!(!journal.adopt(&back).await.unwrap(), "adopted once");
+            assert_eq!(
+                journal.undecided("t1", "a").unwrap().request.request_id,
+                "approval_1"
+            );
+        }
+        let (_, pending) = TurnJournal::open(&path).unwrap();
+        assert_eq!(pending, vec![turn]);
     }
 
     #[tokio::test]

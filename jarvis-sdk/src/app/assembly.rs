@@ -157,7 +157,9 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     // resumed once the app stands (below).
     let (journal, pending_turns) = TurnJournal::open(config.home.join(TURN_JOURNAL_FILE))
         .map_err(|e| AppError::Config(e.to_string()))?;
-    let journal = Arc::new(journal);
+    // A node of a deployment keeps a turn waiting for a person with the
+    // session's lease, so the node taking the session over resumes it.
+    let journal = Arc::new(journal.with_mirror(store.clone()));
     // Sub-agent runs are numbered on from the last `sub-<n>` of the home.
     let sub_sessions = Arc::new(std::sync::atomic::AtomicU64::new(last_sub_number(
         store.list().await?.iter().map(|m| m.id.as_str()),
@@ -1128,6 +1130,40 @@ impl AppAssembly {
     /// The open session `id` (built on first use, then shared by every screen).
     pub async fn session(&self, id: &SessionId) -> Result<Arc<AgentSession>, AppError> {
         self.inner.open(id).await
+    }
+
+    /// Resumes the turn waiting for a person that this node took over with
+    /// session `id` from a node that stopped ([`SessionStore::adopted_turn`]):
+    /// the turn joins this home's journal and goes on here, asking again
+    /// (with the same request ids) what it was waiting for. `early` is a
+    /// person's answer that reached this node before the request was asked
+    /// again: applied the moment it is, when the turn was waiting for that
+    /// request. Answers whether a turn was resumed.
+    pub async fn resume_adopted(
+        &self,
+        id: &SessionId,
+        early: Option<(&str, crate::agent::ApprovalDecision)>,
+    ) -> Result<bool, AppError> {
+        let Some(turn) = self.inner.store.adopted_turn(id) else {
+            return Ok(false);
+        };
+        self.inner
+            .journal
+            .adopt(&turn)
+            .await
+            .map_err(|e| AppError::Config(e.to_string()))?;
+        let session = self.session(id).await?;
+        if let Some((request_id, decision)) = early
+            && turn
+                .approvals
+                .iter()
+                .any(|a| a.decision.is_none() && a.request.request_id == request_id)
+        {
+            session.broker().decide_early(request_id, decision);
+        }
+        let (settle, _asked_again) = turn.settle_for_resume();
+        tracing::info!(session_id = %id, turn_id = %turn.turn_id(), "resuming a turn taken over from a node that stopped");
+        Ok(session.resume(turn, settle))
     }
 
     /// Every session, newest first.

@@ -45,10 +45,11 @@ pub enum NodeMessage {
         /// Names this prompt in the [`NodeMessage::Accepted`] answer.
         prompt_id: String,
     },
-    /// The owner took a forwarded prompt (it runs, or its refusal went out
-    /// as a frame).
+    /// The owner took a forwarded prompt or approval (it runs or was
+    /// applied, or its refusal went out as a frame).
     Accepted {
-        /// The prompt's id.
+        /// The id the prompt (its `prompt_id`) or the approval (its
+        /// `forward_id`) came with.
         prompt_id: String,
     },
     /// Abort the running turn of a session.
@@ -66,6 +67,10 @@ pub enum NodeMessage {
         decision: ApprovalDecision,
         /// The node whose screen answered.
         from: String,
+        /// Names this forwarding in the [`NodeMessage::Accepted`] answer;
+        /// empty (as from a node that predates it) asks for none.
+        #[serde(default)]
+        forward_id: String,
     },
     /// `node` shows the session now (a screen attached there).
     Watch {

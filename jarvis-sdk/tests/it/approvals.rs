@@ -476,3 +476,68 @@ async fn an_unreachable_deployment_rule_store_is_skipped_not_trusted() {
     assert!(error.to_string().contains("connection refused"), "{error}");
     assert!(!home.path().join("approvals").exists(), "no file instead");
 }
+
+/// An answer that reaches a node with a session it just took over, before
+/// the turn it resumes there asks again: kept, and applied the moment the
+/// request (the same id, from the adopted journal) is asked; the screens
+/// still see it asked and resolved.
+#[tokio::test]
+async fn an_answer_given_before_a_resumed_turn_asks_again_is_applied_when_it_does() {
+    use jarvis_sdk::{ManualClock, Timestamp, TurnBegin, TurnJournal};
+
+    let home = Home::new("early");
+    let clock = Arc::new(ManualClock::new(std::time::UNIX_EPOCH + Duration::from_secs(10)));
+    // What the node that stopped recorded: the turn asked `approval_9`.
+    let source = TurnJournal::in_memory();
+    source.begin(TurnBegin {
+        turn_id: "t1".into(),
+        session_id: "s1".into(),
+        agent_id: "main".into(),
+        at: Timestamp::from_millis(1_000),
+        prompt: "git status".into(),
+        parent: None,
+        resumable: true,
+    });
+    let args = json!({"program": "git", "args": ["status"]});
+    let asked = ApprovalRequest {
+        request_id: "approval_9".into(),
+        session_id: "s1".into(),
+        agent_id: "main".into(),
+        tool_name: "run_command".into(),
+        args: args.clone(),
+    };
+    source
+        .ask("t1", "c1", &asked, Timestamp::from_millis(2_000))
+        .await
+        .unwrap();
+    let journal = Arc::new(TurnJournal::in_memory());
+    assert!(journal.adopt(&source.in_progress()[0]).await.unwrap());
+
+    let broker = broker(&home).with_journal(journal.clone(), clock);
+    let (a, mut a_rx) = screen();
+    let _ta = broker.attach(a.clone());
+    broker.decide_early("approval_9", ApprovalDecision::Allow);
+    assert!(broker.pending().is_empty(), "nothing is asked yet");
+    let info = ToolCallInfo {
+        turn_id: "t1",
+        ..call("main", "run_command", &args, true)
+    };
+    assert_eq!(broker.approve(&info).await, ApprovalDecision::Allow);
+    assert_eq!(a_rx.recv().await.unwrap(), asked, "asked again under its id");
+    assert_eq!(
+        *a.resolved.lock().unwrap(),
+        [("approval_9".to_owned(), ApprovalDecision::Allow)]
+    );
+    assert!(journal.undecided("t1", "c1").is_none(), "the answer is journaled");
+
+    // An answer for a request that waits is applied at once.
+    let other = json!({"program": "git", "args": ["log"]});
+    let info = call("main", "run_command", &other, true);
+    let waiting = broker.approve(&info);
+    let answer = async {
+        let request = a_rx.recv().await.unwrap();
+        broker.decide_early(&request.request_id, ApprovalDecision::Deny);
+    };
+    let (decision, ()) = tokio::join!(waiting, answer);
+    assert_eq!(decision, ApprovalDecision::Deny);
+}

@@ -555,3 +555,119 @@ async fn a_broken_link_connects_again() {
     .await;
     assert_eq!(back, Ok(true), "A hears B again after its link was cut");
 }
+
+/// A person's turn that stopped for an approval is kept with the session's
+/// lease as its journal recorded it: the node taking the session over gets
+/// it to resume (same request id, nothing written to history), and so
+/// does the node after that; once it was answered, a node that dies before
+/// the turn ends leaves it to be closed as interrupted with what it did.
+#[tokio::test]
+async fn a_turn_waiting_for_approval_moves_with_its_session() {
+    use jarvis_sdk::{
+        ApprovalDecision, ApprovalRequest, AssistantMessage, INTERRUPTED_RESULT, LoopState, Message,
+        Timestamp, ToolCall, TurnBegin, TurnJournal,
+    };
+    use serde_json::json;
+    use std::sync::Arc;
+
+    let Some((url, _schema)) = fresh_schema("leases: a turn waiting for approval").await else {
+        return;
+    };
+    let a = node(&url, "node-a").await;
+    a.create(NewSession::user(id("s"), "main")).await.unwrap();
+    a.append(&id("s"), turn(1)).await.unwrap();
+    let before = a.entries(&id("s")).await.unwrap().len();
+
+    // Node a's turn asks for approval of a tool call, then a dies.
+    let journal = TurnJournal::in_memory().with_mirror(Arc::new(a.clone()));
+    journal.begin(TurnBegin {
+        turn_id: "t-7".into(),
+        session_id: "s".into(),
+        agent_id: "main".into(),
+        at: Timestamp::from_millis(1_000),
+        prompt: "a.txt에 써 줘".into(),
+        parent: None,
+        resumable: true,
+    });
+    a.record_turn(&id("s"), "t-7", "a.txt에 써 줘").await.unwrap();
+    let calling = Message::Assistant(AssistantMessage {
+        tool_calls: vec![ToolCall {
+            id: "call-1".into(),
+            name: "write_file".into(),
+            arguments: json!({"path": "a.txt"}),
+        }],
+        ..AssistantMessage::default()
+    });
+    journal.step("t-7", &calling, &LoopState::default());
+    let request = ApprovalRequest {
+        request_id: "approval_7".into(),
+        session_id: "s".into(),
+        agent_id: "main".into(),
+        tool_name: "write_file".into(),
+        args: json!({"path": "a.txt"}),
+    };
+    journal
+        .ask("t-7", "call-1", &request, Timestamp::from_millis(2_000))
+        .await
+        .unwrap();
+    // The turn's start, recorded late, does not overwrite what it asked.
+    a.record_turn(&id("s"), "t-7", "a.txt에 써 줘").await.unwrap();
+    lapse(&url, "node-a").await;
+
+    // b takes the session over with the turn, waiting as it was.
+    let b = node(&url, "node-b").await;
+    assert!(matches!(b.claim(&id("s")).await.unwrap(), Claim::Held { .. }));
+    let taken = b
+        .adopted_turn(&id("s"))
+        .expect("the turn waiting for approval is handed over");
+    assert_eq!(taken.turn_id(), "t-7");
+    assert!(taken.waits_for_a_person());
+    assert_eq!(taken.approvals[0].request.request_id, "approval_7");
+    assert_eq!(taken.steps.len(), 1);
+    assert!(b.adopted_turn(&id("s")).is_none(), "handed over once");
+    assert_eq!(
+        b.entries(&id("s")).await.unwrap().len(),
+        before,
+        "nothing is closed while the turn can resume"
+    );
+
+    // b dies before anyone answers: c gets the same turn.
+    lapse(&url, "node-b").await;
+    let c = node(&url, "node-c").await;
+    assert!(matches!(c.claim(&id("s")).await.unwrap(), Claim::Held { .. }));
+    let again = c.adopted_turn(&id("s")).expect("handed on again");
+    assert_eq!(again, taken);
+
+    // c resumes it and the person allows the call; c dies before the turn
+    // ends, so d closes it as interrupted with the call it made.
+    let resumed = TurnJournal::in_memory().with_mirror(Arc::new(c.clone()));
+    assert!(resumed.adopt(&again).await.unwrap());
+    resumed
+        .decide("t-7", "approval_7", ApprovalDecision::Allow)
+        .await
+        .unwrap();
+    lapse(&url, "node-c").await;
+    let d = node(&url, "node-d").await;
+    assert!(matches!(d.claim(&id("s")).await.unwrap(), Claim::Held { .. }));
+    assert!(
+        d.adopted_turn(&id("s")).is_none(),
+        "an answered turn is not resumed elsewhere"
+    );
+    let entries = d.entries(&id("s")).await.unwrap();
+    let tail: Vec<serde_json::Value> = entries[before..]
+        .iter()
+        .map(|e| serde_json::to_value(&e.body).unwrap())
+        .collect();
+    let text = serde_json::to_string(&tail).unwrap();
+    assert_eq!(tail.first().unwrap()["turn_id"], "t-7", "{tail:#?}");
+    assert_eq!(tail.last().unwrap()["stop_reason"], "interrupted", "{tail:#?}");
+    assert!(
+        text.contains("call-1") && text.contains(INTERRUPTED_RESULT),
+        "{tail:#?}"
+    );
+    // Once.
+    lapse(&url, "node-d").await;
+    let e = node(&url, "node-e").await;
+    e.claim(&id("s")).await.unwrap();
+    assert_eq!(e.entries(&id("s")).await.unwrap().len(), entries.len());
+}

@@ -214,6 +214,10 @@ pub(crate) struct RunningTurn {
     pub(crate) turn_id: String,
     /// The person's prompt.
     pub(crate) prompt: String,
+    /// What the turn recorded, as turn journal records, once it stopped
+    /// for a person ([`crate::agent::PendingTurn::to_records`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) records: Option<Vec<serde_json::Value>>,
 }
 
 /// A node's leases: the heartbeat, the tokens it holds and until when they

@@ -44,6 +44,7 @@ pub use memory::MemorySessionStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresSessionStore;
 
+use super::journal::PendingTurn;
 use crate::common::{Clock, Timestamp, char_len};
 
 /// The agent of sessions that predate agent ownership (R-SESS-4).
@@ -113,6 +114,24 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
     /// interrupted. The default does nothing.
     fn turn_begins(&self, id: &SessionId, turn_id: &str, prompt: &str) {
         let _ = (id, turn_id, prompt);
+    }
+
+    /// Called by the turn journal when a person's turn of session `id`
+    /// stops for a person and when it gets the answer, with what the turn
+    /// recorded so far, before the request is shown or the answer acted
+    /// on. A store shared by several nodes keeps it with the session's
+    /// lease, so the node that takes the session over resumes the turn
+    /// ([`SessionStore::adopted_turn`]). The default does nothing.
+    async fn turn_progress(&self, id: &SessionId, turn: &PendingTurn) {
+        let _ = (id, turn);
+    }
+
+    /// A turn waiting for a person that this store took over with session
+    /// `id` from a node that stopped (see [`SessionStore::turn_progress`]),
+    /// for the app to resume; answered once. The default has none.
+    fn adopted_turn(&self, id: &SessionId) -> Option<PendingTurn> {
+        let _ = id;
+        None
     }
 
     /// Whether the history holds the block of turn `turn_id` (its

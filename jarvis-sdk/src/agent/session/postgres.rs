@@ -42,6 +42,7 @@ use super::{
     ENTRY_SCHEMA_VERSION, EntryBody, NewSession, SessionEntry, SessionError, SessionId, SessionKind,
     SessionMeta, SessionStore, fork_meta, normalize_title, now,
 };
+use crate::agent::PendingTurn;
 use crate::common::pg::{PgSetupError, build_pool, connection, migrate_locked};
 use crate::common::{Clock, SystemClock, Timestamp};
 
@@ -169,6 +170,9 @@ pub struct PostgresSessionStore {
     /// This process as a node of a deployment, when it is one: every
     /// history write is fenced by a lease ([`super::lease`]).
     node: Option<Arc<Node>>,
+    /// Turns waiting for a person that this node took over with their
+    /// sessions, until the app takes them ([`SessionStore::adopted_turn`]).
+    adopted: Arc<Mutex<HashMap<SessionId, PendingTurn>>>,
 }
 
 /// A session's recent entries as this process last saw them; see the
@@ -250,6 +254,7 @@ impl PostgresSessionStore {
             windows: Arc::default(),
             agents: Arc::default(),
             node: None,
+            adopted: Arc::default(),
         };
         store.migrate().await?;
         Ok(store)
@@ -287,8 +292,10 @@ impl PostgresSessionStore {
     /// not a node holds every session.
     ///
     /// A session taken from a node that died during a turn gets that turn
-    /// closed as interrupted (its question and a `turn_end` with
-    /// `interrupted`), once, before the claim answers.
+    /// closed as interrupted (its question, what it recorded and a
+    /// `turn_end` with `interrupted`), once, before the claim answers;
+    /// unless the turn was a person's and waited for a person: that one is
+    /// kept for the app to resume here ([`SessionStore::adopted_turn`]).
     pub async fn claim(&self, id: &SessionId) -> Result<Claim, SessionError> {
         match &self.node {
             Some(node) => self.claim_node(node, id).await,
@@ -299,7 +306,37 @@ impl PostgresSessionStore {
     async fn claim_node(&self, node: &Node, id: &SessionId) -> Result<Claim, SessionError> {
         let (claim, left) = node.claim_with_turn(id).await?;
         if let Some(turn) = left {
-            Box::pin(self.close_interrupted(node, id, turn)).await?;
+            let waiting = turn
+                .records
+                .as_deref()
+                .and_then(PendingTurn::from_records)
+                .filter(|p| {
+                    p.begin.resumable
+                        && p.begin.parent.is_none()
+                        && p.waits_for_a_person()
+                        && !p.steps.is_empty()
+                });
+            match waiting {
+                Some(pending) if !self.has_turn(id, &turn.turn_id).await? => {
+                    // Recorded as this node's from now on, so a node taking
+                    // the session from this one resumes it in turn.
+                    let from = turn.node.clone();
+                    let mine = RunningTurn {
+                        node: node.options.id.clone(),
+                        ..turn
+                    };
+                    let text = serde_json::to_string(&mine).map_err(SessionError::Encode)?;
+                    self.execute(
+                        "UPDATE jarvis_leases SET turn = $3::TEXT::JSONB WHERE session_id = $1 AND node = $2",
+                        &[&id.as_str(), &node.options.id, &text],
+                    )
+                    .await?;
+                    tracing::info!(session_id = %id, turn_id = %mine.turn_id, %from,
+                        "session store (postgres): took over a turn waiting for a person");
+                    keep(&self.adopted, id, pending);
+                }
+                _ => Box::pin(self.close_interrupted(node, id, turn)).await?,
+            }
         }
         Ok(claim)
     }
@@ -320,15 +357,19 @@ impl PostgresSessionStore {
             .await?;
             return Ok(());
         }
-        let block = vec![
-            EntryBody::turn_start(turn.turn_id.clone()),
-            EntryBody::message(crate::model::Message::user(turn.prompt)),
-            EntryBody::TurnEnd {
-                stop_reason: crate::agent::StopReason::Interrupted,
-                turns: 0,
-                overflows: 0,
-            },
-        ];
+        // With what it recorded, when it stopped for a person at least once.
+        let block = match turn.records.as_deref().and_then(PendingTurn::from_records) {
+            Some(recorded) if recorded.turn_id() == turn.turn_id => recorded.interrupted_block(),
+            _ => vec![
+                EntryBody::turn_start(turn.turn_id.clone()),
+                EntryBody::message(crate::model::Message::user(turn.prompt)),
+                EntryBody::TurnEnd {
+                    stop_reason: crate::agent::StopReason::Interrupted,
+                    turns: 0,
+                    overflows: 0,
+                },
+            ],
+        };
         self.append(id, block).await?;
         tracing::warn!(session_id = %id, turn_id = %turn.turn_id, from = %turn.node,
             "session store (postgres): a turn left running by node {} was closed as interrupted", turn.node);
@@ -349,12 +390,43 @@ impl PostgresSessionStore {
             node: node.options.id.clone(),
             turn_id: turn_id.to_owned(),
             prompt: prompt.to_owned(),
+            records: None,
+        })
+        .map_err(SessionError::Encode)?;
+        let token = i64::try_from(token).unwrap_or(i64::MAX);
+        // Runs on a task of its own: never over what the same turn
+        // recorded later (`turn_progress`).
+        self.execute(
+            "UPDATE jarvis_leases SET turn = $3::TEXT::JSONB WHERE session_id = $1 AND node = $2 AND token = $4 \
+             AND (turn IS NULL OR turn->>'turn_id' IS DISTINCT FROM $5)",
+            &[&id.as_str(), &node.options.id, &turn, &token, &turn_id],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Keeps what a person's turn recorded with the session's lease (see
+    /// [`SessionStore::turn_progress`]); fenced like a history write.
+    async fn keep_progress(
+        &self,
+        node: &Node,
+        id: &SessionId,
+        turn: &PendingTurn,
+    ) -> Result<(), SessionError> {
+        let Claim::Held { token } = self.claim_node(node, id).await? else {
+            return Ok(());
+        };
+        let text = serde_json::to_string(&RunningTurn {
+            node: node.options.id.clone(),
+            turn_id: turn.turn_id().to_owned(),
+            prompt: turn.begin.prompt.clone(),
+            records: Some(turn.to_records()),
         })
         .map_err(SessionError::Encode)?;
         let token = i64::try_from(token).unwrap_or(i64::MAX);
         self.execute(
             "UPDATE jarvis_leases SET turn = $3::TEXT::JSONB WHERE session_id = $1 AND node = $2 AND token = $4",
-            &[&id.as_str(), &node.options.id, &turn, &token],
+            &[&id.as_str(), &node.options.id, &text, &token],
         )
         .await?;
         Ok(())
@@ -935,6 +1007,18 @@ impl SessionStore for PostgresSessionStore {
                 }
             });
         }
+    }
+
+    async fn turn_progress(&self, id: &SessionId, turn: &PendingTurn) {
+        let Some(node) = &self.node else { return };
+        if let Err(error) = self.keep_progress(node, id, turn).await {
+            tracing::warn!(session_id = %id, turn_id = %turn.turn_id(), %error,
+                "session store (postgres): a turn waiting for a person could not be recorded with its lease; another node would close it as interrupted");
+        }
+    }
+
+    fn adopted_turn(&self, id: &SessionId) -> Option<PendingTurn> {
+        self.adopted.lock().unwrap_or_else(|e| e.into_inner()).remove(id)
     }
 
     async fn unload(&self, id: &SessionId) -> bool {

@@ -37,6 +37,9 @@ struct Inner {
     clock: Arc<dyn Clock>,
     screens: Mutex<Vec<(u64, Arc<dyn UIAdapter>)>>,
     pending: Mutex<BTreeMap<String, Pending>>,
+    /// Answers given before their request was asked again here (a turn
+    /// taken over from another node; [`ApprovalBroker::decide_early`]).
+    early: Mutex<BTreeMap<String, ApprovalDecision>>,
     next_screen: AtomicU64,
 }
 
@@ -132,6 +135,7 @@ impl ApprovalBroker {
                 clock: Arc::new(SystemClock),
                 screens: Mutex::default(),
                 pending: Mutex::default(),
+                early: Mutex::default(),
                 next_screen: AtomicU64::new(0),
             }),
         }
@@ -192,6 +196,22 @@ impl ApprovalBroker {
     /// `false` when the request is unknown or already decided.
     pub fn decide(&self, request_id: &str, decision: ApprovalDecision) -> bool {
         self.inner.resolve(request_id, decision)
+    }
+
+    /// A person's answer to `request_id`, which a turn resumed here is
+    /// about to ask again (it was asked on a node that stopped, and the
+    /// answer reached this node instead): decided now when the request is
+    /// waiting, otherwise kept and applied the moment it is asked. Only
+    /// for request ids the resumed turn recorded as undecided.
+    pub fn decide_early(&self, request_id: &str, decision: ApprovalDecision) {
+        if self.inner.resolve(request_id, decision) {
+            return;
+        }
+        self.inner
+            .early
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(request_id.to_owned(), decision);
     }
 
     /// Requests waiting for an answer, oldest id first.
@@ -307,6 +327,14 @@ impl ApprovalBroker {
         };
         for screen in inner.screens() {
             screen.on_approval_request(&request);
+        }
+        let early = inner
+            .early
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&request.request_id);
+        if let Some(decision) = early {
+            inner.resolve(&request.request_id, decision);
         }
         // The timeout counts from the first time it was asked, across restarts.
         let waited = u64::try_from(now.as_millis().saturating_sub(asked_at.as_millis())).unwrap_or(0);
