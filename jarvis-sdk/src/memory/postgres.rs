@@ -310,19 +310,47 @@ fn setup_error(e: PgSetupError) -> MemoryError {
     }
 }
 
-async fn upsert<C: GenericClient>(client: &C, record: &MemoryRecord) -> Result<(), tokio_postgres::Error> {
-    let stmt = client
-        .prepare_cached(
-            "INSERT INTO jarvis_ltm_entries \
-               (id, user_id, agent_id, layer, kind, source, text, metadata, created_at, rehearsal, embedding_f32, embedder) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
-             ON CONFLICT (id) DO UPDATE SET user_id = EXCLUDED.user_id, agent_id = EXCLUDED.agent_id, \
-               layer = EXCLUDED.layer, kind = EXCLUDED.kind, source = EXCLUDED.source, text = EXCLUDED.text, \
-               metadata = EXCLUDED.metadata, created_at = EXCLUDED.created_at, rehearsal = EXCLUDED.rehearsal, \
-               embedding_f32 = EXCLUDED.embedding_f32, embedder = EXCLUDED.embedder, \
-               seq = nextval('jarvis_ltm_entries_seq')",
+/// Takes the write lock (its key the statement's last parameter) inside a
+/// single statement's own transaction: the guard `EXISTS (SELECT 1 FROM
+/// write_lock)` is evaluated once, before the statement's first row is
+/// stamped from the sequence, and the lock is held until the statement
+/// commits, as a transaction of [`PostgresMemoryStore::write`] holds it,
+/// in one round trip instead of four.
+macro_rules! locked {
+    ($key:literal) => {
+        concat!(
+            "WITH write_lock AS (SELECT pg_advisory_xact_lock(",
+            $key,
+            "::BIGINT)) "
         )
-        .await?;
+    };
+}
+
+/// The upsert of one record (`$1`–`$12` its columns, `$13` the write
+/// lock's key), a statement of its own.
+const UPSERT: &str = concat!(
+    locked!("$13"),
+    "INSERT INTO jarvis_ltm_entries \
+       (id, user_id, agent_id, layer, kind, source, text, metadata, created_at, rehearsal, embedding_f32, embedder) \
+     SELECT $1::TEXT, $2::TEXT, $3::TEXT, $4::TEXT, $5::TEXT, $6::TEXT, $7::TEXT, $8::JSONB, \
+       $9::TIMESTAMPTZ, $10::INTEGER, $11::REAL[], $12::TEXT WHERE EXISTS (SELECT 1 FROM write_lock) \
+     ON CONFLICT (id) DO UPDATE SET user_id = EXCLUDED.user_id, agent_id = EXCLUDED.agent_id, \
+       layer = EXCLUDED.layer, kind = EXCLUDED.kind, source = EXCLUDED.source, text = EXCLUDED.text, \
+       metadata = EXCLUDED.metadata, created_at = EXCLUDED.created_at, rehearsal = EXCLUDED.rehearsal, \
+       embedding_f32 = EXCLUDED.embedding_f32, embedder = EXCLUDED.embedder, \
+       seq = nextval('jarvis_ltm_entries_seq')"
+);
+
+/// One rehearsal more for the records `$1` (`$2` the write lock's key), a
+/// statement of its own.
+const TOUCH: &str = concat!(
+    locked!("$2"),
+    "UPDATE jarvis_ltm_entries SET rehearsal = rehearsal + 1, seq = nextval('jarvis_ltm_entries_seq') \
+     WHERE id = ANY($1) AND EXISTS (SELECT 1 FROM write_lock)"
+);
+
+async fn upsert(client: &impl GenericClient, record: &MemoryRecord) -> Result<(), tokio_postgres::Error> {
+    let stmt = client.prepare_cached(UPSERT).await?;
     let embedding: Option<&[f32]> = (!record.embedding.is_empty()).then_some(record.embedding.as_slice());
     let rehearsal = i32::try_from(record.rehearsal).unwrap_or(i32::MAX);
     client
@@ -341,6 +369,7 @@ async fn upsert<C: GenericClient>(client: &C, record: &MemoryRecord) -> Result<(
                 &rehearsal,
                 &embedding,
                 &record.embedder,
+                &WRITE_LOCK,
             ],
         )
         .await?;
@@ -349,11 +378,11 @@ async fn upsert<C: GenericClient>(client: &C, record: &MemoryRecord) -> Result<(
 
 #[async_trait]
 impl MemoryStore for PostgresMemoryStore {
+    // One statement, and no refresh after it: every read catches the
+    // mirror up first.
     async fn put(&self, record: MemoryRecord) -> Result<(), MemoryError> {
-        self.write("write a memory", |tx| {
-            Box::pin(async move { upsert(tx, &record).await })
-        })
-        .await
+        let client = self.client().await?;
+        upsert(&client, &record).await.map_err(db("write a memory"))
     }
 
     async fn get(&self, ids: &[String]) -> Result<Vec<MemoryRecord>, MemoryError> {
@@ -388,19 +417,17 @@ impl MemoryStore for PostgresMemoryStore {
         if ids.is_empty() {
             return Ok(());
         }
-        let ids = ids.to_vec();
-        self.write("rehearse memories", |tx| {
-            Box::pin(async move {
-                tx.execute(
-                    "UPDATE jarvis_ltm_entries SET rehearsal = rehearsal + 1, \
-                     seq = nextval('jarvis_ltm_entries_seq') WHERE id = ANY($1)",
-                    &[&ids],
-                )
-                .await
-                .map(|_| ())
-            })
-        })
-        .await
+        // As `put`: one statement, caught up by the next read.
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(TOUCH)
+            .await
+            .map_err(db("rehearse memories"))?;
+        client
+            .execute(&stmt, &[&ids, &WRITE_LOCK])
+            .await
+            .map_err(db("rehearse memories"))?;
+        Ok(())
     }
 
     // ponytail: tombstones are never pruned; they are a few bytes each and

@@ -312,4 +312,41 @@ async fn two_postgres_stores_on_one_database_see_each_others_writes() {
     for store in [&one, &two] {
         assert_eq!(store.list(&filter).await.unwrap().len(), 21);
     }
+
+    // A third instance reading while both write and rehearse: a write is
+    // one statement holding the write lock, so rows become visible in `seq`
+    // order and a mirror that caught up past a row never misses it.
+    let reader = PostgresMemoryStore::connect(&url).await.unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let writes = futures::future::join_all((0..120).map(|i| {
+        let store = if i % 2 == 0 { one.clone() } else { two.clone() };
+        let r = record(&format!("c{i}"), "main", Layer::Episodic, "note", v.clone(), i);
+        async move {
+            store.put(r).await.unwrap();
+            if i % 3 == 0 {
+                store.touch(&[format!("c{i}"), "x".into()]).await.unwrap();
+            }
+        }
+    }));
+    let reads = async {
+        let mut reads = 0;
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            reader.list(&filter).await.unwrap();
+            reads += 1;
+        }
+        reads
+    };
+    let ((), reads) = tokio::join!(
+        async {
+            writes.await;
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+        },
+        reads
+    );
+    assert!(reads > 0);
+    let seen = reader.list(&filter).await.unwrap();
+    assert_eq!(seen.len(), 141, "every row reached the reading mirror");
+    let rehearsed = |id: &str| seen.iter().find(|r| r.id == id).unwrap().rehearsal;
+    assert_eq!(rehearsed("x"), 1 + 40, "each rehearsal counted once");
+    assert_eq!(rehearsed("c3"), 1);
 }
