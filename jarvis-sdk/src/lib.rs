@@ -211,8 +211,6 @@ pub use core::{RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, memory_tools, r
 pub use core::{Spent, USAGE_FILE, UsageBy, UsageError, UsageLedger, UsageMeter, UsageRow, UsageSummary};
 #[cfg(feature = "http")]
 pub use core::{WebFetchArgs, WebFetchTool, WebSearchArgs, WebSearchTool, web_fetch_tool, web_search_tool};
-#[cfg(feature = "postgres")]
-pub use memory::PostgresMemoryStore;
 pub use memory::{
     Agents, AnnOptions, DEFAULT_USER, DEFAULT_WRITE_RULE, InMemoryMemoryStore, KIND_EPISODE, KIND_FACT,
     KIND_NOTE, KIND_PROCEDURE, KIND_TASK_PATTERN, KIND_USER_MODEL, LEGACY_PROCEDURE_AGENT, Layer,
@@ -221,8 +219,8 @@ pub use memory::{
     Procedure, ProcedureLibrary, READ_SELF, RecallK, RecallWeights, Recalled, ReembedPhase, ReembedStatus,
     SOURCE_EPISODE_FACT, SOURCE_PROCEDURE, SOURCE_REMEMBER, SOURCE_TASK_PATTERN, SOURCE_TURN,
     SOURCE_USER_MODEL, ScopeResolver, SearchHit, SearchQuery, SectionBudgets, SectionKind, StaticScopes,
-    TurnRecord, USER_MODEL_FILE, UserModel, UserModelFile, WRITE_RULES, WorkingConfig, WorkingItem,
-    WorkingMemory, WriteRule, last_turns, validate_procedure_name, write_rule,
+    TurnRecord, USER_MODEL_FILE, UserModel, UserModelFile, UserModelStore, WRITE_RULES, WorkingConfig,
+    WorkingItem, WorkingMemory, WriteRule, last_turns, validate_procedure_name, write_rule,
 };
 pub use memory::{
     DistillMark, DistillReport, DistilledFact, ForgetReport, ForgottenSecret, MAX_FACT_VALUE_CHARS,
@@ -230,6 +228,8 @@ pub use memory::{
 };
 #[cfg(feature = "sqlite")]
 pub use memory::{MEMORY_DB_FILE, SQLITE_SCHEMA_VERSION, SqliteMemoryStore, SqliteOpenReport};
+#[cfg(feature = "postgres")]
+pub use memory::{PostgresMemoryStore, PostgresUserModel};
 #[cfg(feature = "anthropic")]
 pub use model::{
     ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, AnthropicConfig, AnthropicDecoder, AnthropicProvider,

@@ -152,7 +152,7 @@ async fn connection(state: ServerState, socket: WebSocket, request: Opening) {
         None => None,
     };
     // A Focus task in progress is on the screen from the start.
-    for event in state.app().focus_events(id.as_str(), session.is_busy()) {
+    for event in state.app().focus_events(id.as_str(), session.is_answering()) {
         outbox.send(&event);
     }
     if let Some(note) = session.take_interrupted() {

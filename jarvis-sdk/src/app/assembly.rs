@@ -170,11 +170,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     );
     let usage = usage_meter(&config)?;
     let focus = Arc::new(FocusStore::new(&config.home, config.clock.clone()));
-    let goals = Arc::new(GoalStore::new(
-        &config.home,
-        config.clock.clone(),
-        config.agenda.time_zone.clone(),
-    ));
+    let goals = Arc::new(goal_store(&config).await?);
 
     // The scheduler runs jobs through the app, and packs' jobs report to its
     // daemon; both reach the app through a link set once it exists.
@@ -556,7 +552,8 @@ fn web_tools(config: &AppConfig) -> Result<Vec<Arc<dyn Tool>>, AppError> {
 
 /// The memory service of `config`: its store (a given one, else Postgres
 /// with the Postgres backend, else in memory), `embedder`, `JARVIS_HOME`
-/// for procedures and the user model.
+/// for procedures, and the user model: in Postgres beside memory in
+/// Postgres (shared by every node), else the home's `user_model.json`.
 async fn memory_service(
     config: &AppConfig,
     embedder: Arc<dyn Embedder>,
@@ -572,19 +569,31 @@ async fn memory_service(
         .with_clock(config.clock.clone())
         .with_ids(config.ids.clone())
         .with_config(memory_config);
+    #[cfg(feature = "postgres")]
+    let service = match (&settings.store, memory_backend(config)) {
+        (None, MemoryBackend::Postgres { url }) => service.with_user_model(
+            crate::memory::UserModelStore::Postgres(crate::memory::PostgresUserModel::connect(&url).await?),
+        ),
+        _ => service,
+    };
     Ok(Arc::new(service))
+}
+
+/// The memory backend `JARVIS_MEMORY__STORE` names, with `auto` resolved:
+/// Postgres beside Postgres sessions, SQLite otherwise.
+fn memory_backend(config: &AppConfig) -> MemoryBackend {
+    match (&config.memory.backend, &config.store) {
+        (MemoryBackend::Auto, StoreBackend::Postgres { url }) => MemoryBackend::Postgres { url: url.clone() },
+        (MemoryBackend::Auto, _) => MemoryBackend::Sqlite,
+        (chosen, _) => chosen.clone(),
+    }
 }
 
 /// The memory store `JARVIS_MEMORY__STORE` names (see [`MemoryBackend`]):
 /// `auto` is Postgres beside Postgres sessions, SQLite in the home
 /// otherwise.
 async fn memory_store(config: &AppConfig) -> Result<Arc<dyn MemoryStore>, AppError> {
-    let backend = match (&config.memory.backend, &config.store) {
-        (MemoryBackend::Auto, StoreBackend::Postgres { url }) => MemoryBackend::Postgres { url: url.clone() },
-        (MemoryBackend::Auto, _) => MemoryBackend::Sqlite,
-        (chosen, _) => chosen.clone(),
-    };
-    match backend {
+    match memory_backend(config) {
         MemoryBackend::Memory => Ok(Arc::new(InMemoryMemoryStore::new())),
         #[cfg(feature = "sqlite")]
         MemoryBackend::Sqlite => {
@@ -677,6 +686,19 @@ async fn open_loop_store(config: &AppConfig) -> Result<Arc<dyn OpenLoopStore>, A
         #[cfg(not(feature = "postgres"))]
         StoreBackend::Postgres { .. } => Arc::new(MemoryOpenLoopStore::new()),
         StoreBackend::Memory => Arc::new(MemoryOpenLoopStore::new()),
+    })
+}
+
+/// Where goals are kept: Postgres with the Postgres backend (shared by
+/// every node), `$JARVIS_HOME/goals/` otherwise.
+async fn goal_store(config: &AppConfig) -> Result<GoalStore, AppError> {
+    let (clock, zone) = (config.clock.clone(), config.agenda.time_zone.clone());
+    Ok(match &config.store {
+        #[cfg(feature = "postgres")]
+        StoreBackend::Postgres { url } => GoalStore::postgres(url, clock, zone)
+            .await
+            .map_err(|e| AppError::Config(e.to_string()))?,
+        _ => GoalStore::new(&config.home, clock, zone),
     })
 }
 
@@ -1631,7 +1653,7 @@ struct BriefLink(Weak<AppInner>);
 impl TurnBrief for BriefLink {
     async fn sections(&self, agent_id: &str, session_id: &str) -> Vec<(SectionKind, Vec<String>)> {
         match self.0.upgrade() {
-            Some(app) => app.brief(agent_id, session_id),
+            Some(app) => app.brief(agent_id, session_id).await,
             None => Vec::new(),
         }
     }
@@ -1796,7 +1818,7 @@ impl AppInner {
             .collect();
         items.sort_by_key(|s| s.when.map(Timestamp::as_millis));
         items.extend(self.promises().await);
-        items.extend(self.goal_items());
+        items.extend(self.goal_items().await);
         items
     }
 
@@ -1824,17 +1846,21 @@ impl AppInner {
 
     /// Every agent's active goals: those with a due first, soonest first,
     /// then by agent and number.
-    fn goal_items(&self) -> Vec<AgendaItem> {
+    async fn goal_items(&self) -> Vec<AgendaItem> {
         let zone = self.goals.zone();
-        let agents = self.goals.agents().unwrap_or_else(|error| {
+        let agents = self.goals.agents().await.unwrap_or_else(|error| {
             tracing::warn!(%error, "the AGENDA's goals could not be read");
             Vec::new()
         });
-        let mut goals: Vec<Goal> = agents
-            .iter()
-            .filter_map(|agent| self.goals.active(agent).ok())
-            .flatten()
-            .collect();
+        let mut goals: Vec<Goal> = Vec::new();
+        for agent in &agents {
+            match self.goals.active(agent).await {
+                Ok(active) => goals.extend(active),
+                Err(error) => {
+                    tracing::warn!(%error, agent, "an agent's goals could not be read for the AGENDA")
+                }
+            }
+        }
         goals.sort_by_key(|g| {
             (
                 g.due_at(zone).map_or((1, 0), |d| (0, d.as_millis())),
@@ -1862,8 +1888,8 @@ impl AppInner {
     }
 
     /// What opens a turn's injected message besides memory.
-    fn brief(&self, agent_id: &str, session_id: &str) -> Vec<(SectionKind, Vec<String>)> {
-        let goals = self.goals.active(agent_id).unwrap_or_else(|error| {
+    async fn brief(&self, agent_id: &str, session_id: &str) -> Vec<(SectionKind, Vec<String>)> {
+        let goals = self.goals.active(agent_id).await.unwrap_or_else(|error| {
             tracing::warn!(%error, agent = agent_id, "the agent's goals could not be read");
             Vec::new()
         });

@@ -337,7 +337,7 @@ impl SlashCommands for StandardCommands {
             "schedule" => self.schedule(ctx, rest).await,
             "agenda" => self.agenda().await,
             "goals" | "goal" => match &self.goals {
-                Some(goals) => goal_command(goals, ctx.agent_id, &name, rest),
+                Some(goals) => goal_command(goals, ctx.agent_id, &name, rest).await,
                 None => "목표가 꺼져 있어요. (Goals are off.)".into(),
             },
             "focus" => self.focus(ctx, rest),

@@ -407,7 +407,7 @@ impl ProactiveDaemon {
             }
         }
         if let Some(goals) = &self.goals {
-            for goal in goals.due_unreminded(now) {
+            for goal in goals.due_unreminded(now).await {
                 let (id, text) = (goal_reminder_id(&goal), goal_reminder_text(&goal));
                 let session_id = format!("default-{}", goal.agent_id);
                 let delivery = Delivery {
@@ -418,7 +418,7 @@ impl ProactiveDaemon {
                     text: &text,
                 };
                 if self.deliver(&delivery, &targets, now, &mut report).await
-                    && let Err(error) = goals.mark_reminded(&goal)
+                    && let Err(error) = goals.mark_reminded(&goal).await
                 {
                     tracing::warn!(%error, goal = %goal.id, "a reminded goal could not be marked; the next tick does it");
                 }

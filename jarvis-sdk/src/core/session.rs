@@ -567,6 +567,15 @@ impl AgentSession {
         self.inner.turn.lock().running.is_some()
     }
 
+    /// Whether a foreground turn is running that has not sent its
+    /// `agent_end` yet: what a screen attaching now should show as busy.
+    /// [`AgentSession::is_busy`] stays true a little longer, while the
+    /// ended turn is recorded.
+    pub fn is_answering(&self) -> bool {
+        let state = self.inner.turn.lock();
+        state.running.is_some() && !state.ending
+    }
+
     /// Whether anything uses the session besides the app that built it: a
     /// turn (foreground, background, or the work after one), an approval
     /// request, an attached screen, another holder of it, or a note for

@@ -145,23 +145,25 @@ impl MemoryService {
         let hit =
             |key: &str, value: &str| normalise_fact(key) == needle || normalise_fact(value).contains(&needle);
         let mut removed_keys: Vec<String> = Vec::new();
-        match self.user_model_file() {
-            Some(file) => {
-                file.update(self.now(), |model| {
-                    if !model.forgotten.iter().any(|f| f.same_as(&secret)) {
-                        model.forgotten.push(secret);
-                    }
-                    model.entries.retain(|key, value| {
-                        let forget = hit(key, value);
-                        if forget {
-                            removed_keys.push(key.clone());
+        match self.user_model_store() {
+            Some(store) => {
+                store
+                    .update(self.now(), |model| {
+                        if !model.forgotten.iter().any(|f| f.same_as(&secret)) {
+                            model.forgotten.push(secret);
                         }
-                        !forget
-                    });
-                    for key in &removed_keys {
-                        model.provenance.remove(key);
-                    }
-                })?;
+                        model.entries.retain(|key, value| {
+                            let forget = hit(key, value);
+                            if forget {
+                                removed_keys.push(key.clone());
+                            }
+                            !forget
+                        });
+                        for key in &removed_keys {
+                            model.provenance.remove(key);
+                        }
+                    })
+                    .await?;
             }
             None => {
                 let mut here = self.forgotten_here.lock().unwrap_or_else(|e| e.into_inner());
@@ -219,7 +221,7 @@ impl MemoryService {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let mark = self.user_model().distilled.get(&scope.agent_id).cloned();
+        let mark = self.user_model().await.distilled.get(&scope.agent_id).cloned();
         let filter = MemoryFilter::for_user(scope.user.clone())
             .layer(Layer::Episodic, Agents::only([scope.agent_id.clone()]))
             .kinds([KIND_EPISODE])
@@ -263,7 +265,7 @@ impl MemoryService {
         facts: Vec<DistilledFact>,
     ) -> Result<DistillReport, MemoryError> {
         let file = self
-            .user_model_file()
+            .user_model_store()
             .ok_or(MemoryError::NoHome { what: "user model" })?;
         // The facts are judged against the forgotten list and recorded under
         // the profile lock (see `forget`).
@@ -307,7 +309,8 @@ impl MemoryService {
                     }
                 }
             }
-        })?;
+        })
+        .await?;
         report.added = added.len();
         for (key, value, episodes) in added {
             self.put_named(

@@ -24,6 +24,7 @@
 //! | `learn.rs` | forgetting, and the facts distillation proposes ([`MemoryService::forget`], [`MemoryService::add_distilled_facts`]) |
 //! | `forget.rs` | what is kept of a forgotten text (a digest) and the window check |
 //! | `user_model.rs` | `$JARVIS_HOME/user_model.json` |
+//! | `user_model_postgres.rs` | the user model in Postgres (`jarvis_user_model`, feature `postgres`) |
 //! | `procedures.rs` | `$JARVIS_HOME/procedures/<agent_id>/<name>.md` |
 
 mod ann;
@@ -43,6 +44,8 @@ mod service;
 mod sqlite;
 mod store;
 mod user_model;
+#[cfg(feature = "postgres")]
+mod user_model_postgres;
 mod working;
 
 pub use ann::AnnOptions;
@@ -71,5 +74,7 @@ pub use service::{
 #[cfg(feature = "sqlite")]
 pub use sqlite::{MEMORY_DB_FILE, SQLITE_SCHEMA_VERSION, SqliteMemoryStore, SqliteOpenReport};
 pub use store::{InMemoryMemoryStore, MemoryStore};
-pub use user_model::{DistillMark, USER_MODEL_FILE, UserModel, UserModelFile};
+pub use user_model::{DistillMark, USER_MODEL_FILE, UserModel, UserModelFile, UserModelStore};
+#[cfg(feature = "postgres")]
+pub use user_model_postgres::PostgresUserModel;
 pub use working::{WorkingConfig, WorkingItem, WorkingMemory};

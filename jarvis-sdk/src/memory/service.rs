@@ -23,7 +23,7 @@ use super::rules::{
 };
 use super::scope::MemoryScope;
 use super::store::MemoryStore;
-use super::user_model::{UserModel, UserModelFile};
+use super::user_model::{UserModel, UserModelFile, UserModelStore};
 use super::working::{WorkingConfig, WorkingMemory};
 use crate::common::{Clock, IdSource, SystemClock, Timestamp, UniqueIds, error_chain, truncate_with_marker};
 use crate::model::Embedder;
@@ -322,7 +322,7 @@ pub struct MemoryService {
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdSource>,
     config: MemoryConfig,
-    user_model: Option<UserModelFile>,
+    user_model: Option<UserModelStore>,
     procedures: Option<ProcedureLibrary>,
     /// `(user, agent)` pairs whose procedure files were indexed.
     synced: Mutex<HashSet<(String, String)>>,
@@ -393,9 +393,14 @@ impl MemoryService {
         self
     }
 
-    /// Sets the settings (and with them `JARVIS_HOME`).
+    /// Sets the settings (and with them `JARVIS_HOME`, whose
+    /// `user_model.json` becomes the user model; set another store after
+    /// this with [`with_user_model`](Self::with_user_model)).
     pub fn with_config(mut self, config: MemoryConfig) -> Self {
-        self.user_model = config.home.as_deref().map(UserModelFile::new);
+        self.user_model = config
+            .home
+            .as_deref()
+            .map(|home| UserModelStore::File(UserModelFile::new(home)));
         self.procedures = config.home.as_deref().map(ProcedureLibrary::new);
         self.config = config;
         self
@@ -426,8 +431,24 @@ impl MemoryService {
         self.procedures.as_ref()
     }
 
-    /// The user-model file, when there is a `JARVIS_HOME`.
+    /// Keeps the user model in `store` (a deployment's shared row in
+    /// Postgres, for instance) instead of the home's `user_model.json`.
+    pub fn with_user_model(mut self, store: UserModelStore) -> Self {
+        self.user_model = Some(store);
+        self
+    }
+
+    /// The user-model file, when the user model is the home's file.
     pub fn user_model_file(&self) -> Option<&UserModelFile> {
+        match self.user_model.as_ref()? {
+            UserModelStore::File(file) => Some(file),
+            #[cfg(feature = "postgres")]
+            UserModelStore::Postgres(_) => None,
+        }
+    }
+
+    /// Where the user model is kept, when there is one.
+    pub fn user_model_store(&self) -> Option<&UserModelStore> {
         self.user_model.as_ref()
     }
 
@@ -585,7 +606,7 @@ impl MemoryService {
             _ => None,
         };
         if rule.layer == Layer::Semantic {
-            self.refuse_forgotten(source, &text)?;
+            self.refuse_forgotten(source, &text).await?;
         }
         let embedding = self.embed_one_or_defer(&text).await;
         if rule.layer == Layer::Semantic
@@ -632,8 +653,8 @@ impl MemoryService {
     /// this process).
     // ponytail: a damaged user-model file reads as empty, so its list counts
     // as empty too until a person fixes the file (it is never overwritten).
-    pub fn forgotten(&self) -> Vec<ForgottenSecret> {
-        let mut out = self.user_model().forgotten;
+    pub async fn forgotten(&self) -> Vec<ForgottenSecret> {
+        let mut out = self.user_model().await.forgotten;
         out.extend(
             self.forgotten_here
                 .lock()
@@ -646,8 +667,8 @@ impl MemoryService {
 
     /// Fails with [`MemoryError::Forgotten`] when `text` contains something
     /// the user asked to forget.
-    pub(super) fn refuse_forgotten(&self, source: &str, text: &str) -> Result<(), MemoryError> {
-        if contains_forgotten(text, &self.forgotten()) {
+    pub(super) async fn refuse_forgotten(&self, source: &str, text: &str) -> Result<(), MemoryError> {
+        if contains_forgotten(text, &self.forgotten().await) {
             return Err(MemoryError::Forgotten {
                 source_name: source.to_owned(),
             });
@@ -741,13 +762,13 @@ impl MemoryService {
         .await
     }
 
-    /// The user model (empty when there is no `JARVIS_HOME`, the file is
+    /// The user model (empty when there is no `JARVIS_HOME`, or it is
     /// missing or damaged).
-    pub fn user_model(&self) -> UserModel {
-        self.user_model
-            .as_ref()
-            .map(UserModelFile::load)
-            .unwrap_or_default()
+    pub async fn user_model(&self) -> UserModel {
+        match &self.user_model {
+            Some(store) => store.load().await,
+            None => UserModel::default(),
+        }
     }
 
     /// Sets user-model entries: merges `entries` into the user model file
@@ -764,7 +785,7 @@ impl MemoryService {
         scope: &MemoryScope,
         entries: BTreeMap<String, String>,
     ) -> Result<UserModel, MemoryError> {
-        let file = self
+        let store = self
             .user_model
             .as_ref()
             .ok_or(MemoryError::NoHome { what: "user model" })?;
@@ -774,27 +795,29 @@ impl MemoryService {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        let (model, ()) = file.try_update(self.now(), |model| {
-            let mut forgotten = model.forgotten.clone();
-            forgotten.extend(forgotten_here);
-            for (key, value) in &entries {
-                if !value.trim().is_empty()
-                    && contains_forgotten(&format!("{key}: {}", value.trim()), &forgotten)
-                {
-                    return Err(MemoryError::Forgotten {
-                        source_name: SOURCE_USER_MODEL.to_owned(),
-                    });
+        let (model, ()) = store
+            .try_update(self.now(), |model| {
+                let mut forgotten = model.forgotten.clone();
+                forgotten.extend(forgotten_here);
+                for (key, value) in &entries {
+                    if !value.trim().is_empty()
+                        && contains_forgotten(&format!("{key}: {}", value.trim()), &forgotten)
+                    {
+                        return Err(MemoryError::Forgotten {
+                            source_name: SOURCE_USER_MODEL.to_owned(),
+                        });
+                    }
                 }
-            }
-            for (key, value) in &entries {
-                if value.trim().is_empty() {
-                    model.entries.remove(key);
-                } else {
-                    model.entries.insert(key.clone(), value.trim().to_owned());
+                for (key, value) in &entries {
+                    if value.trim().is_empty() {
+                        model.entries.remove(key);
+                    } else {
+                        model.entries.insert(key.clone(), value.trim().to_owned());
+                    }
                 }
-            }
-            Ok(())
-        })?;
+                Ok(())
+            })
+            .await?;
         for (key, value) in &entries {
             if value.trim().is_empty() {
                 continue;
@@ -1024,7 +1047,7 @@ impl MemoryService {
             // The user model opens the key facts; a user-model record that
             // repeats one of its lines is not shown twice.
             let mut items = if kind == SectionKind::KeyFacts {
-                self.user_model().lines()
+                self.user_model().await.lines()
             } else {
                 Vec::new()
             };

@@ -231,8 +231,7 @@ impl UserModelFile {
                 })?,
             };
             let out = change(&mut model)?;
-            model.v = version();
-            model.updated_at = Some(now);
+            stamp(&mut model, now);
             let mut bytes = serde_json::to_vec_pretty(&model).map_err(|e| MemoryError::File {
                 op: "write",
                 path: path.clone(),
@@ -248,6 +247,74 @@ impl UserModelFile {
         })?;
         *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = None;
         outcome
+    }
+}
+
+/// Marks `model` as written at `now` in the current format.
+pub(crate) fn stamp(model: &mut UserModel, now: Timestamp) {
+    model.v = version();
+    model.updated_at = Some(now);
+}
+
+/// Where the user model is kept: `user_model.json` in a home, or (feature
+/// `postgres`) a row of `jarvis_user_model` shared by every node of a
+/// deployment. Both read a damaged model as empty with a warning and never
+/// overwrite it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum UserModelStore {
+    /// `$JARVIS_HOME/user_model.json`.
+    File(UserModelFile),
+    /// The table `jarvis_user_model`.
+    #[cfg(feature = "postgres")]
+    Postgres(super::user_model_postgres::PostgresUserModel),
+}
+
+impl UserModelStore {
+    /// The model; empty when there is none yet, and empty with a warning
+    /// when it is damaged or cannot be read. Never fails.
+    pub async fn load(&self) -> UserModel {
+        match self {
+            Self::File(file) => file.load(),
+            #[cfg(feature = "postgres")]
+            Self::Postgres(pg) => match pg.read().await {
+                Ok(model) => model.unwrap_or_default(),
+                Err(e) => {
+                    tracing::warn!("{e}; the user model is read as empty");
+                    UserModel::default()
+                }
+            },
+        }
+    }
+
+    /// Reads the model, lets `change` edit it (or refuse, leaving it as it
+    /// is), stamps it with `now` and writes it, atomically against every
+    /// other writer; answers what was written and what `change` answered.
+    pub async fn try_update<T>(
+        &self,
+        now: Timestamp,
+        change: impl FnOnce(&mut UserModel) -> Result<T, MemoryError>,
+    ) -> Result<(UserModel, T), MemoryError> {
+        match self {
+            Self::File(file) => file.try_update(now, change),
+            #[cfg(feature = "postgres")]
+            Self::Postgres(pg) => pg.try_update(now, change).await,
+        }
+    }
+
+    /// Like [`try_update`](Self::try_update) with a change that cannot
+    /// refuse.
+    pub async fn update(
+        &self,
+        now: Timestamp,
+        change: impl FnOnce(&mut UserModel),
+    ) -> Result<UserModel, MemoryError> {
+        self.try_update(now, |model| {
+            change(model);
+            Ok(())
+        })
+        .await
+        .map(|(model, ())| model)
     }
 }
 

@@ -363,3 +363,40 @@ async fn a_prompt_sent_on_agent_end_waits_for_the_recording_and_runs() {
         "{said:?}"
     );
 }
+
+/// Notes, when `agent_end` arrives, whether the session still counts as
+/// busy and as answering.
+#[derive(Default)]
+struct StateOnEnd {
+    session: std::sync::Mutex<Option<Arc<AgentSession>>>,
+    seen: std::sync::Mutex<Option<(bool, bool)>>,
+}
+
+impl UIAdapter for StateOnEnd {
+    fn on_event(&self, event: &AgentEvent) -> std::ops::ControlFlow<()> {
+        if let AgentEvent::AgentEnd { .. } = event
+            && let Some(session) = self.session.lock().unwrap().take()
+        {
+            *self.seen.lock().unwrap() = Some((session.is_busy(), session.is_answering()));
+        }
+        std::ops::ControlFlow::Continue(())
+    }
+}
+
+#[tokio::test]
+async fn a_turn_that_sent_agent_end_is_no_longer_answering_while_it_is_recorded() {
+    let b = build(
+        "replies: [ { text: \"first\" } ]",
+        SessionKind::User,
+        ToolRegistry::new(),
+    )
+    .await;
+    let screen = Arc::new(StateOnEnd::default());
+    *screen.session.lock().unwrap() = Some(b.session.clone());
+    let _a = b.session.attach(screen.clone());
+    assert!(!b.session.is_answering());
+    b.session.prompt("go", Caller::Local).await.unwrap();
+    // Still busy (being recorded), but a screen attaching now shows it idle.
+    assert_eq!(*screen.seen.lock().unwrap(), Some((true, false)));
+    assert!(!b.session.is_busy() && !b.session.is_answering());
+}

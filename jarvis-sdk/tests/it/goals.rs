@@ -156,7 +156,7 @@ async fn tools_and_commands_set_change_and_close_goals_and_the_next_request_carr
         last.messages.first()
     );
     // Goals are per agent: KAREN has none of JARVIS's.
-    assert!(app.goals().list("karen").unwrap().is_empty());
+    assert!(app.goals().list("karen").await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -250,9 +250,11 @@ async fn a_due_goal_is_reminded_once_across_a_restart_and_a_lost_mark() {
         // Due on 12-02 (Seoul): more than 24 h away at 12-01 00:00 UTC.
         app.goals()
             .create("karen", "서류 제출", "", Some("2026-12-02"))
+            .await
             .unwrap();
         app.goals()
             .create("karen", "먼 일", "", Some("2027-03-01"))
+            .await
             .unwrap();
         app.proactive().tick().await;
         assert!(reminders(&app.store().entries(&id).await.unwrap_or_default()).is_empty());
@@ -290,7 +292,7 @@ async fn a_due_goal_is_reminded_once_across_a_restart_and_a_lost_mark() {
         due: Some("2026-12-03".into()),
         ..Default::default()
     };
-    app.goals().update("karen", "g-1", moved).unwrap();
+    app.goals().update("karen", "g-1", moved).await.unwrap();
     clock.advance(Duration::from_secs(24 * 3600));
     app.proactive().tick().await;
     assert_eq!(reminders(&app.store().entries(&id).await.unwrap()).len(), 2);

@@ -551,7 +551,7 @@ async fn distillation_adds_a_fact_once_with_its_provenance() {
         "the second fact names an episode it was not shown: {third:?}"
     );
     assert_eq!(distillation_calls(&faux), 2);
-    let model = memory.user_model();
+    let model = memory.user_model().await;
     assert_eq!(model.entries.len(), 1);
     assert_eq!(model.provenance["child"], std::slice::from_ref(&first.id));
 }
@@ -750,7 +750,7 @@ async fn forgetting_needs_two_characters() {
     let forgot = memory.forget(&scope(), "code is 4321").await.unwrap();
     assert_eq!((forgot.entries, forgot.records), (0, 1));
     assert!(memory.remember(&scope(), "Code is 4321.").await.is_err());
-    assert_eq!(memory.forgotten().len(), 1);
+    assert_eq!(memory.forgotten().await.len(), 1);
 }
 
 /// Every file under `dir`, recursively, whose bytes contain `needle`.
@@ -860,7 +860,7 @@ fallback: { text: "알겠어요." }
     let again = say("/distil").await;
     assert!(again.contains("Distilled 0 episodes: 0 new facts"), "{again}");
     assert_eq!(distillation_calls(&faux), 1);
-    let model = app.memory().unwrap().user_model();
+    let model = app.memory().unwrap().user_model().await;
     assert_eq!(model.entries["child"], "딸 서연, 초등학교 3학년");
     assert_eq!(model.provenance["child"].len(), 1);
 

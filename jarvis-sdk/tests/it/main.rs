@@ -41,6 +41,7 @@ mod sessions_contract;
 mod sessions_crash;
 mod sessions_jsonl;
 mod sessions_postgres;
+mod shared;
 #[cfg(feature = "sources")]
 mod sources;
 mod subagents;

@@ -216,7 +216,7 @@ impl Distiller {
         if read.is_empty() {
             return Ok(DistillReport::default());
         }
-        let forgotten = self.learner.memory.forgotten();
+        let forgotten = self.learner.memory.forgotten().await;
         let shown: Vec<MemoryRecord> = read
             .iter()
             .filter(|e| !contains_forgotten(&e.text, &forgotten))
@@ -239,7 +239,7 @@ impl Distiller {
     }
 
     async fn ask(&self, scope: &MemoryScope, shown: &[MemoryRecord]) -> Result<String, LearnError> {
-        let model = self.learner.memory.user_model();
+        let model = self.learner.memory.user_model().await;
         let mut body = String::from("[사용자 모델 (user model)]\n");
         if model.entries.is_empty() {
             body.push_str("(비어 있음 / empty)\n");

@@ -15,6 +15,10 @@
 //! is left where it is, skipped with a warning, and its number is never
 //! given again.
 //!
+//! In a deployment on Postgres ([`GoalStore::postgres`]) the goals are rows
+//! of `jarvis_goals` instead, the same JSON per row, shared by every node
+//! (see `postgres.rs`).
+//!
 //! `due` is `YYYY-MM-DD` (the whole day, in the person's zone) or a time:
 //! RFC 3339, or `YYYY-MM-DDTHH:MM` read in the person's zone, stored in UTC
 //! as `YYYY-MM-DDTHH:MM:SS.mmmZ`. A day is due at its end.
@@ -37,10 +41,14 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use crate::agent::{AgentEvent, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
-use crate::common::{Clock, TimeZone, Timestamp, char_len, write_atomic};
+use crate::common::{Clock, TimeZone, Timestamp, char_len};
+
+mod files;
+#[cfg(feature = "postgres")]
+mod postgres;
 
 /// The directory of goals under `JARVIS_HOME`.
 pub const GOALS_DIR: &str = "goals";
@@ -159,7 +167,7 @@ fn goal_number(id: &str) -> Option<u64> {
     if n.is_empty() || n.starts_with('0') || !n.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    n.parse().ok()
+    n.parse().ok().filter(|n| i64::try_from(*n).is_ok())
 }
 
 /// Reads a due as given (`YYYY-MM-DD`, `YYYY-MM-DDTHH:MM[:SS]` in the
@@ -244,6 +252,15 @@ pub enum GoalError {
         #[source]
         source: io::Error,
     },
+    /// The goals' database could not be reached, read or written.
+    #[error("goals: could not {op}: {source}")]
+    Database {
+        /// What was being done.
+        op: &'static str,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 /// Changes to a goal; `None` leaves a field as it is.
@@ -259,14 +276,21 @@ pub struct GoalPatch {
     pub note: Option<String>,
 }
 
-/// The goals of every agent of a home; see the [module docs](self).
+/// Where goals are kept.
+#[derive(Debug)]
+enum Backend {
+    Files(files::FileGoals),
+    #[cfg(feature = "postgres")]
+    Postgres(postgres::PostgresGoals),
+}
+
+/// The goals of every agent of a home, or of every node of a deployment;
+/// see the [module docs](self).
 #[derive(Debug)]
 pub struct GoalStore {
-    dir: PathBuf,
+    backend: Backend,
     clock: Arc<dyn Clock>,
     zone: TimeZone,
-    /// One writer at a time: numbering reads the directory first.
-    lock: Mutex<()>,
 }
 
 impl GoalStore {
@@ -274,11 +298,25 @@ impl GoalStore {
     /// times read in the person's zone `zone`.
     pub fn new(home: &Path, clock: Arc<dyn Clock>, zone: impl Into<TimeZone>) -> Self {
         Self {
-            dir: home.join(GOALS_DIR),
+            backend: Backend::Files(files::FileGoals::new(home)),
             clock,
             zone: zone.into(),
-            lock: Mutex::new(()),
         }
+    }
+
+    /// The goals in the Postgres database at `url` (table `jarvis_goals`,
+    /// created when missing), shared by every node of a deployment.
+    #[cfg(feature = "postgres")]
+    pub async fn postgres(
+        url: &str,
+        clock: Arc<dyn Clock>,
+        zone: impl Into<TimeZone>,
+    ) -> Result<Self, GoalError> {
+        Ok(Self {
+            backend: Backend::Postgres(postgres::PostgresGoals::connect(url).await?),
+            clock,
+            zone: zone.into(),
+        })
     }
 
     /// The person's zone.
@@ -290,95 +328,78 @@ impl GoalStore {
         Timestamp::from_system_time(self.clock.now())
     }
 
-    fn guard(&self) -> MutexGuard<'_, ()> {
-        self.lock.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn agent_dir(&self, agent_id: &str) -> Result<PathBuf, GoalError> {
-        let safe = !agent_id.is_empty()
-            && agent_id.len() <= 64
-            && agent_id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-        if !safe {
-            return Err(GoalError::Invalid(format!("{agent_id:?} is not an agent id")));
-        }
-        Ok(self.dir.join(agent_id))
-    }
-
-    /// Every goal of `agent_id`, by number; unreadable files are skipped
+    /// Every goal of `agent_id`, by number; unreadable goals are skipped
     /// with a warning.
-    pub fn list(&self, agent_id: &str) -> Result<Vec<Goal>, GoalError> {
-        let dir = self.agent_dir(agent_id)?;
-        let mut goals: Vec<Goal> = read_dir_names(&dir)?
-            .into_iter()
-            .filter_map(|(_, path)| read_goal(&path))
-            .filter(|g| g.agent_id == agent_id)
-            .collect();
+    pub async fn list(&self, agent_id: &str) -> Result<Vec<Goal>, GoalError> {
+        let mut goals = match &self.backend {
+            Backend::Files(files) => files.list(agent_id)?,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => pg.list(agent_id, false).await?,
+        };
         goals.sort_by_key(Goal::number);
         Ok(goals)
     }
 
     /// The active goals of `agent_id`, by number.
-    pub fn active(&self, agent_id: &str) -> Result<Vec<Goal>, GoalError> {
-        let mut goals = self.list(agent_id)?;
+    pub async fn active(&self, agent_id: &str) -> Result<Vec<Goal>, GoalError> {
+        let mut goals = match &self.backend {
+            Backend::Files(files) => files.list(agent_id)?,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => pg.list(agent_id, true).await?,
+        };
         goals.retain(|g| g.status == GoalStatus::Active);
+        goals.sort_by_key(Goal::number);
         Ok(goals)
     }
 
-    /// The agents that have a goal directory.
-    pub fn agents(&self) -> Result<Vec<String>, GoalError> {
-        let entries = match std::fs::read_dir(&self.dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(source) => {
-                return Err(GoalError::Io {
-                    op: "list",
-                    path: self.dir.clone(),
-                    source,
-                });
-            }
+    /// The agents that have goals, sorted.
+    pub async fn agents(&self) -> Result<Vec<String>, GoalError> {
+        let mut agents = match &self.backend {
+            Backend::Files(files) => files.agents()?,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => pg.agents().await?,
         };
-        let mut agents: Vec<String> = entries
-            .filter_map(Result::ok)
-            .filter(|e| e.path().is_dir())
-            .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|name| self.agent_dir(name).is_ok())
-            .collect();
         agents.sort();
         Ok(agents)
     }
 
     /// One goal of `agent_id`.
-    pub fn get(&self, agent_id: &str, id: &str) -> Result<Goal, GoalError> {
-        let path = self.goal_path(agent_id, id)?;
-        read_goal(&path)
-            .filter(|g| g.agent_id == agent_id)
-            .ok_or_else(|| GoalError::NotFound {
-                agent_id: agent_id.to_owned(),
-                id: id.to_owned(),
-            })
+    pub async fn get(&self, agent_id: &str, id: &str) -> Result<Goal, GoalError> {
+        let number = number_of(agent_id, id)?;
+        let goal = match &self.backend {
+            Backend::Files(files) => files.get(agent_id, number)?,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => pg.get(agent_id, number).await?,
+        };
+        goal.ok_or_else(|| not_found(agent_id, id))
     }
 
-    fn goal_path(&self, agent_id: &str, id: &str) -> Result<PathBuf, GoalError> {
-        let dir = self.agent_dir(agent_id)?;
-        if goal_number(id).is_none() {
-            return Err(GoalError::NotFound {
-                agent_id: agent_id.to_owned(),
-                id: id.to_owned(),
-            });
-        }
-        Ok(dir.join(format!("{id}.json")))
+    /// Reads goal `id`, lets `change` edit it and writes it when `change`
+    /// answers `true`, atomically against other writers.
+    async fn modify(
+        &self,
+        agent_id: &str,
+        id: &str,
+        change: impl FnOnce(&mut Goal) -> Result<bool, GoalError>,
+    ) -> Result<Goal, GoalError> {
+        let number = number_of(agent_id, id)?;
+        let goal = match &self.backend {
+            Backend::Files(files) => files.modify(agent_id, number, change)?,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => pg.modify(agent_id, number, change).await?,
+        };
+        goal.ok_or_else(|| not_found(agent_id, id))
     }
 
     /// Sets a new active goal of `agent_id`.
-    pub fn create(
+    pub async fn create(
         &self,
         agent_id: &str,
         title: &str,
         why: &str,
         due: Option<&str>,
     ) -> Result<Goal, GoalError> {
+        checked_agent(agent_id)?;
         let title = checked_title(title)?;
         let why = checked_text("why", why)?;
         let due = due
@@ -386,40 +407,29 @@ impl GoalStore {
             .filter(|d| !d.is_empty())
             .map(|d| parse_due(d, &self.zone))
             .transpose()?;
-        let dir = self.agent_dir(agent_id)?;
-        let _guard = self.guard();
-        std::fs::create_dir_all(&dir).map_err(|source| GoalError::Io {
-            op: "create",
-            path: dir.clone(),
-            source,
-        })?;
-        // Every file counts, readable or not: a number is never given twice.
-        let next = read_dir_names(&dir)?
-            .iter()
-            .filter_map(|(name, _)| goal_number(name.strip_suffix(".json")?))
-            .max()
-            .unwrap_or(0)
-            + 1;
         let now = self.now();
-        let goal = Goal {
-            id: format!("g-{next}"),
+        let make = |number: u64| Goal {
+            id: format!("g-{number}"),
             agent_id: agent_id.to_owned(),
-            title,
-            why,
+            title: title.clone(),
+            why: why.clone(),
             status: GoalStatus::Active,
             progress: 0,
-            due,
+            due: due.clone(),
             created_at: now,
             updated_at: now,
             notes: Vec::new(),
             reminded_due: None,
         };
-        self.write(&goal)?;
-        Ok(goal)
+        match &self.backend {
+            Backend::Files(files) => files.insert(agent_id, make),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => pg.insert(agent_id, make).await,
+        }
     }
 
     /// Changes an active goal.
-    pub fn update(&self, agent_id: &str, id: &str, patch: GoalPatch) -> Result<Goal, GoalError> {
+    pub async fn update(&self, agent_id: &str, id: &str, patch: GoalPatch) -> Result<Goal, GoalError> {
         let title = patch.title.as_deref().map(checked_title).transpose()?;
         if patch.progress.is_some_and(|p| p > 100) {
             return Err(GoalError::Invalid("progress is a percentage, 0 to 100".into()));
@@ -434,37 +444,37 @@ impl GoalStore {
             .as_deref()
             .map(|n| checked_text("note", n))
             .transpose()?;
-        let _guard = self.guard();
-        let mut goal = self.get(agent_id, id)?;
-        if goal.status != GoalStatus::Active {
-            return Err(GoalError::Invalid(format!(
-                "goal {id} is closed ({}); set a new goal instead",
-                if goal.status == GoalStatus::Done {
-                    "done"
-                } else {
-                    "dropped"
-                }
-            )));
-        }
         let now = self.now();
-        if let Some(title) = title {
-            goal.title = title;
-        }
-        if let Some(progress) = patch.progress {
-            goal.progress = progress;
-        }
-        if let Some(due) = due {
-            goal.due = due;
-        }
-        push_note(&mut goal, note, now);
-        goal.updated_at = now;
-        self.write(&goal)?;
-        Ok(goal)
+        self.modify(agent_id, id, |goal| {
+            if goal.status != GoalStatus::Active {
+                return Err(GoalError::Invalid(format!(
+                    "goal {id} is closed ({}); set a new goal instead",
+                    if goal.status == GoalStatus::Done {
+                        "done"
+                    } else {
+                        "dropped"
+                    }
+                )));
+            }
+            if let Some(title) = title {
+                goal.title = title;
+            }
+            if let Some(progress) = patch.progress {
+                goal.progress = progress;
+            }
+            if let Some(due) = due {
+                goal.due = due;
+            }
+            push_note(goal, note, now);
+            goal.updated_at = now;
+            Ok(true)
+        })
+        .await
     }
 
     /// Closes a goal as done or dropped; closing it again the same way
     /// changes nothing.
-    pub fn close(
+    pub async fn close(
         &self,
         agent_id: &str,
         id: &str,
@@ -475,62 +485,90 @@ impl GoalStore {
             return Err(GoalError::Invalid("a goal is closed as done or dropped".into()));
         }
         let note = note.map(|n| checked_text("note", n)).transpose()?;
-        let _guard = self.guard();
-        let mut goal = self.get(agent_id, id)?;
-        if goal.status == status {
-            return Ok(goal);
-        }
         let now = self.now();
-        goal.status = status;
-        if status == GoalStatus::Done {
-            goal.progress = 100;
-        }
-        push_note(&mut goal, note, now);
-        goal.updated_at = now;
-        self.write(&goal)?;
-        Ok(goal)
+        self.modify(agent_id, id, |goal| {
+            if goal.status == status {
+                return Ok(false);
+            }
+            goal.status = status;
+            if status == GoalStatus::Done {
+                goal.progress = 100;
+            }
+            push_note(goal, note, now);
+            goal.updated_at = now;
+            Ok(true)
+        })
+        .await
     }
 
     /// The active goals of every agent due within 24 hours of `now` or
     /// past, whose agent has not been reminded of that due yet.
-    pub fn due_unreminded(&self, now: Timestamp) -> Vec<Goal> {
-        let agents = self.agents().unwrap_or_else(|error| {
+    pub async fn due_unreminded(&self, now: Timestamp) -> Vec<Goal> {
+        let agents = self.agents().await.unwrap_or_else(|error| {
             tracing::warn!(%error, "goals could not be listed");
             Vec::new()
         });
-        agents
-            .iter()
-            .filter_map(|agent| self.active(agent).ok())
-            .flatten()
-            .filter(|g| g.reminded_due.is_none() || g.reminded_due != g.due)
-            .filter(|g| {
-                g.due_at(&self.zone)
-                    .is_some_and(|at| at.as_millis() - now.as_millis() <= REMIND_BEFORE_MS)
-            })
-            .collect()
+        let mut due = Vec::new();
+        for agent in &agents {
+            let goals = match self.active(agent).await {
+                Ok(goals) => goals,
+                Err(error) => {
+                    tracing::warn!(%error, agent, "an agent's goals could not be listed");
+                    continue;
+                }
+            };
+            due.extend(
+                goals
+                    .into_iter()
+                    .filter(|g| g.reminded_due.is_none() || g.reminded_due != g.due)
+                    .filter(|g| {
+                        g.due_at(&self.zone)
+                            .is_some_and(|at| at.as_millis() - now.as_millis() <= REMIND_BEFORE_MS)
+                    }),
+            );
+        }
+        due
     }
 
     /// Records that `goal`'s agent was reminded of its current due.
-    pub fn mark_reminded(&self, goal: &Goal) -> Result<(), GoalError> {
-        let _guard = self.guard();
-        let mut current = self.get(&goal.agent_id, &goal.id)?;
-        if current.due != goal.due || current.reminded_due == goal.due {
-            return Ok(());
-        }
-        current.reminded_due = goal.due.clone();
-        self.write(&current)
-    }
-
-    fn write(&self, goal: &Goal) -> Result<(), GoalError> {
-        let path = self.goal_path(&goal.agent_id, &goal.id)?;
-        let mut json = serde_json::to_vec_pretty(goal).map_err(|e| GoalError::Invalid(e.to_string()))?;
-        json.push(b'\n');
-        write_atomic(&path, &json).map_err(|source| GoalError::Io {
-            op: "write",
-            path,
-            source,
+    pub async fn mark_reminded(&self, goal: &Goal) -> Result<(), GoalError> {
+        self.modify(&goal.agent_id, &goal.id, |current| {
+            if current.due != goal.due || current.reminded_due == goal.due {
+                return Ok(false);
+            }
+            current.reminded_due = goal.due.clone();
+            Ok(true)
         })
+        .await
+        .map(|_| ())
     }
+}
+
+/// Refuses anything but a plain agent id (it names a directory).
+fn checked_agent(agent_id: &str) -> Result<(), GoalError> {
+    let safe = !agent_id.is_empty()
+        && agent_id.len() <= 64
+        && agent_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if safe {
+        Ok(())
+    } else {
+        Err(GoalError::Invalid(format!("{agent_id:?} is not an agent id")))
+    }
+}
+
+fn not_found(agent_id: &str, id: &str) -> GoalError {
+    GoalError::NotFound {
+        agent_id: agent_id.to_owned(),
+        id: id.to_owned(),
+    }
+}
+
+/// The number of goal `id` of `agent_id`, checking both.
+fn number_of(agent_id: &str, id: &str) -> Result<u64, GoalError> {
+    checked_agent(agent_id)?;
+    goal_number(id).ok_or_else(|| not_found(agent_id, id))
 }
 
 /// The message id of the reminder of `goal`'s current due: one reminder
@@ -593,50 +631,6 @@ fn checked_text(what: &str, text: &str) -> Result<String, GoalError> {
         )));
     }
     Ok(text.to_owned())
-}
-
-/// `(file name, path)` of every `*.json` in `dir`; none when it is missing.
-fn read_dir_names(dir: &Path) -> Result<Vec<(String, PathBuf)>, GoalError> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(GoalError::Io {
-                op: "list",
-                path: dir.to_owned(),
-                source,
-            });
-        }
-    };
-    Ok(entries
-        .filter_map(Result::ok)
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            name.ends_with(".json").then(|| (name, e.path()))
-        })
-        .collect())
-}
-
-fn read_goal(path: &Path) -> Option<Goal> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
-        Err(error) => {
-            tracing::warn!(path = %path.display(), %error, "a goal file could not be read; it is skipped");
-            return None;
-        }
-    };
-    match serde_json::from_slice::<Goal>(&bytes) {
-        Ok(goal) if goal_number(&goal.id).is_some() => Some(goal),
-        Ok(_) => {
-            tracing::warn!(path = %path.display(), "a goal file has a bad id; it is skipped");
-            None
-        }
-        Err(error) => {
-            tracing::warn!(path = %path.display(), %error, "a goal file is not a goal; it is skipped and left in place");
-            None
-        }
-    }
 }
 
 /// Tells the screens of the turn that the AGENDA changed.
@@ -734,6 +728,7 @@ impl TypedTool for SetGoal {
                 args.why.as_deref().unwrap_or(""),
                 args.due.as_deref(),
             )
+            .await
             .map(|g| format!("{} (goal set: {})", g.id, g.line()));
         if result.is_ok() {
             agenda_changed(ctx);
@@ -767,6 +762,7 @@ impl TypedTool for UpdateGoal {
         let result = self
             .0
             .update(ctx.top_level_agent(), args.id.trim(), patch)
+            .await
             .map(|g| format!("Updated: {}", g.line()));
         if result.is_ok() {
             agenda_changed(ctx);
@@ -803,6 +799,7 @@ impl TypedTool for CloseGoal {
                 status,
                 args.note.as_deref(),
             )
+            .await
             .map(|g| format!("Closed: {}", g.line()));
         if result.is_ok() {
             agenda_changed(ctx);
@@ -821,10 +818,10 @@ pub fn goal_tools(store: Arc<GoalStore>) -> Vec<Arc<dyn Tool>> {
 }
 
 /// Answers `/goals` and `/goal add|done|drop …` for `agent_id`.
-pub fn goal_command(store: &GoalStore, agent_id: &str, name: &str, rest: &str) -> String {
+pub async fn goal_command(store: &GoalStore, agent_id: &str, name: &str, rest: &str) -> String {
     const USAGE: &str = "사용법 (usage): /goals, /goal add <title>, /goal done <id>, /goal drop <id>";
     if name == "goals" {
-        return match store.list(agent_id) {
+        return match store.list(agent_id).await {
             Ok(goals) if goals.iter().any(|g| g.status == GoalStatus::Active) => {
                 let mut out = String::from("목표 (goals):");
                 for line in goal_items(&goals, store.zone()) {
@@ -842,6 +839,7 @@ pub fn goal_command(store: &GoalStore, agent_id: &str, name: &str, rest: &str) -
     let result = match verb {
         "add" if !arg.is_empty() => store
             .create(agent_id, arg, "", None)
+            .await
             .map(|g| format!("목표를 세웠어요 (goal set): {}", g.line())),
         "done" | "drop" if !arg.is_empty() => {
             let status = if verb == "done" {
@@ -851,6 +849,7 @@ pub fn goal_command(store: &GoalStore, agent_id: &str, name: &str, rest: &str) -
             };
             store
                 .close(agent_id, arg, status, None)
+                .await
                 .map(|g| format!("목표를 닫았어요 (goal closed): {}", g.line()))
         }
         _ => return USAGE.into(),
@@ -899,25 +898,32 @@ mod tests {
         );
     }
 
-    #[test]
-    fn ids_count_on_per_agent_past_unreadable_files() {
+    #[tokio::test]
+    async fn ids_count_on_per_agent_past_unreadable_files() {
         let (home, store, _) = store();
-        assert_eq!(store.create("main", "a", "", None).unwrap().id, "g-1");
-        assert_eq!(store.create("karen", "b", "", None).unwrap().id, "g-1");
+        assert_eq!(store.create("main", "a", "", None).await.unwrap().id, "g-1");
+        assert_eq!(store.create("karen", "b", "", None).await.unwrap().id, "g-1");
         std::fs::write(home.path().join("goals/main/g-7.json"), "{torn").unwrap();
-        assert_eq!(store.create("main", "c", "", None).unwrap().id, "g-8");
-        let ids: Vec<String> = store.list("main").unwrap().into_iter().map(|g| g.id).collect();
+        assert_eq!(store.create("main", "c", "", None).await.unwrap().id, "g-8");
+        let ids: Vec<String> = store
+            .list("main")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|g| g.id)
+            .collect();
         assert_eq!(ids, ["g-1", "g-8"]);
-        assert!(store.create("../x", "a", "", None).is_err());
-        assert!(store.get("main", "../../etc/passwd").is_err());
-        assert!(store.create("main", "  ", "", None).is_err());
+        assert!(store.create("../x", "a", "", None).await.is_err());
+        assert!(store.get("main", "../../etc/passwd").await.is_err());
+        assert!(store.create("main", "  ", "", None).await.is_err());
     }
 
-    #[test]
-    fn updates_and_closing_keep_notes_and_refuse_closed_goals() {
+    #[tokio::test]
+    async fn updates_and_closing_keep_notes_and_refuse_closed_goals() {
         let (_home, store, clock) = store();
         let g = store
             .create("main", "청약 준비", "12월 공고", Some("2026-12-24"))
+            .await
             .unwrap();
         clock.advance(std::time::Duration::from_secs(60));
         let patch = GoalPatch {
@@ -925,51 +931,73 @@ mod tests {
             note: Some("등본 발급".into()),
             ..GoalPatch::default()
         };
-        let g = store.update("main", &g.id, patch).unwrap();
+        let g = store.update("main", &g.id, patch).await.unwrap();
         assert_eq!((g.progress, g.notes.len()), (40, 1));
         assert!(g.updated_at > g.created_at);
         let bad = GoalPatch {
             progress: Some(101),
             ..GoalPatch::default()
         };
-        assert!(store.update("main", &g.id, bad).is_err());
-        let done = store.close("main", &g.id, GoalStatus::Done, Some("끝")).unwrap();
+        assert!(store.update("main", &g.id, bad).await.is_err());
+        let done = store
+            .close("main", &g.id, GoalStatus::Done, Some("끝"))
+            .await
+            .unwrap();
         assert_eq!((done.progress, done.notes.len()), (100, 2));
-        assert_eq!(store.close("main", &g.id, GoalStatus::Done, None).unwrap(), done);
-        assert!(store.update("main", &g.id, GoalPatch::default()).is_err());
-        assert!(store.active("main").unwrap().is_empty());
+        assert_eq!(
+            store.close("main", &g.id, GoalStatus::Done, None).await.unwrap(),
+            done
+        );
+        assert!(store.update("main", &g.id, GoalPatch::default()).await.is_err());
+        assert!(store.active("main").await.unwrap().is_empty());
     }
 
-    #[test]
-    fn a_goal_is_due_for_a_reminder_once_per_due() {
+    #[tokio::test]
+    async fn a_goal_is_due_for_a_reminder_once_per_due() {
         let (_home, store, _) = store();
-        let soon = store.create("main", "a", "", Some("2026-12-01")).unwrap();
-        store.create("main", "b", "", Some("2026-12-31")).unwrap();
-        store.create("main", "c", "", None).unwrap();
+        let soon = store.create("main", "a", "", Some("2026-12-01")).await.unwrap();
+        store.create("main", "b", "", Some("2026-12-31")).await.unwrap();
+        store.create("main", "c", "", None).await.unwrap();
         let now = Timestamp::parse_rfc3339("2026-12-01T00:00:00Z").unwrap();
-        let due = store.due_unreminded(now);
+        let due = store.due_unreminded(now).await;
         assert_eq!(due.iter().map(|g| g.id.as_str()).collect::<Vec<_>>(), ["g-1"]);
-        store.mark_reminded(&due[0]).unwrap();
-        assert!(store.due_unreminded(now).is_empty());
+        store.mark_reminded(&due[0]).await.unwrap();
+        assert!(store.due_unreminded(now).await.is_empty());
         // A new due is a new reminder.
         let moved = GoalPatch {
             due: Some("2026-12-01T18:00".into()),
             ..GoalPatch::default()
         };
-        let moved = store.update("main", &soon.id, moved).unwrap();
-        assert_eq!(store.due_unreminded(now), vec![moved.clone()]);
+        let moved = store.update("main", &soon.id, moved).await.unwrap();
+        assert_eq!(store.due_unreminded(now).await, vec![moved.clone()]);
         assert_ne!(goal_reminder_id(&moved), goal_reminder_id(&due[0]));
     }
 
-    #[test]
-    fn commands_add_list_and_close() {
+    #[tokio::test]
+    async fn commands_add_list_and_close() {
         let (_home, store, _) = store();
-        let added = goal_command(&store, "main", "goal", "add 책 한 권 읽기");
+        let added = goal_command(&store, "main", "goal", "add 책 한 권 읽기").await;
         assert!(added.contains("g-1 책 한 권 읽기"), "{added}");
-        assert!(goal_command(&store, "main", "goals", "").contains("g-1 책 한 권 읽기"));
-        assert!(goal_command(&store, "main", "goal", "drop g-1").contains("[dropped]"));
-        assert!(goal_command(&store, "main", "goals", "").contains("No active goals"));
-        assert!(goal_command(&store, "main", "goal", "done g-9").contains("no goal"));
-        assert!(goal_command(&store, "main", "goal", "").contains("usage"));
+        assert!(
+            goal_command(&store, "main", "goals", "")
+                .await
+                .contains("g-1 책 한 권 읽기")
+        );
+        assert!(
+            goal_command(&store, "main", "goal", "drop g-1")
+                .await
+                .contains("[dropped]")
+        );
+        assert!(
+            goal_command(&store, "main", "goals", "")
+                .await
+                .contains("No active goals")
+        );
+        assert!(
+            goal_command(&store, "main", "goal", "done g-9")
+                .await
+                .contains("no goal")
+        );
+        assert!(goal_command(&store, "main", "goal", "").await.contains("usage"));
     }
 }
