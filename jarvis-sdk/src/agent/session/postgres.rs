@@ -132,16 +132,19 @@ macro_rules! append {
 const APPEND: &str = append!("", last_seq!(), "");
 
 /// [`APPEND`] for a node holding a lease: `$6` the node, `$7` its token,
-/// `$8` the ids of the turns whose blocks the batch holds. The lease row is
-/// updated in the same statement (the running turn is cleared once its
-/// block is written), which locks it: a takeover waits for a write under
-/// way, and a write after a takeover re-reads the row, finds another token
-/// and writes nothing (no row answered). Every writer of a deployment
-/// moves `last_seq`, so the highest entry is read only for a row that has
-/// none yet.
+/// `$8` the ids of the turns whose blocks the batch holds. The statement
+/// locks the lease row (`FOR SHARE`): a takeover (an update of the row)
+/// waits for a write under way, and a write after a takeover re-reads the
+/// row, finds another token and writes nothing (no row answered). The row
+/// is rewritten only to clear the running turn once its block is written
+/// (`c`), so most appends add no version of the lease row. Every writer of
+/// a deployment moves `last_seq`, so the highest entry is read only for a
+/// row that has none yet.
 const APPEND_FENCED: &str = append!(
-    "l AS (UPDATE jarvis_leases SET turn = CASE WHEN turn->>'turn_id' = ANY($8::TEXT[]) THEN NULL ELSE turn END \
-       WHERE session_id = $1 AND node = $6 AND token = $7 RETURNING 1), ",
+    "l AS (SELECT 1 FROM jarvis_leases WHERE session_id = $1 AND node = $6 AND token = $7 FOR SHARE), \
+     c AS (UPDATE jarvis_leases SET turn = NULL \
+       WHERE session_id = $1 AND node = $6 AND token = $7 AND turn->>'turn_id' = ANY($8::TEXT[]) \
+       AND EXISTS (SELECT 1 FROM l)), ",
     "COALESCE(last_seq, (SELECT COALESCE(MAX(seq), 0) FROM jarvis_entries WHERE session_id = $1))",
     " AND EXISTS (SELECT 1 FROM l)"
 );
