@@ -79,6 +79,36 @@ enum Command {
     },
 }
 
+/// The log on stderr (`JARVIS_LOG`, else `default_level`) and, when
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` is set, the GenAI spans over OTLP; the
+/// guard sends the last spans when dropped.
+fn init_tracing(default_level: &str) -> Option<jarvis_sdk::OtelGuard> {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+
+    // The GenAI spans are the export's: by default the log does not
+    // wrap its lines in them (`JARVIS_LOG` may ask for them).
+    let filter = tracing_subscriber::EnvFilter::try_from_env("JARVIS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default_level},jarvis::genai=off")));
+    // The filter is the log's own: it does not hide spans from the export.
+    let log = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_filter(filter);
+    let registry = tracing_subscriber::registry().with(log);
+    let (export, guard) = match jarvis_sdk::otel_layer_from_env() {
+        Ok(Some((layer, guard))) => (Some(layer), Some(guard)),
+        Ok(None) => (None, None),
+        Err(error) => {
+            eprintln!("jarvis: {error}; spans are not exported");
+            (None, None)
+        }
+    };
+    registry.with(export).init();
+    guard
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -89,13 +119,7 @@ async fn main() -> ExitCode {
     } else {
         "warn"
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("JARVIS_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let _otel = init_tracing(default_level);
     let result = match cli.command {
         None => serve::run(cli.serve).await,
         Some(Command::Chat(target)) => chat::run(target, None).await,

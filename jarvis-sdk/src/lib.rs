@@ -138,8 +138,14 @@ pub use app::{
     RunSubagentTool, SubagentBuilder, SubagentDefinition, SubagentRuntime, SubagentSpec,
     apply_main_definition, last_sub_number,
 };
+#[cfg(feature = "otel")]
+pub use app::{
+    OTLP_ENDPOINT_ENV, OTLP_TRACES_ENDPOINT_ENV, OtelError, OtelGuard, OtelLayer, otel_layer,
+    otel_layer_from_env,
+};
 #[cfg(feature = "postgres")]
 pub use app::{PgCluster, PostgresApprovalRules, PostgresJobs, PostgresSlotClaim};
+pub use common::trace;
 pub use common::{
     CivilTime, Clock, DEFAULT_TIME_ZONE, Extensions, HOME_LOCK_FILE, HomeLock, HomeLockError, IdSource,
     LockHolder, ManualClock, SequentialIds, SystemClock, TimeZone, TimeZoneError, Timestamp, TimestampError,

@@ -72,6 +72,14 @@ impl Backend {
         }
     }
 
+    /// Lets a turn of this process that already answered finish its
+    /// recording (and close its span) before the chat ends.
+    pub(crate) async fn finish(&self) {
+        if let Backend::Local(local) = self {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), local.session.until_idle()).await;
+        }
+    }
+
     /// The next message, or the end of the connection.
     pub(crate) async fn recv(&mut self) -> Option<Incoming> {
         match self {

@@ -185,6 +185,7 @@ pub(crate) async fn run(target: Target, once: Option<String>) -> anyhow::Result<
             _ = ticker.tick(), if out.spinning() => out.tick(),
         }
     }
+    backend.finish().await;
     Ok(if failed {
         ExitCode::FAILURE
     } else {

@@ -7,6 +7,7 @@ mod durability;
 mod embedder;
 mod mcp;
 mod mcp_list;
+mod otel;
 mod usage;
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -129,6 +129,17 @@ impl ApprovalDecision {
     pub fn is_allowed(self) -> bool {
         matches!(self, ApprovalDecision::Allow | ApprovalDecision::Always)
     }
+
+    /// Its name on the wire: `allow`, `always`, `deny`, `timeout`, `cancelled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalDecision::Allow => "allow",
+            ApprovalDecision::Always => "always",
+            ApprovalDecision::Deny => "deny",
+            ApprovalDecision::Timeout => "timeout",
+            ApprovalDecision::Cancelled => "cancelled",
+        }
+    }
 }
 
 /// A tool call waiting for a person, as shown on every screen of the session.

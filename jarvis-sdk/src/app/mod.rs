@@ -19,6 +19,8 @@ mod error;
 mod eval;
 #[cfg(feature = "mcp")]
 mod mcp_server;
+#[cfg(feature = "otel")]
+mod otel;
 mod pack;
 mod profile;
 mod registry;
@@ -42,6 +44,11 @@ pub use error::AppError;
 pub use eval::{CaseResult, EvalApprovals, EvalCase, EvalChecks, EvalError, EvalReport, EvalSuite, run_eval};
 #[cfg(feature = "mcp")]
 pub use mcp_server::{ASK_TOOL_PREFIX, MCP_SHUTDOWN_GRACE, McpConnection, McpTeamServer, serve_mcp_stdio};
+#[cfg(feature = "otel")]
+pub use otel::{
+    OTLP_ENDPOINT_ENV, OTLP_TRACES_ENDPOINT_ENV, OtelError, OtelGuard, OtelLayer, otel_layer,
+    otel_layer_from_env,
+};
 pub use pack::{Pack, PackContext, PackParts};
 pub use profile::{AgentProfile, MAIN_AGENT, Palette, ThinkingSettings, wordmark};
 pub use registry::AgentRegistry;

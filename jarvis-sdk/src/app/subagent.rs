@@ -50,12 +50,14 @@ use std::collections::BTreeSet;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use tracing::Instrument;
 
 use crate::agent::{
     AgentEvent, AgentIdentity, AgentLoopConfig, EntryBody, LoopContext, ModelSettings, NewSession, SessionId,
     SessionStore, StopReason, SubOrigin, ToolContext, ToolError, ToolRegistry, ToolResult, Typed, TypedTool,
     UIAdapter, run_agent_loop,
 };
+use crate::common::trace::{self, invoke_agent_span};
 use crate::core::{AgentToolPolicy, REMEMBER_TASK_PATTERN_TOOL, UsageMeter};
 use crate::memory::{MemoryScope, MemoryService};
 use crate::model::Message;
@@ -453,9 +455,18 @@ impl RunSubagentTool {
             ..AgentLoopConfig::default()
         };
         let prompt = Message::user(task);
+        // The sub-agent's run is an `invoke_agent` span of its own, a child
+        // of the `execute_tool` span of the call that started it.
+        let span = invoke_agent_span(&spec.id, &spec.name, session_id.as_str());
         let outcome = run_agent_loop(&child, &config, vec![prompt.clone()], &ctx.cancel)
+            .instrument(span.clone())
             .await
             .map_err(|e| ToolError::Failed(e.to_string()))?;
+        trace::record_usage(
+            &span,
+            outcome.usage_total.input_tokens,
+            outcome.usage_total.output_tokens,
+        );
         let turn_id = parent.ids.next_id("turn_");
         if let Some(meter) = self.runtime.usage.as_ref().filter(|_| outcome.turns > 0) {
             meter.record_turn(

@@ -5,6 +5,8 @@
 //! ([`update_file_locked`]), and the [`HomeLock`] that gives one process a
 //! `JARVIS_HOME`.
 //!
+//! [`trace`] opens the GenAI spans every layer's work is traced in.
+//!
 //! `common` knows no layer: nothing here imports `model`, `memory`, `agent`,
 //! `core` or `app`.
 
@@ -17,6 +19,7 @@ pub(crate) mod pg;
 
 mod text;
 mod time;
+pub mod trace;
 mod zone;
 
 pub use clock::{Clock, IdSource, ManualClock, SequentialIds, SystemClock, UniqueIds};

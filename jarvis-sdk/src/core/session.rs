@@ -35,6 +35,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, oneshot};
 use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, Span};
 
 use super::approval::{ApprovalBroker, Attachment};
 use super::commands::{CommandContext, SlashCommands};
@@ -47,6 +48,7 @@ use crate::agent::{
     UsageTotal,
 };
 use crate::common::Extensions;
+use crate::common::trace::{self, invoke_agent_span};
 use crate::common::{TimeZone, Timestamp};
 use crate::model::ToolResultMessage;
 use crate::model::{Role, Usage};
@@ -480,6 +482,18 @@ impl UIAdapter for EndWatch {
     }
 }
 
+/// Puts a finished turn's token counts (and its failure) on its span.
+fn record_turn_usage(span: &Span, outcome: &LoopOutcome) {
+    trace::record_usage(
+        span,
+        outcome.usage_total.input_tokens,
+        outcome.usage_total.output_tokens,
+    );
+    if outcome.error.is_some() {
+        trace::record_error(span, "turn_error");
+    }
+}
+
 /// Frees the foreground slot however the prompt ends (also when dropped).
 struct Foreground(Arc<TurnSlot>);
 
@@ -565,6 +579,21 @@ impl AgentSession {
     /// Whether a turn is running in the foreground.
     pub fn is_busy(&self) -> bool {
         self.inner.turn.lock().running.is_some()
+    }
+
+    /// Waits until no turn runs in the foreground (at once when none does):
+    /// a turn that sent its `agent_end` is done once it is recorded and
+    /// its span has ended.
+    pub async fn until_idle(&self) {
+        loop {
+            let idle = self.inner.turn.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if !self.is_busy() {
+                return;
+            }
+            idle.await;
+        }
     }
 
     /// Whether a foreground turn is running that has not sent its
@@ -762,6 +791,7 @@ impl AgentSession {
         let foreground = Foreground(inner.turn.clone());
         let session = self.clone();
         let slot = inner.turn.clone();
+        let span = self.turn_span();
         tokio::spawn(async move {
             let _foreground = foreground;
             let parts = &session.inner.parts;
@@ -783,7 +813,9 @@ impl AgentSession {
                 )
                 .await;
             match outcome {
-                Ok(outcome) => session.after_turn(
+                Ok(outcome) => {
+                    record_turn_usage(&Span::current(), &outcome);
+                    session.after_turn(
                     TurnReport::new(
                         &parts.agent_id,
                         parts.id.as_str(),
@@ -791,13 +823,23 @@ impl AgentSession {
                         &outcome,
                     ),
                     Vec::new(),
-                ),
+                    )
+                }
                 Err(error) => {
                     tracing::error!(session_id = %parts.id, turn_id = %pending.turn_id(), %error, "a resumed turn failed")
                 }
             }
-        });
+        }
+        .instrument(span));
         true
+    }
+
+    /// A new `invoke_agent` span for a turn of this session, a child of
+    /// the current span.
+    fn turn_span(&self) -> Span {
+        let parts = &self.inner.parts;
+        let identity = &parts.harness.context().identity;
+        invoke_agent_span(&parts.agent_id, &identity.agent_name, parts.id.as_str())
     }
 
     /// Notes that a turn of this session was cut short by a restart; the
@@ -1022,6 +1064,9 @@ impl AgentSession {
         }
         let foreground = Foreground(inner.turn.clone());
         let parts = &inner.parts;
+        // The turn's span, from its security check to its recording; a
+        // child of the caller's span (the tool that delegated, if any).
+        let span = self.turn_span();
         // A person's turn in their own session may resume after a restart
         // when it stops for them; delegated and scheduled turns are closed.
         let resumable = parts.kind == SessionKind::User
@@ -1040,7 +1085,7 @@ impl AgentSession {
             peer_session: parts.kind == SessionKind::Peer,
             session_kind: parts.kind,
         };
-        let input = match parts.security.run(input).await {
+        let input = match parts.security.run(input).instrument(span.clone()).await {
             Ok(input) => input,
             Err(error) => {
                 let _ = parts.screens.on_event(&AgentEvent::InputRejected {
@@ -1079,7 +1124,11 @@ impl AgentSession {
             recent_failures: self.recent_failures(),
             open_loops: &open,
         };
-        let thought = parts.thinking.before_turn(&thinking_input, &parts.screens).await;
+        let thought = parts
+            .thinking
+            .before_turn(&thinking_input, &parts.screens)
+            .instrument(span.clone())
+            .await;
         let closed_loops = thought.closed_loops;
         let turn_instruction = match (options.turn_instruction, thought.note) {
             (Some(a), Some(b)) => Some(format!("{a}\n\n{b}")),
@@ -1091,38 +1140,45 @@ impl AgentSession {
         let token = cancel.clone();
         let slot = inner.turn.clone();
         tokio::spawn(async move {
-            let parts = &session.inner.parts;
-            let prompt = input.text;
-            let meter = parts.usage.clone();
-            let outcome = parts
-                .harness
-                .run_turn_in(
-                    &parts.id,
-                    prompt.clone(),
-                    turn_options,
-                    move |ctx| {
-                        ctx.ui = Arc::new(EndWatch {
-                            slot,
-                            turn,
-                            screens: ctx.ui.clone(),
-                            usage: meter.map(|m| TurnMeter::of(m, ctx)),
-                        });
-                        ctx.turn_instruction = turn_instruction;
-                        ctx.extensions = extensions;
-                        ctx.usage = Some(tally);
-                        if let Some(approver) = approver {
-                            ctx.gate = Arc::new((*ctx.gate).clone().with_approver(approver));
-                        }
-                    },
-                    &token,
-                )
-                .await;
-            if let Ok(outcome) = &outcome {
-                session.after_turn(
-                    TurnReport::new(&parts.agent_id, parts.id.as_str(), &prompt, outcome),
-                    closed_loops,
-                );
+            // The turn's span ends before its caller hears the outcome.
+            let outcome = async {
+                let parts = &session.inner.parts;
+                let prompt = input.text;
+                let meter = parts.usage.clone();
+                let outcome = parts
+                    .harness
+                    .run_turn_in(
+                        &parts.id,
+                        prompt.clone(),
+                        turn_options,
+                        move |ctx| {
+                            ctx.ui = Arc::new(EndWatch {
+                                slot,
+                                turn,
+                                screens: ctx.ui.clone(),
+                                usage: meter.map(|m| TurnMeter::of(m, ctx)),
+                            });
+                            ctx.turn_instruction = turn_instruction;
+                            ctx.extensions = extensions;
+                            ctx.usage = Some(tally);
+                            if let Some(approver) = approver {
+                                ctx.gate = Arc::new((*ctx.gate).clone().with_approver(approver));
+                            }
+                        },
+                        &token,
+                    )
+                    .await;
+                if let Ok(outcome) = &outcome {
+                    record_turn_usage(&Span::current(), outcome);
+                    session.after_turn(
+                        TurnReport::new(&parts.agent_id, parts.id.as_str(), &prompt, outcome),
+                        closed_loops,
+                    );
+                }
+                outcome
             }
+            .instrument(span)
+            .await;
             let _ = tx.send(outcome);
         });
         Ok((

@@ -7,16 +7,18 @@ use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::machine::{Action, CallPlan, Finished, Limits, Machine, Reply};
 use super::{AgentLoopConfig, LoopContext, Resume, UsageTally};
 use crate::agent::event::{AgentEvent, MessageDelta};
 use crate::agent::gate::{GateVerdict, ToolCallInfo};
 use crate::agent::tool::{ToolContext, ToolError, ToolRegistry, ToolResult, prepare_call};
+use crate::common::trace::{self, chat_span, execute_tool_span};
 use crate::common::truncate_with_marker;
 use crate::model::{
-    ChatRequest, Message, ModelResponse, ProviderEvent, ResponseAssembler, ToolCall, ToolResultMessage,
-    ToolSpec, Usage, estimate_tokens,
+    ChatRequest, FinishReason, Message, ModelResponse, ProviderError, ProviderEvent, ResponseAssembler,
+    ToolCall, ToolResultMessage, ToolSpec, Usage, estimate_tokens,
 };
 
 pub(super) struct Driver<'a> {
@@ -167,6 +169,22 @@ impl<'a> Driver<'a> {
         if let Some(instruction) = &plan.instruction {
             request = request.with_instruction(instruction.clone());
         }
+        let span = chat_span(ctx.provider.name(), &ctx.model.model, plan.purpose.as_str());
+        if !span.is_disabled() && trace::capture_message_content() {
+            let input = serde_json::to_string(&request.messages).unwrap_or_default();
+            span.record("gen_ai.input.messages", input.as_str());
+        }
+        let reply = self
+            .stream_reply(plan, history, request)
+            .instrument(span.clone())
+            .await;
+        record_reply(&span, &reply);
+        reply
+    }
+
+    /// Streams one request and assembles its answer.
+    async fn stream_reply(&self, plan: &CallPlan, history: &[Message], request: ChatRequest) -> Reply {
+        let ctx = self.ctx;
         let mut stream = ctx.provider.stream(request);
         let mut assembler = ResponseAssembler::for_provider(ctx.provider.name());
         loop {
@@ -354,11 +372,66 @@ impl<'a> Driver<'a> {
                 Err(panic) => crashed(&call.name, &*panic),
             }
         };
-        tokio::select! {
-            biased;
-            _ = self.cancel.cancelled() => ToolError::Cancelled.into(),
-            result = work => result,
+        let span = execute_tool_span(&call.name, &call.id);
+        let result = async {
+            tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => ToolError::Cancelled.into(),
+                result = work => result,
+            }
         }
+        .instrument(span.clone())
+        .await;
+        if result.is_error {
+            trace::record_error(&span, "tool_error");
+        }
+        result
+    }
+}
+
+/// Puts what a model call answered on its `chat` span.
+fn record_reply(span: &tracing::Span, reply: &Reply) {
+    if span.is_disabled() {
+        return;
+    }
+    match reply {
+        Reply::Answer(response) => {
+            trace::record_usage(span, response.usage.input_tokens, response.usage.output_tokens);
+            trace::record_finish_reasons(span, &[finish_reason_name(&response.finish)]);
+            if trace::capture_message_content() {
+                let output = serde_json::json!([{
+                    "role": "assistant",
+                    "content": response.text,
+                    "tool_calls": response.tool_calls,
+                }]);
+                span.record("gen_ai.output.messages", output.to_string().as_str());
+            }
+        }
+        Reply::Failed(error) => trace::record_error(span, provider_error_kind(error)),
+        Reply::Cancelled => trace::record_error(span, "cancelled"),
+    }
+}
+
+/// A finish reason as the GenAI conventions name it.
+fn finish_reason_name(finish: &FinishReason) -> &str {
+    match finish {
+        FinishReason::Stop => "stop",
+        FinishReason::Length => "length",
+        FinishReason::ToolUse => "tool_calls",
+        FinishReason::ContentFilter => "content_filter",
+        FinishReason::Other(other) => other,
+    }
+}
+
+/// A short, stable name for a provider's failure (`error.type`).
+fn provider_error_kind(error: &ProviderError) -> &'static str {
+    match error {
+        ProviderError::Api { .. } => "api_error",
+        ProviderError::Transport { .. } => "transport_error",
+        ProviderError::Stream { .. } => "stream_error",
+        ProviderError::Incomplete { .. } => "incomplete",
+        ProviderError::Config(_) => "config_error",
+        ProviderError::Script(_) => "script_error",
     }
 }
 

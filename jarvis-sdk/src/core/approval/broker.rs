@@ -14,10 +14,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::oneshot;
+use tracing::Instrument;
 
 use super::rules::{LayeredApprovalRules, RuleDecision};
 use crate::agent::{ApprovalDecision, ApprovalRequest, Approver, ToolCallInfo, TurnJournal, UIAdapter};
-use crate::common::{Clock, IdSource, SystemClock, Timestamp};
+use crate::common::{Clock, IdSource, SystemClock, Timestamp, trace};
 
 /// How long a request waits for a person by default: five minutes.
 pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(300);
@@ -339,7 +340,8 @@ impl ApprovalBroker {
         // The timeout counts from the first time it was asked, across restarts.
         let waited = u64::try_from(now.as_millis().saturating_sub(asked_at.as_millis())).unwrap_or(0);
         let left = inner.timeout.saturating_sub(Duration::from_millis(waited));
-        let decision = match tokio::time::timeout(left, rx).await {
+        let span = trace::approval_span(&request.request_id, call.tool_name);
+        let decision = match tokio::time::timeout(left, rx).instrument(span.clone()).await {
             Ok(Ok(decision)) => decision,
             Ok(Err(_)) => ApprovalDecision::Cancelled,
             Err(_) => {
@@ -347,6 +349,7 @@ impl ApprovalBroker {
                 ApprovalDecision::Timeout
             }
         };
+        span.record("jarvis.approval.decision", decision.as_str());
         if let (Some(journal), false, false) = (
             &inner.journal,
             call.turn_id.is_empty(),

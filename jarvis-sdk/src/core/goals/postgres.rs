@@ -2,9 +2,9 @@
 //! row per goal (`agent_id`, `number`, `status`, the goal as JSONB), shared
 //! by every node of a deployment.
 //!
-//! A new goal takes the agent's highest number plus one in one `INSERT …
-//! SELECT`; two nodes that pick the same number at once meet the primary
-//! key, and the loser tries the next one. A change reads the row `FOR
+//! A new goal takes the agent's highest number plus one in a transaction
+//! holding an advisory lock on the agent's numbering, so two nodes setting
+//! goals at once take turns and never pick the same number. A change reads the row `FOR
 //! UPDATE` in a transaction, so two nodes changing one goal take turns and
 //! neither change is lost. Rows are never deleted, so a number is never
 //! given twice.
@@ -30,8 +30,9 @@ ALTER TABLE jarvis_goals ADD COLUMN IF NOT EXISTS body JSONB NOT NULL DEFAULT '{
 CREATE INDEX IF NOT EXISTS jarvis_goals_active ON jarvis_goals (agent_id) WHERE status = 'active';
 "#;
 
-/// How often a new goal tries the next number when another node took it.
-const INSERT_TRIES: usize = 16;
+/// The first key of the advisory lock numbering an agent's goals (`jarv`
+/// in ASCII); the second is the agent id's hash.
+const NUMBERING_LOCK: i32 = 0x6a61_7276;
 
 /// The goals of every node of a deployment.
 pub(super) struct PostgresGoals {
@@ -146,45 +147,42 @@ impl PostgresGoals {
         Ok(row.and_then(|row| goals(std::slice::from_ref(&row)).pop()))
     }
 
-    /// Writes the goal `make` builds from the next number of `agent_id`:
-    /// the highest number plus one, tried again with the next one when
-    /// another node took it in between.
-    pub(super) async fn insert(&self, agent_id: &str, make: impl Fn(u64) -> Goal) -> Result<Goal, GoalError> {
+    /// Writes the goal `make` builds from the next number of `agent_id`
+    /// (the highest plus one), in a transaction holding the agent's
+    /// numbering lock, so two nodes never take the same number and neither
+    /// has to try again.
+    pub(super) async fn insert(
+        &self,
+        agent_id: &str,
+        make: impl FnOnce(u64) -> Goal,
+    ) -> Result<Goal, GoalError> {
         checked_agent(agent_id)?;
-        let client = self.client().await?;
-        let highest = client
-            .prepare_cached("SELECT COALESCE(MAX(number), 0) FROM jarvis_goals WHERE agent_id = $1")
-            .await
-            .map_err(db("prepare a goal count"))?;
-        let insert = client
-            .prepare_cached(
-                "INSERT INTO jarvis_goals (agent_id, number, status, body) VALUES ($1, $2, $3, $4) \
-                 ON CONFLICT (agent_id, number) DO NOTHING",
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db("start a goal insert"))?;
+        tx.execute(
+            "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+            &[&NUMBERING_LOCK, &agent_id],
+        )
+        .await
+        .map_err(db("lock the goal numbering"))?;
+        // A statement after the lock sees every goal committed before it.
+        let number = tx
+            .query_one(
+                "SELECT COALESCE(MAX(number), 0) + 1 FROM jarvis_goals WHERE agent_id = $1",
+                &[&agent_id],
             )
             .await
-            .map_err(db("prepare a goal insert"))?;
-        for _ in 0..INSERT_TRIES {
-            let number = client
-                .query_one(&highest, &[&agent_id])
-                .await
-                .map_err(db("number a goal"))?
-                .get::<_, i64>(0)
-                + 1;
-            let goal = make(number as u64);
-            let inserted = client
-                .execute(
-                    &insert,
-                    &[&agent_id, &number, &status_name(goal.status), &Json(&goal)],
-                )
-                .await
-                .map_err(db("insert a goal"))?;
-            if inserted == 1 {
-                return Ok(goal);
-            }
-        }
-        Err(GoalError::Invalid(format!(
-            "no free goal number for {agent_id} after {INSERT_TRIES} tries; try again"
-        )))
+            .map_err(db("number a goal"))?
+            .get::<_, i64>(0);
+        let goal = make(number as u64);
+        tx.execute(
+            "INSERT INTO jarvis_goals (agent_id, number, status, body) VALUES ($1, $2, $3, $4)",
+            &[&agent_id, &number, &status_name(goal.status), &Json(&goal)],
+        )
+        .await
+        .map_err(db("insert a goal"))?;
+        tx.commit().await.map_err(db("commit a goal"))?;
+        Ok(goal)
     }
 
     /// Reads goal `number` of `agent_id` for update, lets `change` edit it,

@@ -34,6 +34,9 @@ pub use policy::SessionPolicy;
 pub use validation::{Validation, ValidationConfig, html_escape};
 
 use async_trait::async_trait;
+use tracing::Instrument;
+
+use crate::common::trace;
 use std::fmt;
 use std::sync::Arc;
 
@@ -140,6 +143,17 @@ pub enum Slot {
     Policy,
 }
 
+impl Slot {
+    /// `validation`, `auth` or `policy`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Slot::Validation => "validation",
+            Slot::Auth => "auth",
+            Slot::Policy => "policy",
+        }
+    }
+}
+
 /// validation → auth → policy; see the [module docs](self).
 #[derive(Clone)]
 pub struct SecurityPipeline {
@@ -211,11 +225,13 @@ impl SecurityPipeline {
             (Slot::Auth, &self.auth),
             (Slot::Policy, &self.policy),
         ] {
-            match stage.check(&mut input).await {
+            let span = trace::security_span(slot.name(), stage.name());
+            match stage.check(&mut input).instrument(span.clone()).await {
                 Ok(()) => {
                     tracing::debug!(?slot, stage = stage.name(), session = %input.session_id, "security stage passed")
                 }
                 Err(error) => {
+                    trace::record_error(&span, "rejected");
                     tracing::info!(?slot, stage = stage.name(), session = %input.session_id, %error, "security stage rejected");
                     first.get_or_insert(error);
                 }
