@@ -113,7 +113,7 @@ pub use agent::{
 };
 pub use agent::{
     INTERRUPTED_RESULT, JournalError, JournalStep, JournaledApproval, LoopState, PendingTurn,
-    TURN_JOURNAL_FILE, TurnBegin, TurnJournal, TurnOptions, TurnRecorder, descendants,
+    TURN_JOURNAL_FILE, TurnBegin, TurnJournal, TurnOptions, TurnRecorder, TurnTap, descendants,
 };
 pub use agent::{
     MAX_SANDBOX_COMPONENT_LEN, MAX_SANDBOX_PATH_LEN, PreparedCall, ResolvedProgram, SandboxPathError,
@@ -138,6 +138,7 @@ pub use app::{
     RunSubagentTool, SubagentBuilder, SubagentDefinition, SubagentRuntime, SubagentSpec,
     apply_main_definition, last_sub_number,
 };
+pub use app::{Difference, ReplayAgainst, ReplayReport, TurnReplay, replay_cassette};
 #[cfg(feature = "otel")]
 pub use app::{
     OTLP_ENDPOINT_ENV, OTLP_TRACES_ENDPOINT_ENV, OtelError, OtelGuard, OtelLayer, otel_layer,
@@ -152,6 +153,7 @@ pub use common::{
     UniqueIds, UtcOffset, char_len, fnv1a64, lock_file_path, truncate_chars, truncate_with_marker,
     update_file_locked, write_atomic,
 };
+pub use core::cassette;
 pub use core::{
     AgendaItem, AgendaKind, AgendaSource, AgentStance, COMMANDS, CommandContext, CountingFeedback,
     DEFAULT_OUTBOX_CAPACITY, FeedbackLearner, OUTBOX_FILE, Outbox, OutboxError, OutboxItem, ProactiveConfig,

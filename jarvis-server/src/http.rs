@@ -143,6 +143,31 @@ pub(crate) async fn fork_session(
     Ok((StatusCode::CREATED, Json(state.app().fork(&id).await?)))
 }
 
+/// `POST /api/sessions/{id}/record` with `{"enabled": bool}`: starts or
+/// stops recording the session's cassette, for good → 200
+/// `{"session_id", "enabled", "cassette"}` (the file's path in the home).
+pub(crate) async fn record_session(
+    State(state): State<ServerState>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<serde_json::Value>, AppError> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Record {
+        enabled: bool,
+    }
+    let id = parse_id(id)?;
+    let body = body.map_err(body_error)?;
+    let request: Record = serde_json::from_slice(&body)
+        .map_err(|e| AppError::bad_request(format!("the body is not {{\"enabled\": true|false}}: {e}")))?;
+    let path = state.app().set_recording(&id, request.enabled).await?;
+    Ok(Json(json!({
+        "session_id": id.as_str(),
+        "enabled": request.enabled,
+        "cassette": path.display().to_string(),
+    })))
+}
+
 /// `GET /api/agenda`: `{"items": […], "time_zone": "Asia/Seoul"}`, the
 /// app's AGENDA (every agent's schedules and open promises with the agent's
 /// name and colour) and the person's zone its times are shown in.

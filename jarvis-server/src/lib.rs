@@ -88,6 +88,7 @@ pub fn router(state: ServerState) -> Router {
         )
         .route("/api/sessions/{id}", get(http::get_session))
         .route("/api/sessions/{id}/fork", post(http::fork_session))
+        .route("/api/sessions/{id}/record", post(http::record_session))
         .route("/api/agenda", get(http::agenda))
         .route("/api/mcp", get(http::mcp_servers))
         .route("/api/system", get(http::system))

@@ -14,6 +14,7 @@ mod journal;
 mod openloop;
 mod run;
 mod session;
+mod tap;
 mod thinking;
 mod tool;
 mod ui;
@@ -53,6 +54,7 @@ pub use session::{
     SessionEntry, SessionError, SessionId, SessionKind, SessionMeta, SessionStore, SubOrigin,
     validate_agent_id,
 };
+pub use tap::TurnTap;
 pub use thinking::{
     APPLIES_TO, DEFAULT_REFLECTION_TEMPLATE, DISTILL_INSTRUCTION, DISTILL_PROMPT, DistillConfig, Distiller,
     LearnError, ProcedureDraft, REFLECTION_INSTRUCTION, Reflection, ReflectionConfig, Reflector, parse_facts,

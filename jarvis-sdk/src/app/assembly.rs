@@ -27,6 +27,7 @@ use crate::agent::{
 };
 use crate::common::{Extensions, HomeLock};
 use crate::common::{TimeZone, Timestamp};
+use crate::core::cassette::{CASSETTES_DIR, CassetteRecorder};
 use crate::core::{
     AgendaItem, AgendaKind, AgendaSource, AgentDirectory, AgentSession, AgentSessionParts, AgentToolPolicy,
     ApprovalBroker, AskAgentTool, Boundaries, BuiltinConfig, Caller, CountingFeedback,
@@ -1154,6 +1155,20 @@ impl AppAssembly {
         self.inner.open(id).await
     }
 
+    /// Starts or stops recording session `id`'s cassette, for good (see
+    /// [`crate::cassette`]); answers the cassette's path.
+    pub async fn set_recording(&self, id: &SessionId, enabled: bool) -> Result<PathBuf, AppError> {
+        let session = self.inner.open(id).await?;
+        let cassette = session
+            .cassette()
+            .ok_or_else(|| AppError::Config(format!("session {id} has no cassette recorder")))?;
+        cassette.set_enabled(enabled).map_err(|source| AppError::Io {
+            what: format!("switching the recording of {id}"),
+            source,
+        })?;
+        Ok(cassette.path().to_owned())
+    }
+
     /// Resumes the turn waiting for a person that this node took over with
     /// session `id` from a node that stopped ([`SessionStore::adopted_turn`]):
     /// the turn joins this home's journal and goes on here, asking again
@@ -1330,7 +1345,14 @@ impl AppInner {
             .ok_or_else(|| AppError::UnknownAgent(meta.agent_id.clone()))?;
         let id = meta.id.clone();
         let screens = ScreenHub::new();
+        let cassette = Arc::new(CassetteRecorder::new(
+            &self.config.home.join(CASSETTES_DIR),
+            id.as_str(),
+            self.config.record,
+            secrets(&self.config),
+        ));
         let broker = ApprovalBroker::new(id.as_str(), self.rules.clone(), self.config.ids.clone())
+            .with_cassette(cassette.clone())
             .with_timeout(self.config.approval_timeout)
             .with_ask_always(profile.boundaries.ask.iter().cloned())
             .with_journal(self.journal.clone(), self.config.clock.clone());
@@ -1407,7 +1429,8 @@ impl AppInner {
         )
         .with_usage(self.usage.clone())
         .with_notifier(self.notifier.clone())
-        .with_budget(profile.budget, &self.config.agenda.time_zone);
+        .with_budget(profile.budget, &self.config.agenda.time_zone)
+        .with_cassette(cassette);
         if self.config.agenda.open_loops {
             let judge: Arc<dyn LoopJudge> = if self.config.agenda.model_judge {
                 Arc::new(ModelJudge::new(self.provider.clone(), profile.model.clone()))
@@ -1430,6 +1453,7 @@ impl AppInner {
         commands = commands
             .with_schedule(self.scheduler.clone())
             .with_goals(self.goals.clone())
+            .with_cassettes(self.config.home.join(CASSETTES_DIR))
             .with_focus(self.focus.clone(), Arc::new(screens.clone()));
         parts = parts.with_commands(Arc::new(commands));
         if profile.thinking.enabled {
@@ -2052,4 +2076,16 @@ impl AgentDirectory for AppInner {
             Err(error) => Err(failed(error.to_string())),
         }
     }
+}
+
+/// What a cassette must never hold: the configured API key.
+fn secrets(config: &AppConfig) -> Arc<[String]> {
+    #[cfg(feature = "http")]
+    let secrets: Vec<String> = config.llm.api_key.iter().map(|k| k.expose().to_owned()).collect();
+    #[cfg(not(feature = "http"))]
+    let secrets: Vec<String> = {
+        let _ = config;
+        Vec::new()
+    };
+    secrets.into()
 }

@@ -263,6 +263,10 @@ pub struct AppConfig {
     pub agenda: AgendaSettings,
     /// The reflection daemon (proactive messages).
     pub reflection: ReflectionSettings,
+    /// Whether every session records a cassette from its start
+    /// (`JARVIS_RECORD__ENABLED`, default off; see [`crate::cassette`]).
+    /// One session is switched with [`AppHandle::set_recording`](super::AppHandle::set_recording).
+    pub record: bool,
 
     /// When the JSONL store `fsync`s (`JARVIS_STORE__FSYNC`: `end_of_turn`,
     /// the default, or `never`).
@@ -369,6 +373,7 @@ impl AppConfig {
             memory: MemorySettings::default(),
             agenda: AgendaSettings::default(),
             reflection: ReflectionSettings::default(),
+            record: false,
 
             durability: Durability::EndOfTurn,
             web_token: None,
@@ -511,6 +516,9 @@ impl AppConfig {
             config.agenda.time_zone = TimeZone::fixed(offset);
         }
 
+        if let Some(on) = var("JARVIS_RECORD__ENABLED") {
+            config.record = truthy(&on);
+        }
         if let Some(on) = var("JARVIS_REFLECTION__ENABLED") {
             config.reflection.enabled = truthy(&on);
         }

@@ -335,7 +335,7 @@ fn failures(checks: &EvalChecks, answer: &str, tools: &[String], steps: u32, tok
 }
 
 /// A temporary home, removed when dropped.
-struct TempHome(PathBuf);
+pub(super) struct TempHome(PathBuf);
 
 impl TempHome {
     fn new() -> std::io::Result<Self> {
@@ -422,7 +422,10 @@ pub async fn run_eval(suite: &EvalSuite, config: &AppConfig) -> EvalReport {
     }
 }
 
-async fn run_case(suite: &EvalSuite, case: &EvalCase, config: &AppConfig) -> Result<CaseResult, String> {
+/// `config` moved to a fresh temporary home holding copies of the
+/// configuration files of `config.home` (see the module docs); the home
+/// goes when the [`TempHome`] is dropped.
+pub(super) fn scratch_config(config: &AppConfig) -> Result<(TempHome, AppConfig), String> {
     let home = TempHome::new().map_err(|e| format!("could not make a temporary home: {e}"))?;
     for name in COPIED {
         copy_config(&config.home.join(name), &home.0.join(name))
@@ -437,6 +440,11 @@ async fn run_case(suite: &EvalSuite, case: &EvalCase, config: &AppConfig) -> Res
     } else if config.seed_team {
         config.team_dir = home.0.join("team");
     }
+    Ok((home, config))
+}
+
+async fn run_case(suite: &EvalSuite, case: &EvalCase, config: &AppConfig) -> Result<CaseResult, String> {
+    let (_home, config) = scratch_config(config)?;
     let app = build_app(config).await.map_err(|e| e.to_string())?;
     if !app.registry().contains(&case.agent) {
         return Err(format!("there is no agent {:?} in the team", case.agent));

@@ -24,6 +24,7 @@ mod otel;
 mod pack;
 mod profile;
 mod registry;
+mod replay;
 mod subagent;
 
 #[cfg(feature = "mcp")]
@@ -52,6 +53,7 @@ pub use otel::{
 pub use pack::{Pack, PackContext, PackParts};
 pub use profile::{AgentProfile, MAIN_AGENT, Palette, ThinkingSettings, wordmark};
 pub use registry::AgentRegistry;
+pub use replay::{Difference, ReplayAgainst, ReplayReport, TurnReplay, replay_cassette};
 pub use subagent::{
     DEFAULT_SUBAGENT_MAX_TURNS, MAX_SUBAGENT_DEPTH, RUN_SUBAGENT_TOOL, RunSubagentArgs, RunSubagentTool,
     SubagentBuilder, SubagentDefinition, SubagentRuntime, SubagentSpec, last_sub_number,

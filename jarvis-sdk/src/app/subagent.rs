@@ -449,6 +449,9 @@ impl RunSubagentTool {
             recorder: None,
             // Spends from the parent turn's allowance, and adds to its total.
             usage: parent.usage.as_ref().map(|tally| tally.child(Vec::new())),
+            // The run is one tool call of the parent's turn: a cassette
+            // holds its result, not its inner calls.
+            tap: None,
         };
         let config = AgentLoopConfig {
             max_turns: spec.max_turns,

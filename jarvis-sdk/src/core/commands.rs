@@ -67,6 +67,7 @@ pub struct StandardCommands {
     agenda: Option<Arc<dyn AgendaSource>>,
     goals: Option<Arc<GoalStore>>,
     focus: Option<(Arc<FocusStore>, Arc<dyn UIAdapter>)>,
+    cassettes: Option<std::path::PathBuf>,
     time_zone: TimeZone,
 }
 
@@ -135,6 +136,7 @@ impl StandardCommands {
             distiller: None,
             schedule: None,
             agenda: None,
+            cassettes: None,
             time_zone: TimeZone::UTC,
             goals: None,
             focus: None,
@@ -164,6 +166,13 @@ impl StandardCommands {
     pub fn with_agenda(mut self, agenda: Arc<dyn AgendaSource>, zone: impl Into<TimeZone>) -> Self {
         self.agenda = Some(agenda);
         self.time_zone = zone.into();
+        self
+    }
+
+    /// `/forget` also rewrites the cassettes in `dir` without the lines
+    /// that hold the forgotten text (see [`crate::cassette`]).
+    pub fn with_cassettes(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.cassettes = Some(dir.into());
         self
     }
 
@@ -242,22 +251,41 @@ impl StandardCommands {
         }
     }
 
-    /// `/forget`: the reply never repeats the text.
+    /// `/forget`: the reply never repeats the text. Recorded cassettes
+    /// lose their lines holding it even when memory is off.
     async fn forget(&self, ctx: &CommandContext<'_>, text: &str) -> String {
-        let (memory, scope) = match self.memory(ctx) {
-            Ok(found) => found,
-            Err(off) => return off,
-        };
         if text.is_empty() {
             return "사용법 (usage): /forget <text>".into();
         }
+        let cassettes = self.forget_in_cassettes(text).await;
+        let (memory, scope) = match self.memory(ctx) {
+            Ok(found) => found,
+            Err(off) => return format!("{off}{cassettes}"),
+        };
         match memory.forget(&scope, text).await {
             Ok(done) => format!(
                 "잊었어요: 사용자 모델 항목 {}개와 프로필 기록 {}개를 지웠고, 앞으로 기억하지 않아요. \
-                 (Forgotten: {} user-model entries and {} profile records removed; it will not be kept again.)",
+                 (Forgotten: {} user-model entries and {} profile records removed; it will not be kept again.){cassettes}",
                 done.entries, done.records, done.entries, done.records
             ),
-            Err(e) => format!("잊지 못했어요 (not forgotten): {e}"),
+            Err(e) => format!("잊지 못했어요 (not forgotten): {e}{cassettes}"),
+        }
+    }
+
+    /// Removes `text` from the cassettes; a sentence for the reply when
+    /// lines went or the rewrite failed, else nothing.
+    async fn forget_in_cassettes(&self, text: &str) -> String {
+        let Some(dir) = self.cassettes.clone() else {
+            return String::new();
+        };
+        let text = text.to_owned();
+        let done =
+            tokio::task::spawn_blocking(move || super::cassette::forget_in_cassettes(&dir, &text)).await;
+        match done {
+            Ok(Ok(0)) => String::new(),
+            Ok(Ok(lines)) => format!(" 녹화에서 {lines}줄을 지웠어요. ({lines} cassette lines removed.)"),
+            Ok(Err(e)) => format!(" 녹화를 고치지 못했어요 (cassettes not rewritten): {e}"),
+            Err(e) => format!(" 녹화를 고치지 못했어요 (cassettes not rewritten): {e}"),
         }
     }
 

@@ -14,6 +14,7 @@
 mod agenda;
 pub(crate) mod approval;
 mod ask;
+pub mod cassette;
 mod commands;
 mod focus;
 mod goals;

@@ -29,6 +29,7 @@
 //! counted). A slash command answered without the model and a rejected
 //! input record nothing.
 
+use super::cassette::CassetteRecorder;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -44,8 +45,8 @@ use super::usage::UsageMeter;
 use crate::agent::{
     AgentError, AgentEvent, Allowance, Approver, Budget, FinalMessage, Harness, HubAttachment, LoopContext,
     LoopOutcome, MessageDelta, NoThinking, OpenLoops, PendingTurn, ProactiveKind, ScreenHub, SessionId,
-    SessionKind, StopReason, ThinkingHook, ThinkingInput, TurnOptions, TurnReport, UIAdapter, UsageTally,
-    UsageTotal,
+    SessionKind, StopReason, ThinkingHook, ThinkingInput, TurnOptions, TurnReport, TurnTap, UIAdapter,
+    UsageTally, UsageTotal,
 };
 use crate::common::Extensions;
 use crate::common::trace::{self, invoke_agent_span};
@@ -99,6 +100,9 @@ pub struct PromptOptions {
     /// The tally of the turn that delegated this one: this turn spends
     /// from what it has left and adds to its total.
     pub parent_usage: Option<Arc<UsageTally>>,
+    /// The turn's tap (a replay answering it); `None`: the session's
+    /// cassette taps it while recording.
+    pub tap: Option<Arc<dyn TurnTap>>,
 }
 
 impl fmt::Debug for PromptOptions {
@@ -122,6 +126,7 @@ impl PromptOptions {
             approver: None,
             parent_turn: None,
             parent_usage: None,
+            tap: None,
         }
     }
 }
@@ -158,6 +163,10 @@ pub struct AgentSessionParts {
     pub time_zone: TimeZone,
     /// Where a background answer goes when no screen is attached to see it.
     pub notifier: Option<Arc<super::notify::Notifier>>,
+    /// Records the session's exchanges while it is enabled (see
+    /// [`crate::cassette`]); give the same recorder to the broker
+    /// ([`ApprovalBroker::with_cassette`]) so approvals are recorded too.
+    pub cassette: Option<Arc<CassetteRecorder>>,
 }
 
 impl fmt::Debug for AgentSessionParts {
@@ -197,6 +206,7 @@ impl AgentSessionParts {
             budget: Budget::default(),
             time_zone: TimeZone::UTC,
             notifier: None,
+            cassette: None,
         }
     }
 
@@ -204,6 +214,12 @@ impl AgentSessionParts {
     /// through `notifier`'s channels.
     pub fn with_notifier(mut self, notifier: Arc<super::notify::Notifier>) -> Self {
         self.notifier = Some(notifier);
+        self
+    }
+
+    /// Records the session's exchanges in `cassette` while it is enabled.
+    pub fn with_cassette(mut self, cassette: Arc<CassetteRecorder>) -> Self {
+        self.cassette = Some(cassette);
         self
     }
 
@@ -576,6 +592,12 @@ impl AgentSession {
         }
     }
 
+    /// The session's cassette recorder, when it has one (see
+    /// [`crate::cassette`]).
+    pub fn cassette(&self) -> Option<&Arc<CassetteRecorder>> {
+        self.inner.parts.cassette.as_ref()
+    }
+
     /// Whether a turn is running in the foreground.
     pub fn is_busy(&self) -> bool {
         self.inner.turn.lock().running.is_some()
@@ -792,6 +814,7 @@ impl AgentSession {
         let session = self.clone();
         let slot = inner.turn.clone();
         let span = self.turn_span();
+        let tap = inner.parts.cassette.as_ref().and_then(|c| c.begin_turn());
         tokio::spawn(async move {
             let _foreground = foreground;
             let parts = &session.inner.parts;
@@ -808,6 +831,7 @@ impl AgentSession {
                             screens: ctx.ui.clone(),
                             usage: meter.map(|m| TurnMeter::of(m, ctx)),
                         });
+                        ctx.tap = tap;
                     },
                     &cancel,
                 )
@@ -1135,6 +1159,9 @@ impl AgentSession {
             (a, b) => a.or(b),
         };
         let (extensions, approver) = (options.extensions, options.approver);
+        let tap = options
+            .tap
+            .or_else(|| parts.cassette.as_ref().and_then(|c| c.begin_turn()));
         let (tx, rx) = oneshot::channel();
         let session = self.clone();
         let token = cancel.clone();
@@ -1161,6 +1188,7 @@ impl AgentSession {
                             ctx.turn_instruction = turn_instruction;
                             ctx.extensions = extensions;
                             ctx.usage = Some(tally);
+                            ctx.tap = tap;
                             if let Some(approver) = approver {
                                 ctx.gate = Arc::new((*ctx.gate).clone().with_approver(approver));
                             }

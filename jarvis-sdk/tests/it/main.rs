@@ -34,6 +34,7 @@ mod packs;
 mod pg;
 mod proactive;
 mod providers;
+mod replay;
 #[cfg(target_os = "linux")]
 mod sandbox;
 mod schedule;

@@ -185,7 +185,10 @@ impl<'a> Driver<'a> {
     /// Streams one request and assembles its answer.
     async fn stream_reply(&self, plan: &CallPlan, history: &[Message], request: ChatRequest) -> Reply {
         let ctx = self.ctx;
-        let mut stream = ctx.provider.stream(request);
+        let mut stream = match &ctx.tap {
+            Some(tap) => tap.model_call(&ctx.provider, request),
+            None => ctx.provider.stream(request),
+        };
         let mut assembler = ResponseAssembler::for_provider(ctx.provider.name());
         loop {
             let next = tokio::select! {
@@ -270,6 +273,9 @@ impl<'a> Driver<'a> {
         let mut running = futures::stream::iter(pending).buffer_unordered(self.config.tool_concurrency);
         while let Some((i, result)) = running.next().await {
             let call = &calls[i];
+            if let Some(tap) = &self.ctx.tap {
+                tap.tool_result(call, &result);
+            }
             if let Some(recorder) = &self.ctx.recorder {
                 recorder.result(&ToolResultMessage {
                     tool_call_id: call.id.clone(),
@@ -363,6 +369,11 @@ impl<'a> Driver<'a> {
                     return ToolResult::error(denied.refusal_message(&call.name).unwrap_or_default());
                 }
             };
+            if let Some(tap) = &self.ctx.tap
+                && let Some(answer) = tap.answer_tool(call, &arguments).await
+            {
+                return answer;
+            }
             match AssertUnwindSafe(tool.call(arguments, &tool_ctx))
                 .catch_unwind()
                 .await

@@ -32,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 use super::error::AgentError;
 use super::event::{AgentEvent, FinalMessage};
 use super::gate::ToolGate;
+use super::tap::TurnTap;
 use super::tool::ToolRegistry;
 use super::ui::{NoopAdapter, UIAdapter};
 use crate::common::{Extensions, IdSource, UniqueIds};
@@ -216,6 +217,10 @@ pub struct LoopContext {
     /// call the tool-less wrap-up (`stop_reason: "budget"`). `None`: a
     /// tally of the turn alone, with no limits.
     pub usage: Option<Arc<UsageTally>>,
+    /// Sees, or answers, the turn's model and tool calls (a cassette's
+    /// recording or replay, see [`TurnTap`]). `None`: the provider and the
+    /// tools answer.
+    pub tap: Option<Arc<dyn TurnTap>>,
 }
 
 impl fmt::Debug for LoopContext {
@@ -228,6 +233,7 @@ impl fmt::Debug for LoopContext {
             .field("identity", &self.identity)
             .field("memory", &self.memory.as_ref().map(|m| m.sections().len()))
             .field("turn_id", &self.turn_id)
+            .field("tapped", &self.tap.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -252,6 +258,7 @@ impl LoopContext {
             turn_id: String::new(),
             recorder: None,
             usage: None,
+            tap: None,
         }
     }
 

@@ -7,6 +7,7 @@
 //! is asked again with the same request id, its timeout counted from the
 //! first time it was asked.
 
+use crate::core::cassette::CassetteRecorder;
 use async_trait::async_trait;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -35,6 +36,8 @@ struct Inner {
     timeout: Duration,
     ask_always: BTreeSet<String>,
     journal: Option<Arc<TurnJournal>>,
+    /// Where a person's answers are recorded while the session records.
+    cassette: Option<Arc<CassetteRecorder>>,
     clock: Arc<dyn Clock>,
     screens: Mutex<Vec<(u64, Arc<dyn UIAdapter>)>>,
     pending: Mutex<BTreeMap<String, Pending>>,
@@ -133,6 +136,7 @@ impl ApprovalBroker {
                 timeout: DEFAULT_APPROVAL_TIMEOUT,
                 ask_always: BTreeSet::new(),
                 journal: None,
+                cassette: None,
                 clock: Arc::new(SystemClock),
                 screens: Mutex::default(),
                 pending: Mutex::default(),
@@ -160,6 +164,12 @@ impl ApprovalBroker {
             inner.journal = Some(journal);
             inner.clock = clock;
         })
+    }
+
+    /// Records a person's answers in the session's cassette while it
+    /// records (see [`crate::cassette`]).
+    pub fn with_cassette(self, cassette: Arc<CassetteRecorder>) -> Self {
+        self.rebuild(|inner| inner.cassette = Some(cassette))
     }
 
     fn rebuild(self, change: impl FnOnce(&mut Inner)) -> Self {
@@ -350,6 +360,9 @@ impl ApprovalBroker {
             }
         };
         span.record("jarvis.approval.decision", decision.as_str());
+        if let (Some(cassette), false) = (&inner.cassette, decision == ApprovalDecision::Cancelled) {
+            cassette.approval(&request.request_id, call.tool_name, decision);
+        }
         if let (Some(journal), false, false) = (
             &inner.journal,
             call.turn_id.is_empty(),
