@@ -1,5 +1,6 @@
-//! `jarvis eval suite.yaml [--threshold X]`: runs an eval suite (format in
-//! README.md, "Replay and evals") against the configured model, each case
+//! `jarvis eval suite.yaml [--threshold X] [--cassette C]`: runs an eval
+//! suite (format in README.md, "Replay and evals") against the configured
+//! model (or a cassette's recorded answers), each case
 //! in a temporary home, prints a table and the pass rate, and exits 0 when
 //! the pass rate reaches the threshold, 1 below it, 2 when the suite cannot
 //! be read.
@@ -7,12 +8,18 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use jarvis_sdk::{EvalSuite, run_eval};
+use jarvis_sdk::cassette::Cassette;
+use jarvis_sdk::{EvalSuite, run_eval, run_eval_on_cassette};
 
 use crate::home::config_from_env;
 
-/// Runs the suite at `path`; `threshold` overrides the suite's.
-pub(crate) async fn run(path: &Path, threshold: Option<f64>) -> anyhow::Result<ExitCode> {
+/// Runs the suite at `path`; `threshold` overrides the suite's; with
+/// `cassette` (a file or a session id of the home) the cassette answers.
+pub(crate) async fn run(
+    path: &Path,
+    threshold: Option<f64>,
+    cassette: Option<&str>,
+) -> anyhow::Result<ExitCode> {
     let suite = std::fs::read_to_string(path)
         .map_err(|e| e.to_string())
         .and_then(|text| EvalSuite::parse(&text).map_err(|e| e.to_string()));
@@ -30,7 +37,20 @@ pub(crate) async fn run(path: &Path, threshold: Option<f64>) -> anyhow::Result<E
         }
         suite.threshold = threshold;
     }
-    let report = run_eval(&suite, &config_from_env()?).await;
+    let config = config_from_env()?;
+    let report = match cassette {
+        None => run_eval(&suite, &config).await,
+        Some(target) => {
+            let file = crate::replay::cassette_path(target, &config.home);
+            match Cassette::read(&file) {
+                Ok(cassette) => run_eval_on_cassette(&suite, &config, &cassette).await,
+                Err(error) => {
+                    eprintln!("jarvis eval: {}: {error}", file.display());
+                    return Ok(ExitCode::from(2));
+                }
+            }
+        }
+    };
     print!("{}", report.table());
     Ok(if report.passed() {
         ExitCode::SUCCESS

@@ -10,6 +10,7 @@ mod eval;
 mod home;
 mod lists;
 mod mcp;
+mod replay;
 mod serve;
 
 use clap::{Args, Parser, Subcommand};
@@ -70,6 +71,21 @@ enum Command {
         /// The pass rate needed, 0 to 1 (instead of the suite's).
         #[arg(long)]
         threshold: Option<f64>,
+        /// Answer each case from this cassette's turn with the same prompt
+        /// instead of the model (a file, or a session id of the home).
+        #[arg(long)]
+        cassette: Option<String>,
+    },
+    /// Run a recorded session's prompts again through this build: a diff
+    /// per turn, and exit code 0 (the same), 1 (differs) or 2 (the cassette
+    /// cannot be read).
+    Replay {
+        /// A session id of the home (its cassette), or a cassette file.
+        target: String,
+        /// What answers the model calls: `current` (the cassette, a
+        /// deterministic run of this build) or `model` (the configured model).
+        #[arg(long, default_value = "current")]
+        against: jarvis_sdk::ReplayAgainst,
     },
     /// The team and MCP: `jarvis mcp serve` serves the team to an MCP
     /// client on stdin and stdout.
@@ -129,7 +145,12 @@ async fn main() -> ExitCode {
         Some(Command::Models) => lists::models().await,
         Some(Command::Usage { by }) => lists::usage(by).await,
         Some(Command::Mcp { command }) => mcp::run(command).await,
-        Some(Command::Eval { suite, threshold }) => eval::run(&suite, threshold).await,
+        Some(Command::Eval {
+            suite,
+            threshold,
+            cassette,
+        }) => eval::run(&suite, threshold, cassette.as_deref()).await,
+        Some(Command::Replay { target, against }) => replay::run(&target, against).await,
     };
     match result {
         Ok(code) => code,

@@ -131,7 +131,10 @@ pub use app::{
 pub use app::{
     ASK_TOOL_PREFIX, MCP_SHUTDOWN_GRACE, MCP_START_WAIT, McpConnection, McpTeamServer, serve_mcp_stdio,
 };
-pub use app::{CaseResult, EvalApprovals, EvalCase, EvalChecks, EvalError, EvalReport, EvalSuite, run_eval};
+pub use app::{
+    CaseResult, EvalApprovals, EvalCase, EvalChecks, EvalError, EvalReport, EvalSuite, run_eval,
+    run_eval_on_cassette,
+};
 pub use app::{ClusterLink, NodeMessage, SessionRoute};
 pub use app::{
     DEFAULT_SUBAGENT_MAX_TURNS, MAIN_DEFINITION_KEYS, MAX_SUBAGENT_DEPTH, RUN_SUBAGENT_TOOL, RunSubagentArgs,

@@ -8,6 +8,7 @@ mod embedder;
 mod mcp;
 mod mcp_list;
 mod otel;
+mod replay;
 mod usage;
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -18,6 +18,10 @@
 //!       max_tokens: 4000    # input plus output tokens of the turn at most
 //! ```
 //!
+//! With a cassette ([`run_eval_on_cassette`], `jarvis eval --cassette`),
+//! each case's model calls, tool results and approvals come from the
+//! cassette's turn recorded with the same prompt instead of the model.
+//!
 //! Each case runs in a fresh temporary home (removed afterwards) so no case
 //! sees another's memory or sessions, and the configured home is never
 //! written; the team is read from the configured team directory (the
@@ -37,7 +41,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{AppConfig, MAIN_AGENT, build_app};
 use crate::agent::{AgentEvent, ApprovalDecision, ApprovalRequest, UIAdapter};
-use crate::core::{ApprovalBroker, Caller};
+use crate::core::cassette::Cassette;
+use crate::core::{ApprovalBroker, Caller, PromptOptions};
 use crate::model::Message;
 
 /// Files of a home an eval's temporary homes get a copy of.
@@ -400,9 +405,23 @@ impl UIAdapter for AutoApprove {
 /// copied (see the module docs). A case whose app or turn fails fails
 /// with the error as its reason.
 pub async fn run_eval(suite: &EvalSuite, config: &AppConfig) -> EvalReport {
+    run_cases(suite, config, None).await
+}
+
+/// [`run_eval`] with a cassette instead of the model: each case is answered
+/// by the cassette's turn recorded with the same prompt (model calls, tool
+/// results and approvals, as [`replay_cassette`](super::replay_cassette)
+/// with `current` does), so the suite checks what the current code makes
+/// of recorded answers, offline and deterministically. A case whose prompt
+/// the cassette never saw fails saying so.
+pub async fn run_eval_on_cassette(suite: &EvalSuite, config: &AppConfig, cassette: &Cassette) -> EvalReport {
+    run_cases(suite, config, Some(cassette)).await
+}
+
+async fn run_cases(suite: &EvalSuite, config: &AppConfig, cassette: Option<&Cassette>) -> EvalReport {
     let mut cases = Vec::with_capacity(suite.cases.len());
     for case in &suite.cases {
-        let result = match run_case(suite, case, config).await {
+        let result = match run_case(suite, case, config, cassette).await {
             Ok(result) => result,
             Err(error) => CaseResult {
                 name: case.name.clone(),
@@ -443,8 +462,28 @@ pub(super) fn scratch_config(config: &AppConfig) -> Result<(TempHome, AppConfig)
     Ok((home, config))
 }
 
-async fn run_case(suite: &EvalSuite, case: &EvalCase, config: &AppConfig) -> Result<CaseResult, String> {
-    let (_home, config) = scratch_config(config)?;
+async fn run_case(
+    suite: &EvalSuite,
+    case: &EvalCase,
+    config: &AppConfig,
+    cassette: Option<&Cassette>,
+) -> Result<CaseResult, String> {
+    let recorded = match cassette {
+        None => None,
+        Some(cassette) => Some(
+            cassette
+                .turns
+                .values()
+                .find(|t| {
+                    t.prompt() == Some(case.prompt.as_str()) && t.agent().is_none_or(|a| a == case.agent)
+                })
+                .ok_or_else(|| format!("the cassette has no turn of {} with this prompt", case.agent))?,
+        ),
+    };
+    let (_home, mut config) = scratch_config(config)?;
+    if recorded.is_some() {
+        super::replay::from_cassette(&mut config);
+    }
     let app = build_app(config).await.map_err(|e| e.to_string())?;
     if !app.registry().contains(&case.agent) {
         return Err(format!("there is no agent {:?} in the team", case.agent));
@@ -454,15 +493,24 @@ async fn run_case(suite: &EvalSuite, case: &EvalCase, config: &AppConfig) -> Res
         .await
         .map_err(|e| e.to_string())?;
     let session = app.session(&meta.id).await.map_err(|e| e.to_string())?;
-    let _approver = session.attach(Arc::new(AutoApprove {
-        broker: session.broker().clone(),
-        decision: match suite.approvals {
-            EvalApprovals::Deny => ApprovalDecision::Deny,
-            EvalApprovals::Allow => ApprovalDecision::Allow,
-        },
-    }));
+    let mut options = PromptOptions::from(Caller::Local);
+    let approver: Arc<dyn UIAdapter> = match recorded {
+        Some(recorded) => {
+            let (tap, approvals) = super::replay::answer_from(recorded, session.broker().clone());
+            options.tap = Some(tap);
+            approvals
+        }
+        None => Arc::new(AutoApprove {
+            broker: session.broker().clone(),
+            decision: match suite.approvals {
+                EvalApprovals::Deny => ApprovalDecision::Deny,
+                EvalApprovals::Allow => ApprovalDecision::Allow,
+            },
+        }),
+    };
+    let _approver = session.attach(approver);
     let outcome = session
-        .prompt(case.prompt.clone(), Caller::Local)
+        .prompt_with(case.prompt.clone(), options)
         .await
         .map_err(|e| format!("the turn failed: {e}"))?;
     let tools: Vec<String> = outcome

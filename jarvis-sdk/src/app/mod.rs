@@ -42,7 +42,10 @@ pub use definition::{
 };
 pub use embedder::{EMBEDDER_FILE, EmbedderChoice};
 pub use error::AppError;
-pub use eval::{CaseResult, EvalApprovals, EvalCase, EvalChecks, EvalError, EvalReport, EvalSuite, run_eval};
+pub use eval::{
+    CaseResult, EvalApprovals, EvalCase, EvalChecks, EvalError, EvalReport, EvalSuite, run_eval,
+    run_eval_on_cassette,
+};
 #[cfg(feature = "mcp")]
 pub use mcp_server::{ASK_TOOL_PREFIX, MCP_SHUTDOWN_GRACE, McpConnection, McpTeamServer, serve_mcp_stdio};
 #[cfg(feature = "otel")]

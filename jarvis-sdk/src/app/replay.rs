@@ -172,13 +172,9 @@ pub async fn replay_cassette(
     against: ReplayAgainst,
 ) -> Result<ReplayReport, AppError> {
     let (_home, mut config) = scratch_config(config).map_err(AppError::Config)?;
-    quiet(&mut config);
-    if against == ReplayAgainst::Current {
-        let name = match &config.provider {
-            Some(provider) => provider.name().to_owned(),
-            None => config.llm.provider.as_str().to_owned(),
-        };
-        config.provider = Some(Arc::new(NoModel(name)));
+    match against {
+        ReplayAgainst::Current => from_cassette(&mut config),
+        ReplayAgainst::Model => quiet(&mut config),
     }
     let app = build_app(config).await?;
     let agent = cassette
@@ -224,6 +220,31 @@ pub async fn replay_cassette(
         });
     }
     Ok(ReplayReport { against, turns })
+}
+
+/// `config` made to answer from a cassette: its provider answers nothing
+/// (see [`NoModel`]) and nothing but the loop calls the model.
+pub(super) fn from_cassette(config: &mut AppConfig) {
+    quiet(config);
+    let name = match &config.provider {
+        Some(provider) => provider.name().to_owned(),
+        None => config.llm.provider.as_str().to_owned(),
+    };
+    config.provider = Some(Arc::new(NoModel(name)));
+}
+
+/// What answers one turn from `recorded`: the tap to prompt with and the
+/// screen to attach to the session's broker (the recorded approvals).
+pub(super) fn answer_from(
+    recorded: &CassetteTurn,
+    broker: ApprovalBroker,
+) -> (Arc<dyn TurnTap>, Arc<dyn UIAdapter>) {
+    let state = Arc::new(Mutex::new(TurnState::new(recorded.clone())));
+    let tap = Arc::new(ReplayTap {
+        state: state.clone(),
+        against: ReplayAgainst::Current,
+    });
+    (tap, Arc::new(RecordedApprovals { broker, state }))
 }
 
 /// Replay settings: only the loop's calls go out, so nothing else may call

@@ -597,3 +597,59 @@ async fn usage_is_summed_by_agent_session_and_day_and_unknown_costs_are_null() {
         );
     }
 }
+
+#[tokio::test]
+async fn recording_is_switched_per_session_and_a_bad_switch_is_refused() {
+    let home = TempHome::new();
+    let state = ServerState::new(app(&home, HELLO).await, ServerConfig::loopback(0));
+    let (_, _, a) = call(&state, post("/api/sessions", "")).await;
+    let (_, _, b) = call(&state, post("/api/sessions", "")).await;
+    let (a, b) = (a["id"].as_str().unwrap(), b["id"].as_str().unwrap());
+
+    let (status, _, on) = call(
+        &state,
+        post(&format!("/api/sessions/{a}/record"), r#"{"enabled": true}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{on}");
+    assert_eq!(on["enabled"], true);
+    let cassette = std::path::PathBuf::from(on["cassette"].as_str().unwrap());
+    assert_eq!(cassette, home.0.join("cassettes").join(format!("{a}.jsonl")));
+    for id in [a, b] {
+        let session = state.app().session(&id.parse().unwrap()).await.unwrap();
+        session.prompt("안녕", Caller::Local).await.unwrap();
+    }
+    let lines = std::fs::read_to_string(&cassette).unwrap();
+    assert_eq!(lines.lines().count(), 1, "one model call of {a}: {lines}");
+    assert!(
+        !home.0.join("cassettes").join(format!("{b}.jsonl")).exists(),
+        "{b} was not switched on"
+    );
+
+    let (status, _, off) = call(
+        &state,
+        post(&format!("/api/sessions/{a}/record"), r#"{"enabled": false}"#),
+    )
+    .await;
+    assert_eq!((status, &off["enabled"]), (StatusCode::OK, &json!(false)));
+    let session = state.app().session(&a.parse().unwrap()).await.unwrap();
+    session.prompt("또 안녕", Caller::Local).await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&cassette).unwrap(),
+        lines,
+        "nothing recorded once off"
+    );
+
+    let (status, _, body) = call(
+        &state,
+        post(&format!("/api/sessions/{a}/record"), r#"{"enabled": "yes"}"#),
+    )
+    .await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "bad_request");
+    let (status, _, body) = call(
+        &state,
+        post("/api/sessions/s-nobody/record", r#"{"enabled": true}"#),
+    )
+    .await;
+    assert_error(status, &body, StatusCode::NOT_FOUND, "not_found");
+}
