@@ -47,11 +47,12 @@ use super::event::AgentEvent;
 use super::journal::{PendingTurn, TurnBegin, TurnJournal};
 use super::run::{AgentLoopConfig, LoopContext, LoopOutcome, LoopState, Resume, TurnRecorder, run_loop};
 use super::session::{EntryBody, SessionEntry, SessionError, SessionId, SessionStore};
-use crate::common::{Clock, SystemClock, Timestamp};
+use crate::common::{Clock, SystemClock, Timestamp, trace};
 use crate::memory::{
     MemoryContext, MemoryRead, MemoryScope, MemoryService, SectionBudgets, SectionKind, TurnRecord,
 };
 use crate::model::{Message, ToolResultMessage};
+use tracing::Instrument;
 
 /// Settings of a [`Harness`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -344,8 +345,8 @@ impl Harness {
         self.store.turn_begins(session, &turn_id, &prompt);
         history.push(Message::user(prompt.clone()));
         let ctx = self.turn_context(session, &turn_id, adjust);
-        self.drive(session, &turn_id, prompt, ctx, history, None, cancel)
-            .await
+        let turn = self.drive(session, &turn_id, prompt, ctx, history, None, cancel);
+        self.traced(session, turn).await
     }
 
     /// Picks up `pending`, a turn of `session` that was waiting for a
@@ -392,8 +393,26 @@ impl Harness {
             known,
         };
         let ctx = self.turn_context(&session, &turn_id, adjust);
-        self.drive(&session, &turn_id, prompt, ctx, history, Some(resume), cancel)
-            .await
+        let turn = self.drive(&session, &turn_id, prompt, ctx, history, Some(resume), cancel);
+        self.traced(&session, turn).await
+    }
+
+    /// Runs `turn` in an `invoke_agent` span of its own, unless it runs in
+    /// one already (an [`AgentSession`](crate::AgentSession) opens it
+    /// before the security stages), and puts its outcome on that span.
+    async fn traced(
+        &self,
+        session: &SessionId,
+        turn: impl Future<Output = Result<LoopOutcome, AgentError>>,
+    ) -> Result<LoopOutcome, AgentError> {
+        if trace::in_invoke_agent() {
+            return turn.await;
+        }
+        let identity = &self.ctx.identity;
+        let span = trace::invoke_agent_span(&identity.agent_id, &identity.agent_name, session.as_str());
+        let outcome = turn.instrument(span.clone()).await;
+        record_turn_outcome(&span, &outcome);
+        outcome
     }
 
     /// Checks that `session` exists and is this harness's agent's.
@@ -605,6 +624,24 @@ pub(crate) fn history_messages(entries: &[SessionEntry]) -> Vec<Message> {
         }
     }
     out
+}
+
+/// Puts a finished turn's token counts, or its failure, on its
+/// `invoke_agent` span.
+pub(crate) fn record_turn_outcome(span: &tracing::Span, outcome: &Result<LoopOutcome, AgentError>) {
+    match outcome {
+        Ok(outcome) => {
+            trace::record_usage(
+                span,
+                outcome.usage_total.input_tokens,
+                outcome.usage_total.output_tokens,
+            );
+            if outcome.error.is_some() {
+                trace::record_error(span, "turn_error");
+            }
+        }
+        Err(_) => trace::record_error(span, "agent_error"),
+    }
 }
 
 #[cfg(test)]

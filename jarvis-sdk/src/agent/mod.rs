@@ -28,6 +28,7 @@ pub use gate::{
     AllowAll, ApprovalDecision, ApprovalRequest, Approver, BeforeToolCall, GateDecision, GateStage,
     GateVerdict, ToolCallInfo, ToolGate, ToolPolicy,
 };
+pub(crate) use harness::record_turn_outcome;
 pub use harness::{Harness, HarnessConfig, TurnBrief, TurnOptions};
 pub use journal::{
     INTERRUPTED_RESULT, JournalError, JournalStep, JournaledApproval, PendingTurn, TURN_JOURNAL_FILE,

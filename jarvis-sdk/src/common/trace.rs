@@ -36,6 +36,14 @@ pub fn capture_message_content() -> bool {
     std::env::var(CAPTURE_CONTENT_ENV).is_ok_and(|v| v.trim().eq_ignore_ascii_case("true"))
 }
 
+/// Whether the current span is a turn's `invoke_agent` (so a turn run
+/// inside it must not open another).
+pub fn in_invoke_agent() -> bool {
+    Span::current()
+        .metadata()
+        .is_some_and(|m| m.target() == GENAI_TARGET && m.name() == "invoke_agent")
+}
+
 /// The span of one turn of `agent_id` in `session_id`.
 pub fn invoke_agent_span(agent_id: &str, agent_name: &str, session_id: &str) -> Span {
     tracing::info_span!(

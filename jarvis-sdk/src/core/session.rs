@@ -42,6 +42,7 @@ use super::approval::{ApprovalBroker, Attachment};
 use super::commands::{CommandContext, SlashCommands};
 use super::security::{Caller, SecurityError, SecurityInput, SecurityPipeline};
 use super::usage::UsageMeter;
+use crate::agent::record_turn_outcome;
 use crate::agent::{
     AgentError, AgentEvent, Allowance, Approver, Budget, FinalMessage, Harness, HubAttachment, LoopContext,
     LoopOutcome, MessageDelta, NoThinking, OpenLoops, PendingTurn, ProactiveKind, ScreenHub, SessionId,
@@ -498,18 +499,6 @@ impl UIAdapter for EndWatch {
     }
 }
 
-/// Puts a finished turn's token counts (and its failure) on its span.
-fn record_turn_usage(span: &Span, outcome: &LoopOutcome) {
-    trace::record_usage(
-        span,
-        outcome.usage_total.input_tokens,
-        outcome.usage_total.output_tokens,
-    );
-    if outcome.error.is_some() {
-        trace::record_error(span, "turn_error");
-    }
-}
-
 /// Frees the foreground slot however the prompt ends (also when dropped).
 struct Foreground(Arc<TurnSlot>);
 
@@ -836,9 +825,9 @@ impl AgentSession {
                     &cancel,
                 )
                 .await;
+            record_turn_outcome(&Span::current(), &outcome);
             match outcome {
                 Ok(outcome) => {
-                    record_turn_usage(&Span::current(), &outcome);
                     session.after_turn(
                     TurnReport::new(
                         &parts.agent_id,
@@ -1112,6 +1101,7 @@ impl AgentSession {
         let input = match parts.security.run(input).instrument(span.clone()).await {
             Ok(input) => input,
             Err(error) => {
+                trace::record_error(&span, "security_rejected");
                 let _ = parts.screens.on_event(&AgentEvent::InputRejected {
                     message: error.to_string(),
                 });
@@ -1127,7 +1117,10 @@ impl AgentSession {
                 return Ok((self.answer_directly(reply), false, foreground));
             }
         }
-        let allowances = parts.allowances().map_err(TurnError::BudgetExhausted)?;
+        let allowances = parts.allowances().map_err(|reached| {
+            trace::record_error(&span, "budget_exhausted");
+            TurnError::BudgetExhausted(reached)
+        })?;
         let tally = match &options.parent_usage {
             Some(parent) => parent.child(allowances),
             None => UsageTally::new(parts.usage.as_ref().map(|m| m.prices().clone()), allowances),
@@ -1196,8 +1189,8 @@ impl AgentSession {
                         &token,
                     )
                     .await;
+                record_turn_outcome(&Span::current(), &outcome);
                 if let Ok(outcome) = &outcome {
-                    record_turn_usage(&Span::current(), outcome);
                     session.after_turn(
                         TurnReport::new(&parts.agent_id, parts.id.as_str(), &prompt, outcome),
                         closed_loops,

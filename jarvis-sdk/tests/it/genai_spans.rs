@@ -127,20 +127,7 @@ async fn a_turn_exports_its_genai_span_tree_over_otlp() {
     assert_eq!(outcome.final_message.content, "끝났어요");
     drop(session);
     // The turn's span ends when its task lets go of it.
-    for _ in 0..100 {
-        guard.flush().unwrap();
-        if received
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|s| text(s, "gen_ai.agent.id") == Some("main"))
-        {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
-
-    let spans = received.lock().unwrap().clone();
+    let spans = until_span(&guard, &received, "gen_ai.agent.id", "main").await;
     let by_id: HashMap<&[u8], &Span> = spans.iter().map(|s| (s.span_id.as_slice(), s)).collect();
     let parent = |s: &Span| by_id.get(s.parent_span_id.as_slice()).copied();
     let turn = spans
@@ -225,4 +212,97 @@ async fn a_turn_exports_its_genai_span_tree_over_otlp() {
             .filter(|s| !operation(s).is_empty())
             .all(|s| s.trace_id == turn.trace_id)
     );
+}
+
+/// Flushes `guard` until a span whose `key` is `value` arrives; answers
+/// every span received.
+async fn until_span(
+    guard: &jarvis_sdk::OtelGuard,
+    received: &Mutex<Vec<Span>>,
+    key: &str,
+    value: &str,
+) -> Vec<Span> {
+    for _ in 0..100 {
+        guard.flush().unwrap();
+        if received
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|s| text(s, key) == Some(value))
+        {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    received.lock().unwrap().clone()
+}
+
+#[tokio::test]
+async fn a_refused_input_marks_its_turn_and_a_bare_harness_turn_has_one() {
+    use jarvis_sdk::{
+        AgentIdentity, CancellationToken, Harness, LoopContext, MemorySessionStore, NewSession, SessionId,
+        SessionStore,
+    };
+
+    let (url, received) = receiver();
+    let (layer, guard) = otel_layer(&url).unwrap();
+    let _default = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
+
+    // The security pipeline refuses: the turn's span says why.
+    let home = tempfile::tempdir().unwrap();
+    let faux = Arc::new(FauxProvider::from_yaml("fallback: { text: 네 }").unwrap());
+    let app = build_app(AppConfig::embedded(home.path()).with_provider(faux.clone()))
+        .await
+        .unwrap();
+    let session = app
+        .session(&app.default_session("main").await.unwrap().id)
+        .await
+        .unwrap();
+    assert!(
+        session
+            .prompt("<script>alert(1)</script>", Caller::Local)
+            .await
+            .is_err()
+    );
+    let spans = until_span(&guard, &received, "error.type", "security_rejected").await;
+    let refused = spans
+        .iter()
+        .find(|s| operation(s) == "invoke_agent" && text(s, "error.type") == Some("security_rejected"))
+        .unwrap_or_else(|| panic!("the refused turn's span: {spans:#?}"));
+    assert!(
+        spans
+            .iter()
+            .all(|s| operation(s) != "chat" || s.trace_id != refused.trace_id),
+        "a refused input never reaches the model"
+    );
+
+    // A turn run by a Harness alone (no AgentSession) is a turn span too,
+    // with its model call under it, and only one.
+    let store = Arc::new(MemorySessionStore::new());
+    let id = SessionId::new("bare").unwrap();
+    store.create(NewSession::user(id.clone(), "solo")).await.unwrap();
+    let ctx = LoopContext::new(faux).with_identity(AgentIdentity {
+        agent_id: "solo".into(),
+        agent_name: "SOLO".into(),
+        session_id: "bare".into(),
+    });
+    let harness = Harness::new(store, ctx);
+    harness
+        .run_turn(&id, "안녕", &CancellationToken::new())
+        .await
+        .unwrap();
+    let spans = until_span(&guard, &received, "gen_ai.agent.id", "solo").await;
+    let turns: Vec<&Span> = spans
+        .iter()
+        .filter(|s| operation(s) == "invoke_agent" && text(s, "gen_ai.agent.id") == Some("solo"))
+        .collect();
+    assert_eq!(turns.len(), 1, "{spans:#?}");
+    let turn = turns[0];
+    assert_eq!(text(turn, "gen_ai.conversation.id"), Some("bare"));
+    assert!(int(turn, "gen_ai.usage.output_tokens").is_some_and(|n| n > 0));
+    let chats = spans
+        .iter()
+        .filter(|s| operation(s) == "chat" && s.parent_span_id == turn.span_id)
+        .count();
+    assert_eq!(chats, 1);
 }
