@@ -22,8 +22,8 @@
 //! A turn's first difference is reported and the rest of the turn is not
 //! compared (it keeps being answered from the cassette while it can, so
 //! the next turn starts from the same history). The memory message is left
-//! out of the comparison: it depends on what the home remembered, not on
-//! the code.
+//! out of the comparison (it depends on what the home remembered, not on
+//! the code), and tool call ids are compared by their order.
 
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -268,8 +268,10 @@ struct TurnState {
     recorded: CassetteTurn,
     /// Model calls made so far.
     calls: u32,
-    /// Recorded tool results used (by call id).
+    /// Recorded tool results used (by their recorded call id).
     used_tools: BTreeSet<String>,
+    /// This run's tool calls the tap answered (by their id now).
+    answered: BTreeSet<String>,
     /// Recorded approvals used, in order.
     used_approvals: usize,
     difference: Option<Difference>,
@@ -367,17 +369,25 @@ impl TurnTap for ReplayTap {
 
     async fn answer_tool(&self, call: &ToolCall, arguments: &Value) -> Option<ToolResult> {
         let mut state = lock(&self.state);
-        let found = match self.against {
+        // The recorded call of the same id (the cassette named the calls),
+        // else the first unused one of the same tool and arguments (a model
+        // names its calls anew, and so does the loop for a provider that
+        // sends no ids).
+        let by_id = match self.against {
             ReplayAgainst::Current => state.recorded.tool(&call.id).cloned(),
-            ReplayAgainst::Model => state
+            ReplayAgainst::Model => None,
+        };
+        let found = by_id.or_else(|| {
+            state
                 .recorded
                 .tools
                 .iter()
                 .find(|t| {
                     t.tool == call.name && t.args == call.arguments && !state.used_tools.contains(&t.call_id)
                 })
-                .cloned(),
-        };
+                .cloned()
+        });
+        state.answered.insert(call.id.clone());
         let Some(recorded) = found else {
             state.differ(
                 Difference::new(
@@ -405,7 +415,7 @@ impl TurnTap for ReplayTap {
 
     fn tool_result(&self, call: &ToolCall, result: &ToolResult) {
         let mut state = lock(&self.state);
-        if state.used_tools.contains(&call.id) || self.against == ReplayAgainst::Model {
+        if state.answered.contains(&call.id) || self.against == ReplayAgainst::Model {
             return;
         }
         // Not answered from the cassette: refused before it could run.
@@ -430,10 +440,11 @@ fn recorded_result(recorded: &ToolExchange) -> ToolResult {
     }
 }
 
-/// The first place two requests differ, memory message aside.
+/// The first place two requests differ, memory message and tool call ids
+/// aside.
 fn compare_requests(call: u32, recorded: &ModelExchange, request: &ChatRequest) -> Option<Difference> {
-    let now = without_memory(request_json(request));
-    let then = without_memory(recorded.request.clone());
+    let now = comparable(request_json(request));
+    let then = comparable(recorded.request.clone());
     let (path, a, b) = first_difference("request", &then, &now)?;
     Some(
         Difference::new(
@@ -444,17 +455,44 @@ fn compare_requests(call: u32, recorded: &ModelExchange, request: &ChatRequest) 
     )
 }
 
-/// The request without the memory message (a leading user message that
-/// starts with a memory section's header).
-fn without_memory(mut request: Value) -> Value {
-    if let Some(messages) = request.get_mut("messages").and_then(Value::as_array_mut)
-        && let Some(first) = messages.first()
+/// The request as compared: without the memory message (a leading user
+/// message that starts with a memory section's header), and with each tool
+/// call id replaced by its place among the request's calls (a model names
+/// its calls anew on every run; what matters is which result answers
+/// which call).
+fn comparable(mut request: Value) -> Value {
+    let Some(messages) = request.get_mut("messages").and_then(Value::as_array_mut) else {
+        return request;
+    };
+    if let Some(first) = messages.first()
         && let Ok(Message::User(user)) = serde_json::from_value::<Message>(first.clone())
         && SectionKind::ORDER
             .iter()
             .any(|k| user.content.starts_with(k.header()))
     {
         messages.remove(0);
+    }
+    let mut ids = std::collections::HashMap::new();
+    let mut renamed = |id: &mut Value| {
+        if let Value::String(text) = id {
+            let next = ids.len() + 1;
+            *text = ids
+                .entry(text.clone())
+                .or_insert_with(|| format!("call#{next}"))
+                .clone();
+        }
+    };
+    for message in messages.iter_mut() {
+        if let Some(calls) = message.get_mut("tool_calls").and_then(Value::as_array_mut) {
+            for call in calls {
+                if let Some(id) = call.get_mut("id") {
+                    renamed(id);
+                }
+            }
+        }
+        if let Some(id) = message.get_mut("tool_call_id") {
+            renamed(id);
+        }
     }
     request
 }

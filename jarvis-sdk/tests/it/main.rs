@@ -14,7 +14,6 @@ mod eval;
 mod files;
 mod focus;
 mod gate;
-mod genai_spans;
 mod goals;
 mod harness;
 mod housing;

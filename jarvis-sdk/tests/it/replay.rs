@@ -312,3 +312,38 @@ async fn a_cassette_that_is_not_one_is_refused_with_its_line() {
         r#"{"v":2,"type":"tool","turn":1,"call_id":"c","tool":"t","args":{},"result":"","is_error":false}"#;
     assert!(Cassette::parse(v2).unwrap_err().to_string().contains("version 2"));
 }
+
+#[tokio::test]
+async fn against_the_model_requests_are_compared_and_unrecorded_tool_calls_never_run() {
+    let home = tempfile::tempdir().unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (_app, path) = record(home.path(), &runs).await;
+    let cassette = Cassette::read(&path).unwrap();
+
+    // The same model: the same requests, the recorded tool results.
+    let mut same = config(home.path(), "방 정보를 찾는다", &runs);
+    same.approval_timeout = std::time::Duration::from_secs(5);
+    let report = replay_cassette(&cassette, &same, ReplayAgainst::Model)
+        .await
+        .unwrap();
+    assert!(report.same(), "{report}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the tool did not run again");
+
+    // A model that now looks up something else: that call is reported at
+    // turn 1 and answered with an error, never run.
+    let other = SCRIPT.replace("q: \"방 개수\"", "q: \"층수\"");
+    let mut changed = config(home.path(), "방 정보를 찾는다", &runs);
+    changed.provider = Some(Arc::new(FauxProvider::from_yaml(&other).unwrap()));
+    let report = replay_cassette(&cassette, &changed, ReplayAgainst::Model)
+        .await
+        .unwrap();
+    let first = report.turns[0].difference.as_ref().expect("turn 1 differs");
+    assert!(
+        first
+            .what
+            .contains("a call of lookup the recording does not have"),
+        "{report}"
+    );
+    assert_eq!(first.now.as_deref(), Some("lookup({\"q\":\"층수\"})"));
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "a replay never runs a real tool");
+}

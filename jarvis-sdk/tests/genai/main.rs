@@ -3,6 +3,12 @@
 //! on FauxProvider. The receiver decodes what the exporter sends
 //! (protobuf, as a collector would) and the test checks the span tree by
 //! parent links and the GenAI attributes, never the display names.
+//!
+//! A test binary of its own: each test sets its subscriber for its thread
+//! only, and `tracing` caches per call site whether anyone listens; the
+//! suite's hundreds of other tests, setting and dropping their own
+//! subscribers at the same time, made that cache miss spans here now and
+//! then.
 
 use jarvis_sdk::{AppConfig, Caller, FauxProvider, build_app, otel_layer};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
