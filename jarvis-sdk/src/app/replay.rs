@@ -278,7 +278,10 @@ struct TurnState {
 }
 
 impl TurnState {
-    fn new(recorded: CassetteTurn) -> Self {
+    /// A turn to replay; only the recording's approvals of the turn's own
+    /// tool calls are expected (see [`CassetteTurn::own_approvals`]).
+    fn new(mut recorded: CassetteTurn) -> Self {
+        recorded.approvals = recorded.own_approvals().cloned().collect();
         Self {
             recorded,
             ..Self::default()

@@ -4,7 +4,7 @@
 //! ```text
 //! {"v":1,"type":"model","turn":1,"call":1,"purpose":"step","agent":"main","prompt":"…","request":{…},"events":[{"t_ms":0,"text":"…"},…,{"t_ms":8,"stop":{…}}]}
 //! {"v":1,"type":"tool","turn":1,"call_id":"call_1","tool":"list_dir","args":{…},"result":"…","is_error":false}
-//! {"v":1,"type":"approval","turn":1,"request_id":"approval_1","tool":"shell","decision":"allow"}
+//! {"v":1,"type":"approval","turn":1,"request_id":"approval_1","call_id":"call_2","tool":"run_command","decision":"allow"}
 //! ```
 //!
 //! - `turn` counts the session's recorded turns from 1; `call` counts one
@@ -132,6 +132,11 @@ pub struct ApprovalExchange {
     pub turn: u32,
     /// The request's id.
     pub request_id: String,
+    /// The tool call asked about: one of the turn's tool lines, or a call
+    /// made inside one of them (a delegated agent's or a sub-agent's,
+    /// which ask on the session where the person is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
     /// The tool asked about.
     #[serde(default)]
     pub tool: String,
@@ -310,6 +315,17 @@ pub struct CassetteTurn {
 }
 
 impl CassetteTurn {
+    /// The approvals of the turn's own tool calls, in order: not those
+    /// asked inside a delegation or a sub-agent run, which a replay answers
+    /// as one tool call.
+    pub fn own_approvals(&self) -> impl Iterator<Item = &ApprovalExchange> {
+        self.approvals.iter().filter(|a| {
+            a.call_id
+                .as_deref()
+                .is_none_or(|id| self.tools.iter().any(|t| t.call_id == id))
+        })
+    }
+
     /// The turn's prompt (from its first call).
     pub fn prompt(&self) -> Option<&str> {
         self.calls.values().find_map(|c| c.prompt.as_deref())
@@ -447,13 +463,15 @@ impl CassetteRecorder {
         }))
     }
 
-    /// A person answered an approval request of the turn running now.
-    pub fn approval(&self, request_id: &str, tool: &str, decision: ApprovalDecision) {
+    /// A person answered an approval request (of tool call `call_id`) of
+    /// the turn running now.
+    pub fn approval(&self, request_id: &str, call_id: &str, tool: &str, decision: ApprovalDecision) {
         let turn = *self.turn.lock().unwrap_or_else(|e| e.into_inner());
         if let (true, Some(turn)) = (self.is_enabled(), turn) {
             self.write(Exchange::Approval(ApprovalExchange {
                 turn,
                 request_id: request_id.to_owned(),
+                call_id: (!call_id.is_empty()).then(|| call_id.to_owned()),
                 tool: tool.to_owned(),
                 decision,
             }));

@@ -187,6 +187,14 @@ async fn a_recorded_session_replays_the_same_against_the_current_code() {
         (Some(2), Some("allow"))
     );
     assert!(approval["request_id"].as_str().is_some_and(|id| !id.is_empty()));
+    let written = raw
+        .iter()
+        .find(|l| l["type"] == "tool" && l["tool"] == "write_file")
+        .unwrap();
+    assert_eq!(
+        approval["call_id"], written["call_id"],
+        "the approval names its call"
+    );
     let nudge = lines.iter().find_map(|l| match &l.exchange {
         Exchange::Model(m) if m.turn == 3 && m.call == 2 => Some(m),
         _ => None,
@@ -346,4 +354,60 @@ async fn against_the_model_requests_are_compared_and_unrecorded_tool_calls_never
     );
     assert_eq!(first.now.as_deref(), Some("lookup({\"q\":\"층수\"})"));
     assert_eq!(runs.load(Ordering::SeqCst), 1, "a replay never runs a real tool");
+}
+
+#[tokio::test]
+async fn an_approval_asked_inside_a_delegation_is_recorded_but_not_expected_by_a_replay() {
+    const DELEGATING: &str = r#"
+rules:
+  - when: { agent: main, last_role: user }
+    reply: { tool_calls: [ { name: ask_agent, arguments: { agent: karen, request: "메모 남겨 줘" } } ] }
+  - when: { agent: main, last_role: tool }
+    reply: { text: "KAREN 이 남겼어요" }
+  - when: { agent: karen, last_role: user }
+    reply: { tool_calls: [ { name: write_file, arguments: { path: "memo.txt", content: "x" } } ] }
+  - when: { agent: karen, last_role: tool }
+    reply: { text: "남겼어요" }
+"#;
+    let home = tempfile::tempdir().unwrap();
+    let config = || {
+        AppConfig::embedded(home.path())
+            .with_provider(Arc::new(FauxProvider::from_yaml(DELEGATING).unwrap()))
+            .with_definition("karen", "name: KAREN\ndescription: 메모\n")
+    };
+    let mut recording = config();
+    recording.record = true;
+    let app = build_app(recording).await.unwrap();
+    let meta = app.create_session(Some("main")).await.unwrap();
+    let session = app.session(&meta.id).await.unwrap();
+    let _allow = session.attach(Arc::new(Allow(session.broker().clone())));
+    let outcome = session
+        .prompt("KAREN 한테 메모 부탁해", Caller::Local)
+        .await
+        .unwrap();
+    assert_eq!(outcome.final_message.content, "KAREN 이 남겼어요");
+
+    let path = home.path().join("cassettes").join(format!("{}.jsonl", meta.id));
+    let cassette = Cassette::read(&path).unwrap();
+    let turn = &cassette.turns[&1];
+    assert_eq!(
+        turn.tools.iter().map(|t| t.tool.as_str()).collect::<Vec<_>>(),
+        ["ask_agent"]
+    );
+    assert_eq!(
+        turn.approvals.len(),
+        1,
+        "KAREN's write_file was asked here: {turn:?}"
+    );
+    assert_eq!(turn.approvals[0].tool, "write_file");
+    assert_eq!(
+        turn.own_approvals().count(),
+        0,
+        "but it was not a call of this turn"
+    );
+
+    let report = replay_cassette(&cassette, &config(), ReplayAgainst::Current)
+        .await
+        .unwrap();
+    assert!(report.same(), "{report}");
 }

@@ -361,7 +361,7 @@ impl ApprovalBroker {
         };
         span.record("jarvis.approval.decision", decision.as_str());
         if let (Some(cassette), false) = (&inner.cassette, decision == ApprovalDecision::Cancelled) {
-            cassette.approval(&request.request_id, call.tool_name, decision);
+            cassette.approval(&request.request_id, call.tool_call_id, call.tool_name, decision);
         }
         if let (Some(journal), false, false) = (
             &inner.journal,
