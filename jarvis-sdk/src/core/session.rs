@@ -441,6 +441,26 @@ struct EndWatch {
     usage: Option<TurnMeter>,
 }
 
+impl EndWatch {
+    /// Puts turn `turn` of `slot` under watch in its loop context (its
+    /// screens, its usage meter) and sets its tap (a cassette's).
+    fn install(
+        ctx: &mut LoopContext,
+        slot: Arc<TurnSlot>,
+        turn: u64,
+        meter: Option<UsageMeter>,
+        tap: Option<Arc<dyn TurnTap>>,
+    ) {
+        ctx.ui = Arc::new(EndWatch {
+            slot,
+            turn,
+            screens: ctx.ui.clone(),
+            usage: meter.map(|m| TurnMeter::of(m, ctx)),
+        });
+        ctx.tap = tap;
+    }
+}
+
 /// What a turn's [`EndWatch`] records its usage with.
 struct TurnMeter {
     meter: UsageMeter,
@@ -813,15 +833,7 @@ impl AgentSession {
                 .resume_turn(
                     &pending,
                     settled,
-                    move |ctx| {
-                        ctx.ui = Arc::new(EndWatch {
-                            slot,
-                            turn,
-                            screens: ctx.ui.clone(),
-                            usage: meter.map(|m| TurnMeter::of(m, ctx)),
-                        });
-                        ctx.tap = tap;
-                    },
+                    move |ctx| EndWatch::install(ctx, slot, turn, meter, tap),
                     &cancel,
                 )
                 .await;
@@ -1172,16 +1184,10 @@ impl AgentSession {
                         prompt.clone(),
                         turn_options,
                         move |ctx| {
-                            ctx.ui = Arc::new(EndWatch {
-                                slot,
-                                turn,
-                                screens: ctx.ui.clone(),
-                                usage: meter.map(|m| TurnMeter::of(m, ctx)),
-                            });
+                            EndWatch::install(ctx, slot, turn, meter, tap);
                             ctx.turn_instruction = turn_instruction;
                             ctx.extensions = extensions;
                             ctx.usage = Some(tally);
-                            ctx.tap = tap;
                             if let Some(approver) = approver {
                                 ctx.gate = Arc::new((*ctx.gate).clone().with_approver(approver));
                             }
