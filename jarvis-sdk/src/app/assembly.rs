@@ -165,10 +165,7 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
     let sub_sessions = Arc::new(std::sync::atomic::AtomicU64::new(last_sub_number(
         store.list().await?.iter().map(|m| m.id.as_str()),
     )));
-    let outbox = Arc::new(
-        Outbox::open(config.home.join(OUTBOX_FILE), DEFAULT_OUTBOX_CAPACITY)
-            .map_err(|e| AppError::Config(e.to_string()))?,
-    );
+    let outbox = Arc::new(outbox(&config).await?);
     let usage = usage_meter(&config)?;
     let focus = Arc::new(FocusStore::new(&config.home, config.clock.clone()));
     let goals = Arc::new(goal_store(&config).await?);
@@ -692,6 +689,18 @@ async fn open_loop_store(config: &AppConfig) -> Result<Arc<dyn OpenLoopStore>, A
 
 /// Where goals are kept: Postgres with the Postgres backend (shared by
 /// every node), `$JARVIS_HOME/goals/` otherwise.
+/// The proactive outbox: `outbox.jsonl` in the home, or on Postgres the
+/// table every node shares (a message outlives the node that queued it and
+/// is recorded by the node owning its session).
+async fn outbox(config: &AppConfig) -> Result<Outbox, AppError> {
+    let outbox = match &config.store {
+        #[cfg(feature = "postgres")]
+        StoreBackend::Postgres { url } => Outbox::postgres(url, DEFAULT_OUTBOX_CAPACITY).await,
+        _ => Outbox::open(config.home.join(OUTBOX_FILE), DEFAULT_OUTBOX_CAPACITY),
+    };
+    outbox.map_err(|e| AppError::Config(e.to_string()))
+}
+
 async fn goal_store(config: &AppConfig) -> Result<GoalStore, AppError> {
     let (clock, zone) = (config.clock.clone(), config.agenda.time_zone.clone());
     Ok(match &config.store {
@@ -1792,11 +1801,11 @@ impl AppInner {
     /// and finishes its records ([`BuiltinJob::recover`](crate::core::BuiltinJob::recover)),
     /// then the outbox forgets what it delivered.
     async fn recover_reports(&self) {
-        let queued = self.proactive.outbox().logged();
+        let queued = self.proactive.outbox().logged().await;
         for job in self.scheduler.builtins() {
             job.recover(&queued).await;
         }
-        self.proactive.outbox().compact();
+        self.proactive.outbox().compact().await;
     }
 }
 

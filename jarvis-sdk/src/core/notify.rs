@@ -377,11 +377,11 @@ impl Notifier {
             t.hour * 60 + t.minute
         };
         let mut report = NotifyReport::default();
-        for item in self.queue.pending() {
+        for item in self.queue.pending().await {
             let number = item.meta["channel"].as_u64().unwrap_or(0) as usize;
             let Some(channel) = number.checked_sub(1).and_then(|i| self.channels.get(i)) else {
                 tracing::warn!(id = %item.message_id, "a queued notification's channel is no longer configured; it is dropped");
-                self.queue.done(&item.message_id);
+                self.queue.done(&item.message_id).await;
                 continue;
             };
             if channel.quiet.is_some_and(|q| is_quiet(q, minute)) {
@@ -400,7 +400,7 @@ impl Notifier {
             }
             match self.send(channel, &item).await {
                 Ok(()) => {
-                    self.queue.done(&item.message_id);
+                    self.queue.done(&item.message_id).await;
                     self.retry
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
@@ -414,7 +414,7 @@ impl Notifier {
                 Err(e) if e.permanent => {
                     tracing::warn!(id = %item.message_id, channel = number, error = %e.message,
                         "a notification cannot be sent through this channel here; it is dropped");
-                    self.queue.done(&item.message_id);
+                    self.queue.done(&item.message_id).await;
                 }
                 Err(e) => {
                     report.failed += 1;
@@ -433,7 +433,7 @@ impl Notifier {
             }
         }
         if !report.sent.is_empty() {
-            self.queue.compact();
+            self.queue.compact().await;
         }
         report
     }

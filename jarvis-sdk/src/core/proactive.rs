@@ -38,6 +38,11 @@
 //! `ignore_after` counts as ignored. Each reaction goes to the learner of
 //! the agent that sent the message.
 //!
+//! **Several nodes.** On a deployment's shared outbox, open loops and goals
+//! every node's daemon sees every message; recording one claims its
+//! session, so the node owning the session (or the first to claim an
+//! unowned one) records it, and the others leave it waiting quietly.
+//!
 //! Time comes from the injected clock; [`ProactiveDaemon::spawn`] drives
 //! `tick` at an interval, and tests call `tick` themselves.
 
@@ -321,9 +326,10 @@ impl ProactiveDaemon {
     }
 
     /// Messages waiting for `agent_id`.
-    pub fn queued(&self, agent_id: &str) -> usize {
+    pub async fn queued(&self, agent_id: &str) -> usize {
         self.outbox
             .pending()
+            .await
             .iter()
             .filter(|i| i.agent_id == agent_id)
             .count()
@@ -357,7 +363,7 @@ impl ProactiveDaemon {
         self.expire_ignored(now);
         let mut report = TickReport::default();
         let targets = self.sessions.targets();
-        for item in self.outbox.pending() {
+        for item in self.outbox.pending().await {
             let delivery = Delivery {
                 message_id: &item.message_id,
                 session_id: &item.session_id,
@@ -366,7 +372,7 @@ impl ProactiveDaemon {
                 text: &item.text,
             };
             if self.deliver(&delivery, &targets, now, &mut report).await {
-                self.outbox.done(&item.message_id);
+                self.outbox.done(&item.message_id).await;
             }
         }
         if let Some(loops) = &self.loops {
@@ -477,6 +483,13 @@ impl ProactiveDaemon {
         .await;
         let appended = match recorded {
             Ok(appended) => appended,
+            // A deployment's shared outbox: the node owning the session
+            // records it.
+            Err(error @ crate::agent::SessionError::OwnedElsewhere { .. }) => {
+                tracing::debug!(session_id = %d.session_id, message_id = %d.message_id, %error,
+                    "reflection: the message is left to the node owning its session");
+                return false;
+            }
             Err(error) => {
                 tracing::warn!(session_id = %d.session_id, message_id = %d.message_id, %error,
                     "reflection: a message could not be recorded; it is tried again");

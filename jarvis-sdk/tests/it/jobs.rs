@@ -164,7 +164,11 @@ async fn a_new_notice_for_a_watch_reaches_karens_session_once() {
     let tick = f.app.scheduler().tick().await;
     assert_eq!(tick.runs.len(), 1, "{tick:?}");
     assert_eq!(tick.runs[0].agent, "karen");
-    assert_eq!(f.app.proactive().queued("karen"), 1, "one report for the watch");
+    assert_eq!(
+        f.app.proactive().queued("karen").await,
+        1,
+        "one report for the watch"
+    );
 
     let sent = f.app.proactive().tick().await;
     assert_eq!(sent.sent.len(), 1, "{sent:?}");
@@ -180,7 +184,7 @@ async fn a_new_notice_for_a_watch_reaches_karens_session_once() {
     let next = f.app.scheduler().next_run("housing_watch").unwrap();
     f.advance_to(next);
     assert_eq!(f.app.scheduler().tick().await.runs.len(), 1);
-    assert_eq!(f.app.proactive().queued("karen"), 0);
+    assert_eq!(f.app.proactive().queued("karen").await, 0);
 }
 
 #[tokio::test]

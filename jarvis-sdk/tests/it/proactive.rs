@@ -177,7 +177,7 @@ async fn an_agent_with_proactive_false_gets_the_record_never_the_push() {
     );
     assert!(proactive_texts(&mut events).is_empty(), "nothing was pushed");
     assert_eq!(
-        f.app.proactive().queued("quiet"),
+        f.app.proactive().queued("quiet").await,
         0,
         "the queued message is delivered"
     );
@@ -549,10 +549,10 @@ async fn a_queued_message_survives_a_restart_and_is_recorded_once() {
             !app.proactive().enqueue(item.clone()).await.unwrap(),
             "queued once"
         );
-        assert_eq!(app.proactive().queued("karen"), 1);
+        assert_eq!(app.proactive().queued("karen").await, 1);
     }
     let app = app_at(home.path(), clock.clone()).await;
-    assert_eq!(app.proactive().queued("karen"), 1, "the outbox is durable");
+    assert_eq!(app.proactive().queued("karen").await, 1, "the outbox is durable");
     let report = app.proactive().tick().await;
     assert_eq!(report.recorded.len(), 1, "{report:?}");
     // The producer repeats itself (it crashed before it knew): the session
@@ -560,7 +560,7 @@ async fn a_queued_message_survives_a_restart_and_is_recorded_once() {
     app.proactive().enqueue(item).await.unwrap();
     let report = app.proactive().tick().await;
     assert!(report.recorded.is_empty(), "{report:?}");
-    assert_eq!(app.proactive().queued("karen"), 0);
+    assert_eq!(app.proactive().queued("karen").await, 0);
     let id = SessionId::new("default-karen").unwrap();
     let recorded = app
         .store()

@@ -1,12 +1,14 @@
 //! What the nodes of a deployment share besides sessions and memory, on a
-//! real Postgres: goals and the user model. Two apps, each with its own
-//! home, on one database: what one sets, the other reads; numbering and
-//! concurrent changes hold across both; nothing lands in either home.
+//! real Postgres: goals, the user model and the proactive outbox. Two apps,
+//! each with its own home, on one database: what one sets, the other reads;
+//! numbering and concurrent changes hold across both; a message queued on
+//! either is recorded once, by the node owning its session; nothing lands
+//! in either home.
 
 use jarvis_sdk::{
-    AppAssembly, AppConfig, Caller, DEFAULT_USER, FauxProvider, GoalPatch, GoalStatus, GoalStore,
-    ManualClock, MemoryError, MemoryScope, PostgresUserModel, StoreBackend, TimeZone, UserModelStore,
-    build_app,
+    AppAssembly, AppConfig, Caller, Clock, DEFAULT_USER, EntryBody, FauxProvider, GoalPatch, GoalStatus,
+    GoalStore, ManualClock, MemoryError, MemoryScope, OUTBOX_FILE, Outbox, OutboxItem, PostgresUserModel,
+    ProactiveKind, StoreBackend, TimeZone, Timestamp, UserModelStore, build_app,
 };
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -32,11 +34,21 @@ fn clock() -> Arc<ManualClock> {
 }
 
 async fn node(home: &Path, url: &str, name: &str, faux: Arc<FauxProvider>) -> AppAssembly {
+    node_at(home, url, name, faux, clock()).await
+}
+
+async fn node_at(
+    home: &Path,
+    url: &str,
+    name: &str,
+    faux: Arc<FauxProvider>,
+    clock: Arc<ManualClock>,
+) -> AppAssembly {
     let mut config = AppConfig::embedded(home).with_provider(faux);
     config.store = StoreBackend::Postgres { url: url.to_owned() };
     config.memory.backend = jarvis_sdk::MemoryBackend::Auto;
     config.node.id = Some(name.to_owned());
-    config.clock = clock();
+    config.clock = clock;
     build_app(config).await.unwrap()
 }
 
@@ -241,4 +253,111 @@ async fn user_model_updates_from_two_nodes_at_once_both_land() {
         .unwrap()
         .get(0);
     assert_eq!(body, "[1, 2]");
+}
+
+#[tokio::test]
+async fn a_message_queued_on_any_node_is_recorded_once_by_the_node_owning_its_session() {
+    let Some((url, _)) = fresh_schema("shared outbox").await else {
+        return;
+    };
+    let (home_a, home_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let faux = Arc::new(FauxProvider::from_yaml(SCRIPT).unwrap());
+    let clock_a = clock();
+    let a = node_at(home_a.path(), &url, "a", faux.clone(), clock_a.clone()).await;
+    let b = node(home_b.path(), &url, "b", faux).await;
+    // A owns main's default session: a turn ran there.
+    let id = a.default_session("main").await.unwrap().id;
+    a.session(&id)
+        .await
+        .unwrap()
+        .prompt("안녕", Caller::Local)
+        .await
+        .unwrap();
+    let item = |n: u32| OutboxItem {
+        message_id: format!("watch-{n}"),
+        session_id: id.to_string(),
+        agent_id: "main".into(),
+        kind: ProactiveKind::Proactive,
+        text: format!("새 공고 {n}건"),
+        at: Timestamp::from_system_time(clock_a.now()),
+        meta: serde_json::Value::Null,
+    };
+
+    assert!(b.proactive().enqueue(item(1)).await.unwrap());
+    assert!(
+        !a.proactive().enqueue(item(1)).await.unwrap(),
+        "an id waits once across the nodes"
+    );
+    // B does not own the session: the message waits for its owner.
+    let report = b.proactive().tick().await;
+    assert!(report.recorded.is_empty(), "{report:?}");
+    assert_eq!(a.proactive().queued("main").await, 1);
+    let report = a.proactive().tick().await;
+    assert_eq!(report.recorded, vec![(id.to_string(), "watch-1".to_owned())]);
+    assert!(b.proactive().tick().await.recorded.is_empty());
+    assert_eq!(b.proactive().queued("main").await, 0);
+
+    // A message outlives the node that queued it: B ends, A records it.
+    assert!(b.proactive().enqueue(item(2)).await.unwrap());
+    drop(b);
+    clock_a.advance(Duration::from_secs(24 * 3600));
+    let report = a.proactive().tick().await;
+    assert_eq!(report.recorded, vec![(id.to_string(), "watch-2".to_owned())]);
+    let (_, entries) = a.session_entries(&id).await.unwrap();
+    let recorded: Vec<&str> = entries.iter().filter_map(|e| e.body.proactive_id()).collect();
+    assert_eq!(recorded, ["watch-1", "watch-2"], "each once");
+    assert!(
+        entries
+            .iter()
+            .any(|e| matches!(&e.body, EntryBody::Proactive { text, .. } if text == "새 공고 2건"))
+    );
+    for home in [home_a.path(), home_b.path()] {
+        let file = std::fs::read(home.join(OUTBOX_FILE)).unwrap_or_default();
+        assert!(file.is_empty(), "{} keeps no outbox", home.display());
+    }
+}
+
+#[tokio::test]
+async fn the_shared_outbox_bounds_the_deployment_and_keeps_what_was_queued() {
+    let Some((url, _)) = fresh_schema("shared outbox capacity").await else {
+        return;
+    };
+    let (one, two) = (
+        Arc::new(Outbox::postgres(&url, 2).await.unwrap()),
+        Arc::new(Outbox::postgres(&url, 2).await.unwrap()),
+    );
+    let item = |id: &str| OutboxItem {
+        message_id: id.to_owned(),
+        session_id: "default-main".into(),
+        agent_id: "main".into(),
+        kind: ProactiveKind::Proactive,
+        text: format!("message {id}"),
+        at: Timestamp::from_millis(1_796_083_200_000),
+        meta: serde_json::json!({ "watch": "w1" }),
+    };
+    assert!(one.put(item("a")).await.unwrap());
+    assert!(two.put(item("b")).await.unwrap());
+    // Two wait in the deployment: a third producer, on either node, waits.
+    let waiting = tokio::spawn({
+        let two = two.clone();
+        async move { two.put(item("c")).await.unwrap() }
+    });
+    let ids = |items: Vec<OutboxItem>| items.into_iter().map(|i| i.message_id).collect::<Vec<_>>();
+    assert_eq!(ids(one.pending().await), ["a", "b"]);
+    assert!(!waiting.is_finished());
+    // Delivered on the other node: the producer gets its room.
+    one.done("a").await;
+    assert!(waiting.await.unwrap());
+    assert_eq!(ids(two.pending().await), ["b", "c"]);
+    assert_eq!(two.len(), 2);
+    // What was queued stays readable, as read back (meta included), until
+    // compacted; a delivered id queued again waits again.
+    let logged = one.logged().await;
+    assert_eq!(ids(logged.clone()), ["a", "b", "c"]);
+    assert_eq!(logged[0], item("a"));
+    one.compact().await;
+    assert_eq!(ids(two.logged().await), ["b", "c"]);
+    two.done("b").await;
+    assert!(one.put(item("b")).await.unwrap(), "delivered, then queued again");
+    assert!(!two.put(item("b")).await.unwrap(), "waiting already");
 }

@@ -15,6 +15,14 @@
 //! waiting already changes nothing (a producer that repeats itself after a
 //! crash does no harm), and recording in the session is keyed by the same
 //! id, so a message delivered before a crash is not recorded twice.
+//!
+//! In a deployment on Postgres ([`Outbox::postgres`], feature `postgres`)
+//! the messages are rows of `jarvis_outbox` instead, shared by every node:
+//! a message queued on one node is recorded by whichever node owns its
+//! session (the others leave it waiting), and outlives the node that
+//! queued it. The capacity then bounds the whole deployment's waiting
+//! messages; a producer waiting for room looks again when its own node
+//! delivers one, and at least every second.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -27,6 +35,9 @@ use tokio::sync::Notify;
 
 use crate::agent::ProactiveKind;
 use crate::common::Timestamp;
+
+#[cfg(feature = "postgres")]
+mod postgres;
 
 /// The outbox's file name under `JARVIS_HOME`.
 pub const OUTBOX_FILE: &str = "outbox.jsonl";
@@ -52,7 +63,21 @@ pub enum OutboxError {
         #[source]
         source: io::Error,
     },
+    /// The database of a shared outbox failed (feature `postgres`).
+    #[error("outbox (postgres): could not {op}: {source}")]
+    Database {
+        /// What was being done.
+        op: &'static str,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
+
+/// How often a producer waiting for room in a shared outbox looks again
+/// (other nodes' deliveries do not wake it).
+#[cfg(feature = "postgres")]
+const SHARED_ROOM_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// One message waiting to be recorded in its session and shown.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,6 +111,9 @@ enum Record {
 #[derive(Debug)]
 pub struct Outbox {
     file: Option<(PathBuf, Mutex<File>)>,
+    /// The deployment's table, instead of the file.
+    #[cfg(feature = "postgres")]
+    shared: Option<postgres::PostgresOutbox>,
     capacity: usize,
     state: Mutex<State>,
     room: Notify,
@@ -93,6 +121,7 @@ pub struct Outbox {
 
 #[derive(Debug, Default)]
 struct State {
+    /// The waiting messages (of a shared outbox: as last read).
     pending: VecDeque<OutboxItem>,
     /// Every message put since the log was last compacted (for
     /// [`Outbox::logged`]).
@@ -105,10 +134,22 @@ impl Outbox {
     pub fn in_memory(capacity: usize) -> Self {
         Self {
             file: None,
+            #[cfg(feature = "postgres")]
+            shared: None,
             capacity: capacity.max(1),
             state: Mutex::default(),
             room: Notify::new(),
         }
+    }
+
+    /// The outbox every node of a deployment shares, in the Postgres
+    /// database at `url` (table `jarvis_outbox`, created when missing).
+    #[cfg(feature = "postgres")]
+    pub async fn postgres(url: &str, capacity: usize) -> Result<Self, OutboxError> {
+        Ok(Self {
+            shared: Some(postgres::PostgresOutbox::connect(url).await?),
+            ..Self::in_memory(capacity)
+        })
     }
 
     /// Opens (creating it when missing) the outbox at `path`.
@@ -162,6 +203,8 @@ impl Outbox {
         state.len = good as u64;
         Ok(Self {
             file: Some((path, Mutex::new(file))),
+            #[cfg(feature = "postgres")]
+            shared: None,
             capacity: capacity.max(1),
             state: Mutex::new(state),
             room: Notify::new(),
@@ -177,7 +220,8 @@ impl Outbox {
         self.capacity
     }
 
-    /// How many wait now.
+    /// How many wait now (a shared outbox: how many waited when it was
+    /// last read).
     pub fn len(&self) -> usize {
         self.state().pending.len()
     }
@@ -187,8 +231,22 @@ impl Outbox {
         self.len() == 0
     }
 
-    /// The waiting messages, oldest first.
-    pub fn pending(&self) -> Vec<OutboxItem> {
+    /// The waiting messages, oldest first. A shared outbox that cannot be
+    /// read answers none (with a warning); the next call reads again.
+    pub async fn pending(&self) -> Vec<OutboxItem> {
+        #[cfg(feature = "postgres")]
+        if let Some(shared) = &self.shared {
+            return match shared.pending(self.capacity).await {
+                Ok(items) => {
+                    self.state().pending = items.iter().cloned().collect();
+                    items
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "outbox: the waiting messages could not be read; the next round tries again");
+                    Vec::new()
+                }
+            };
+        }
         self.state().pending.iter().cloned().collect()
     }
 
@@ -196,13 +254,24 @@ impl Outbox {
     /// not: a producer that must know what it queued before a crash (a
     /// built-in job whose items count as reported once queued) reads it at
     /// start, before [`Outbox::compact`].
-    pub fn logged(&self) -> Vec<OutboxItem> {
+    pub async fn logged(&self) -> Vec<OutboxItem> {
+        #[cfg(feature = "postgres")]
+        if let Some(shared) = &self.shared {
+            return shared.logged().await.unwrap_or_else(|error| {
+                tracing::warn!(%error, "outbox: the queued messages could not be read");
+                Vec::new()
+            });
+        }
         self.state().logged.clone()
     }
 
     /// Queues `item` durably, waiting while the outbox is full; answers
     /// `false` when a message with its id waits already.
     pub async fn put(&self, item: OutboxItem) -> Result<bool, OutboxError> {
+        #[cfg(feature = "postgres")]
+        if let Some(shared) = &self.shared {
+            return self.put_shared(shared, item).await;
+        }
         loop {
             let room = self.room.notified();
             tokio::pin!(room);
@@ -231,11 +300,47 @@ impl Outbox {
         Ok(true)
     }
 
+    #[cfg(feature = "postgres")]
+    async fn put_shared(
+        &self,
+        shared: &postgres::PostgresOutbox,
+        item: OutboxItem,
+    ) -> Result<bool, OutboxError> {
+        loop {
+            let room = self.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            match shared.put(&item, self.capacity).await? {
+                postgres::Put::Queued => {
+                    let mut state = self.state();
+                    if !state.pending.iter().any(|p| p.message_id == item.message_id) {
+                        state.pending.push_back(item);
+                    }
+                    return Ok(true);
+                }
+                postgres::Put::Waiting => return Ok(false),
+                postgres::Put::Full => {
+                    let _ = tokio::time::timeout(SHARED_ROOM_POLL, room).await;
+                }
+            }
+        }
+    }
+
     /// Notes that `message_id` is recorded in its session: it no longer
     /// waits, and a producer waiting for room may go on. Not synced: were
     /// this line lost, the message would be delivered again, and its
-    /// session records an id once.
-    pub fn done(&self, message_id: &str) {
+    /// session records an id once (a shared outbox that cannot be written
+    /// says so in a warning, with the same outcome).
+    pub async fn done(&self, message_id: &str) {
+        #[cfg(feature = "postgres")]
+        if let Some(shared) = &self.shared {
+            if let Err(error) = shared.done(message_id).await {
+                tracing::warn!(%error, message_id, "outbox: a delivery could not be noted; it may be delivered again");
+            }
+            self.state().pending.retain(|p| p.message_id != message_id);
+            self.room.notify_waiters();
+            return;
+        }
         let mut state = self.state();
         let before = state.pending.len();
         state.pending.retain(|p| p.message_id != message_id);
@@ -252,14 +357,26 @@ impl Outbox {
         let compact = state.len > COMPACT_OVER;
         drop(state);
         if compact {
-            self.compact();
+            self.compact_file();
         }
         self.room.notify_waiters();
     }
 
     /// Rewrites the log with only the waiting messages (and forgets what
-    /// [`Outbox::logged`] answered).
-    pub fn compact(&self) {
+    /// [`Outbox::logged`] answered); a shared outbox removes its delivered
+    /// rows.
+    pub async fn compact(&self) {
+        #[cfg(feature = "postgres")]
+        if let Some(shared) = &self.shared {
+            if let Err(error) = shared.compact().await {
+                tracing::warn!(%error, "outbox: could not compact");
+            }
+            return;
+        }
+        self.compact_file();
+    }
+
+    fn compact_file(&self) {
         let mut state = self.state();
         let Some((path, file)) = &self.file else {
             state.logged = state.pending.iter().cloned().collect();
@@ -353,17 +470,17 @@ mod tests {
             assert!(outbox.put(item("a")).await.unwrap());
             assert!(!outbox.put(item("a")).await.unwrap(), "an id waits once");
             assert!(outbox.put(item("b")).await.unwrap());
-            outbox.done("a");
+            outbox.done("a").await;
         }
         let mut bytes = std::fs::read(&path).unwrap();
         bytes.extend_from_slice(b"{\"v\":1,\"op\":\"pu");
         std::fs::write(&path, &bytes).unwrap();
         let outbox = Outbox::open(&path, 10).unwrap();
-        let ids: Vec<_> = outbox.pending().into_iter().map(|i| i.message_id).collect();
+        let ids: Vec<_> = outbox.pending().await.into_iter().map(|i| i.message_id).collect();
         assert_eq!(ids, ["b"]);
-        assert_eq!(outbox.logged().len(), 2);
-        outbox.compact();
-        assert_eq!(outbox.logged().len(), 1);
+        assert_eq!(outbox.logged().await.len(), 2);
+        outbox.compact().await;
+        assert_eq!(outbox.logged().await.len(), 1);
         drop(outbox);
         let outbox = Outbox::open(&path, 10).unwrap();
         assert_eq!(outbox.len(), 1);
@@ -385,9 +502,9 @@ mod tests {
         tokio::task::yield_now().await;
         assert!(rx.try_recv().is_err(), "the third message waits for room");
         assert_eq!(outbox.len(), 2);
-        outbox.done("a");
+        outbox.done("a").await;
         producer.await.unwrap();
-        let ids: Vec<_> = outbox.pending().into_iter().map(|i| i.message_id).collect();
+        let ids: Vec<_> = outbox.pending().await.into_iter().map(|i| i.message_id).collect();
         assert_eq!(ids, ["b", "c"]);
     }
 }
