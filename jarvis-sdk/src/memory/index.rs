@@ -663,6 +663,88 @@ impl Index {
 
     /// The `query.k` records most similar to `query.vector`, best first
     /// (ties: newer first, then by id), none below `query.min_similarity`.
+    /// Several searches, answered in order. When at least two of them walk
+    /// a graph (large partitions), they are shared between this thread and
+    /// one more, by their estimated cost: the walks are bound by memory
+    /// latency, so two cores answer them in little more than the longest
+    /// half's time. Smaller searches run here, one after the other (a
+    /// thread costs more than they do).
+    pub(crate) fn search_many(&self, queries: &[SearchQuery]) -> Vec<Vec<SearchHit>> {
+        let costs: Vec<(f64, bool)> = queries.iter().map(|q| self.search_cost(q)).collect();
+        let walks = costs.iter().filter(|(_, walks)| *walks).count();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if walks < 2 || cores < 2 {
+            return queries.iter().map(|q| self.search(q)).collect();
+        }
+        // Longest first, each to the lighter side.
+        let mut order: Vec<usize> = (0..queries.len()).collect();
+        order.sort_by(|&a, &b| costs[b].0.total_cmp(&costs[a].0));
+        let (mut here, mut there) = (Vec::new(), Vec::new());
+        let (mut load_here, mut load_there) = (0.0, 0.0);
+        for i in order {
+            if load_there < load_here {
+                load_there += costs[i].0;
+                there.push(i);
+            } else {
+                load_here += costs[i].0;
+                here.push(i);
+            }
+        }
+        let mut answers: Vec<Vec<SearchHit>> = vec![Vec::new(); queries.len()];
+        std::thread::scope(|scope| {
+            let helper = std::thread::Builder::new()
+                .name("jarvis-recall".into())
+                .spawn_scoped(scope, || {
+                    there
+                        .iter()
+                        .map(|&i| (i, self.search(&queries[i])))
+                        .collect::<Vec<_>>()
+                });
+            for &i in &here {
+                answers[i] = self.search(&queries[i]);
+            }
+            match helper.map(|h| h.join()) {
+                Ok(Ok(found)) => {
+                    for (i, hits) in found {
+                        answers[i] = hits;
+                    }
+                }
+                // No thread to be had (or it panicked): answer here.
+                _ => {
+                    for &i in &there {
+                        answers[i] = self.search(&queries[i]);
+                    }
+                }
+            }
+        });
+        answers
+    }
+
+    /// A rough cost of `query` and whether it walks a graph: a scan counts
+    /// its rows over 5,000, a walk 1 plus a quarter of the doublings of its
+    /// rows over 5,000 (a walk's hops grow with the log of its size).
+    fn search_cost(&self, query: &SearchQuery) -> (f64, bool) {
+        let (mut cost, mut walks) = (0.0, false);
+        for partition in &self.partitions {
+            let key = &partition.key;
+            if key.dims != query.vector.len()
+                || *key.embedder != *query.embedder
+                || partition.rows.is_empty()
+                || !Self::partition_matches(&query.filter, key)
+            {
+                continue;
+            }
+            let size = partition.rows.len() as f64 / 5_000.0;
+            if partition.ann.is_ready() {
+                cost += 1.0 + size.max(1.0).log2() / 4.0;
+                walks = true;
+            } else {
+                cost += size;
+            }
+        }
+        (cost, walks)
+    }
+
     pub(crate) fn search(&self, query: &SearchQuery) -> Vec<SearchHit> {
         let dims = query.vector.len();
         if query.k == 0 || dims == 0 {
@@ -1167,6 +1249,61 @@ mod tests {
             }
             let recall = overlap as f64 / total as f64;
             assert!(recall >= 0.95, "recall@10 {recall}");
+        }
+
+        #[test]
+        fn many_searches_over_several_graphs_answer_as_one_by_one() {
+            let dims = 32;
+            let mut index = Index::with_ann(small(300));
+            for (agent, layer, seed) in [
+                ("main", Layer::Episodic, 0u64),
+                ("main", Layer::Semantic, 10_000),
+                ("karen", Layer::Episodic, 20_000),
+            ] {
+                for i in 0..400u64 {
+                    index.upsert(record(
+                        &format!("{agent}-{layer:?}-{i}"),
+                        agent,
+                        layer,
+                        vector(seed + i, dims),
+                    ));
+                }
+            }
+            // A small partition beside them stays a scan.
+            for i in 0..30u64 {
+                index.upsert(record(
+                    &format!("p{i}"),
+                    "main",
+                    Layer::Procedural,
+                    vector(30_000 + i, dims),
+                ));
+            }
+            index.wait_for_graphs();
+            assert_eq!(ready_rows(&index), 1200);
+            let queries: Vec<SearchQuery> = (0..12u64)
+                .map(|s| {
+                    let (agent, layer) = [
+                        ("main", Layer::Episodic),
+                        ("main", Layer::Semantic),
+                        ("karen", Layer::Episodic),
+                        ("main", Layer::Procedural),
+                    ][s as usize % 4];
+                    let filter = MemoryFilter::for_user("u")
+                        .layer(layer, crate::memory::record::Agents::only([agent]));
+                    query(filter, vector(1_000_000 + s, dims), 5)
+                })
+                .collect();
+            let ids = |hits: &[SearchHit]| {
+                hits.iter()
+                    .map(|h| (h.id.clone(), h.similarity))
+                    .collect::<Vec<_>>()
+            };
+            let many = index.search_many(&queries);
+            assert_eq!(many.len(), queries.len());
+            for (q, hits) in queries.iter().zip(&many) {
+                assert_eq!(hits.len(), 5);
+                assert_eq!(ids(hits), ids(&index.search(q)));
+            }
         }
 
         #[test]

@@ -410,7 +410,7 @@ impl MemoryStore for PostgresMemoryStore {
     async fn search_many(&self, queries: &[SearchQuery]) -> Result<Vec<Vec<SearchHit>>, MemoryError> {
         self.refresh().await?;
         let mirror = self.mirror();
-        Ok(queries.iter().map(|q| mirror.index.search(q)).collect())
+        Ok(mirror.index.search_many(queries))
     }
 
     async fn touch(&self, ids: &[String]) -> Result<(), MemoryError> {

@@ -942,8 +942,7 @@ impl MemoryStore for SqliteMemoryStore {
     }
 
     async fn search_many(&self, queries: &[SearchQuery]) -> Result<Vec<Vec<SearchHit>>, MemoryError> {
-        let index = self.index();
-        Ok(queries.iter().map(|q| index.search(q)).collect())
+        Ok(self.index().search_many(queries))
     }
 
     async fn touch(&self, ids: &[String]) -> Result<(), MemoryError> {

@@ -179,6 +179,10 @@ impl MemoryStore for InMemoryMemoryStore {
         Ok(self.index().search(query))
     }
 
+    async fn search_many(&self, queries: &[SearchQuery]) -> Result<Vec<Vec<SearchHit>>, MemoryError> {
+        Ok(self.index().search_many(queries))
+    }
+
     async fn touch(&self, ids: &[String]) -> Result<(), MemoryError> {
         let mut index = self.index();
         let mut seen = std::collections::HashSet::with_capacity(ids.len());

@@ -836,6 +836,15 @@ impl SessionStore for PostgresSessionStore {
     }
 
     async fn recent(&self, id: &SessionId, turns: usize) -> Result<Vec<SessionEntry>, SessionError> {
+        // A session this node holds while its lease certainly runs was
+        // written by nobody else: the kept window is the session's, and no
+        // connection is needed.
+        if turns > 0 && self.node.as_ref().is_some_and(|node| node.owns_now(id)) {
+            let windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(entries) = windows.get(id).and_then(|w| w.tail(turns)) {
+                return Ok(entries);
+            }
+        }
         let client = self.client().await?;
         if turns == 0 {
             return if self.exists(&client, id).await? {
@@ -843,14 +852,6 @@ impl SessionStore for PostgresSessionStore {
             } else {
                 Err(SessionError::not_found(id))
             };
-        }
-        // A session this node holds while its lease certainly runs was
-        // written by nobody else: the kept window is the session's.
-        if self.node.as_ref().is_some_and(|node| node.owns_now(id)) {
-            let windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(entries) = windows.get(id).and_then(|w| w.tail(turns)) {
-                return Ok(entries);
-            }
         }
         let stmt = client
             .prepare_cached(LAST_SEQ)
