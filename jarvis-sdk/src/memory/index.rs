@@ -720,20 +720,21 @@ impl Index {
         answers
     }
 
+    /// Whether `query` searches `partition`: its space, not empty, in scope.
+    fn searched_by(partition: &Partition, query: &SearchQuery) -> bool {
+        let key = &partition.key;
+        key.dims == query.vector.len()
+            && *key.embedder == *query.embedder
+            && !partition.rows.is_empty()
+            && Self::partition_matches(&query.filter, key)
+    }
+
     /// A rough cost of `query` and whether it walks a graph: a scan counts
     /// its rows over 5,000, a walk 1 plus a quarter of the doublings of its
     /// rows over 5,000 (a walk's hops grow with the log of its size).
     fn search_cost(&self, query: &SearchQuery) -> (f64, bool) {
         let (mut cost, mut walks) = (0.0, false);
-        for partition in &self.partitions {
-            let key = &partition.key;
-            if key.dims != query.vector.len()
-                || *key.embedder != *query.embedder
-                || partition.rows.is_empty()
-                || !Self::partition_matches(&query.filter, key)
-            {
-                continue;
-            }
+        for partition in self.partitions.iter().filter(|p| Self::searched_by(p, query)) {
             let size = partition.rows.len() as f64 / 5_000.0;
             if partition.ann.is_ready() {
                 cost += 1.0 + size.max(1.0).log2() / 4.0;
@@ -746,8 +747,7 @@ impl Index {
     }
 
     pub(crate) fn search(&self, query: &SearchQuery) -> Vec<SearchHit> {
-        let dims = query.vector.len();
-        if query.k == 0 || dims == 0 {
+        if query.k == 0 || query.vector.is_empty() {
             return Vec::new();
         }
         let sparse = sparse_of(&query.vector);
@@ -756,12 +756,7 @@ impl Index {
         }
         let mut heap: BinaryHeap<Candidate> = BinaryHeap::with_capacity(query.k + 1);
         for (p, partition) in self.partitions.iter().enumerate() {
-            let key = &partition.key;
-            if key.dims != dims
-                || *key.embedder != *query.embedder
-                || partition.rows.is_empty()
-                || !Self::partition_matches(&query.filter, key)
-            {
+            if !Self::searched_by(partition, query) {
                 continue;
             }
             partition.poll(self.next_key, &self.ann);
