@@ -687,8 +687,6 @@ async fn open_loop_store(config: &AppConfig) -> Result<Arc<dyn OpenLoopStore>, A
     })
 }
 
-/// Where goals are kept: Postgres with the Postgres backend (shared by
-/// every node), `$JARVIS_HOME/goals/` otherwise.
 /// The proactive outbox: `outbox.jsonl` in the home, or on Postgres the
 /// table every node shares (a message outlives the node that queued it and
 /// is recorded by the node owning its session).
@@ -701,6 +699,8 @@ async fn outbox(config: &AppConfig) -> Result<Outbox, AppError> {
     outbox.map_err(|e| AppError::Config(e.to_string()))
 }
 
+/// Where goals are kept: Postgres with the Postgres backend (shared by
+/// every node), `$JARVIS_HOME/goals/` otherwise.
 async fn goal_store(config: &AppConfig) -> Result<GoalStore, AppError> {
     let (clock, zone) = (config.clock.clone(), config.agenda.time_zone.clone());
     Ok(match &config.store {
