@@ -275,6 +275,20 @@ fn label(n: usize) -> String {
     }
 }
 
+/// The host's transparent-huge-page mode (the graphs' walks wait on memory,
+/// and with `always` their pages are 2 MB, which spares most TLB misses;
+/// with `madvise`, the Linux default, the graph library's pages are 4 kB).
+fn huge_pages() -> String {
+    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .ok()
+        .and_then(|s| {
+            let start = s.find('[')?;
+            let end = s[start..].find(']')?;
+            Some(s[start + 1..start + end].to_owned())
+        })
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
 /// The in-memory store holding `n` synthetic records, with graphs as
 /// `ann` says (built before it is returned).
 async fn store_of(n: usize, ann: AnnOptions) -> (Arc<InMemoryMemoryStore>, Duration) {
@@ -567,8 +581,9 @@ async fn main() {
     let only = at.map(|n| vec![n]);
     let sizes: &[usize] = only.as_deref().unwrap_or(sizes);
     println!(
-        "recall per turn (observe: every section), default embedder, in-memory store, default graph options ({:?})",
-        AnnOptions::default()
+        "recall per turn (observe: every section), default embedder, in-memory store, default graph options ({:?}); transparent huge pages: {}",
+        AnnOptions::default(),
+        huge_pages()
     );
     for &n in sizes {
         recall_at(n, queries).await;

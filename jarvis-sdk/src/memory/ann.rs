@@ -57,7 +57,9 @@ pub struct AnnOptions {
     /// Candidates considered when adding a node (`ef_construction`).
     pub expansion_add: usize,
     /// Candidates considered when searching (`ef`); a search asking for
-    /// more hits than this considers that many.
+    /// more hits than this considers that many. Read at every search, so
+    /// changing it (`set_ann` on the stores) applies to graphs already
+    /// built.
     pub expansion_search: usize,
     /// Threads that build one graph in the background.
     pub build_threads: usize,
@@ -130,6 +132,7 @@ impl PartAnn {
         _query: &[f32],
         _count: usize,
         _extra: usize,
+        _expansion: usize,
         _accept: &dyn Fn(usize) -> bool,
         _score: &dyn Fn(usize) -> f32,
     ) -> Option<Vec<(usize, f32)>> {
@@ -223,7 +226,8 @@ fn new_graph(dims: usize, options: &AnnOptions, capacity: usize, threads: usize)
         quantization: usearch::ScalarKind::I8,
         connectivity: options.connectivity,
         expansion_add: options.expansion_add,
-        expansion_search: options.expansion_search,
+        // Searches set their own `ef` (see `PartAnn::search`).
+        expansion_search: 1,
         multi: false,
     })
     .map_err(|e| e.to_string())?;
@@ -555,12 +559,14 @@ impl PartAnn {
     /// The `count` rows nearest `query` that `accept` takes (`extra`: how
     /// many it may turn away), as (row, exact similarity by `score`), when
     /// there is a graph: the graph's candidates for the rows it covers and
-    /// every tail row; `None` means "scan".
+    /// every tail row; `None` means "scan". The walk keeps `expansion`
+    /// candidates (`ef`) or `count + extra` if that is more.
     pub(super) fn search(
         &self,
         query: &[f32],
         count: usize,
         extra: usize,
+        expansion: usize,
         accept: &dyn Fn(usize) -> bool,
         score: &dyn Fn(usize) -> f32,
     ) -> Option<Vec<(usize, f32)>> {
@@ -574,9 +580,13 @@ impl PartAnn {
         // Rust per visited node costs more than it saves): the graph holds
         // no removed key, and the keys an adder is adding are in the tail;
         // `extra` covers what `accept` turns away.
-        let found = graph.search(query, count + extra).ok()?;
-        let mut out: Vec<(usize, f32)> = found
-            .keys
+        // The walk's `ef` is the larger of the graph's own setting and the
+        // hits asked for, so asking for `expansion` hits sets it per search
+        // (the graph is created with the smallest setting).
+        let found = graph.search(query, (count + extra).max(expansion)).ok()?;
+        let mut found_keys = found.keys;
+        found_keys.truncate(count + extra);
+        let mut out: Vec<(usize, f32)> = found_keys
             .iter()
             .filter(|&&key| key < covered)
             .filter_map(|key| self.rows.get(key).map(|&row| row as usize))

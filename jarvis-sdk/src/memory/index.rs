@@ -442,6 +442,14 @@ pub(crate) struct Index {
     ann: AnnOptions,
 }
 
+/// The cores this process may use, read once (on Linux the standard
+/// library reads cgroup files on every call, which costs more than a
+/// small search).
+fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 impl Index {
     /// An empty index whose large partitions get graphs as `ann` says.
     pub(crate) fn with_ann(ann: AnnOptions) -> Self {
@@ -672,8 +680,7 @@ impl Index {
     pub(crate) fn search_many(&self, queries: &[SearchQuery]) -> Vec<Vec<SearchHit>> {
         let costs: Vec<(f64, bool)> = queries.iter().map(|q| self.search_cost(q)).collect();
         let walks = costs.iter().filter(|(_, walks)| *walks).count();
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        if walks < 2 || cores < 2 {
+        if walks < 2 || cores() < 2 {
             return queries.iter().map(|q| self.search(q)).collect();
         }
         // Longest first, each to the lighter side.
@@ -760,7 +767,7 @@ impl Index {
                 continue;
             }
             partition.poll(self.next_key, &self.ann);
-            if !Self::walk(partition, p, &sparse, query, &mut heap) {
+            if !Self::walk(partition, p, &sparse, query, self.ann.expansion_search, &mut heap) {
                 Self::scan(partition, p, &sparse, query, &mut heap);
             }
         }
@@ -795,6 +802,7 @@ impl Index {
         p: usize,
         sparse: &[(usize, f32)],
         query: &SearchQuery,
+        expansion: usize,
         heap: &mut BinaryHeap<Candidate>,
     ) -> bool {
         let exclude = &query.filter.exclude_ids;
@@ -805,7 +813,10 @@ impl Index {
         // scored exactly, keep the top k right.
         let count = query.k + query.k / 2 + 4;
         let extra = exclude.len();
-        let Some(found) = partition.ann.search(&query.vector, count, extra, &accept, &score) else {
+        let Some(found) = partition
+            .ann
+            .search(&query.vector, count, extra, expansion, &accept, &score)
+        else {
             return false;
         };
         for (row, score) in found {
@@ -1244,6 +1255,52 @@ mod tests {
             }
             let recall = overlap as f64 / total as f64;
             assert!(recall >= 0.95, "recall@10 {recall}");
+        }
+
+        #[test]
+        fn a_changed_expansion_reaches_graphs_already_built() {
+            let dims = 32;
+            let narrow = AnnOptions {
+                expansion_search: 1,
+                ..small(500)
+            };
+            let mut index = Index::with_ann(narrow);
+            let mut exact = Index::with_ann(AnnOptions::exact());
+            for i in 0..6000u64 {
+                let r = record(&format!("r{i}"), "main", Layer::Episodic, dense(i, dims));
+                index.upsert(r.clone());
+                exact.upsert(r);
+            }
+            index.wait_for_graphs();
+            assert_eq!(ready_rows(&index), 6000);
+            let recall = |index: &Index| {
+                let mut found = 0;
+                for s in 0..40u64 {
+                    let q = dense(2_000_000 + s, dims);
+                    let filter = MemoryFilter::for_user("u");
+                    let truth = exact.search(&query(filter.clone(), q.clone(), 10));
+                    let approx = index.search(&query(filter, q, 10));
+                    found += approx
+                        .iter()
+                        .filter(|h| truth.iter().any(|t| t.id == h.id))
+                        .count();
+                }
+                found as f64 / 400.0
+            };
+            // Random dense vectors: a walk that keeps only the hits asked
+            // for misses some of the true top 10, a wide one none.
+            let before = recall(&index);
+            index.set_ann(AnnOptions {
+                expansion_search: 400,
+                ..narrow
+            });
+            let after = recall(&index);
+            assert_eq!(ready_rows(&index), 6000, "the graph stays");
+            assert!(before < 0.97, "narrow walk: recall@10 {before}");
+            assert!(
+                after > 0.99 && after > before,
+                "wide walk: recall@10 {after} (narrow {before})"
+            );
         }
 
         #[test]
