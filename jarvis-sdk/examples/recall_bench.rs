@@ -275,9 +275,10 @@ fn label(n: usize) -> String {
     }
 }
 
-/// The host's transparent-huge-page mode (the graphs' walks wait on memory,
-/// and with `always` their pages are 2 MB, which spares most TLB misses;
-/// with `madvise`, the Linux default, the graph library's pages are 4 kB).
+/// The host's transparent-huge-page mode. The graphs' walks wait on memory,
+/// and 2 MB pages spare most of their TLB misses: the graphs ask for them,
+/// which `madvise` (the Linux default) and `always` grant and `never`
+/// refuses; `always` also gives them to the rest of the store.
 fn huge_pages() -> String {
     std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
         .ok()

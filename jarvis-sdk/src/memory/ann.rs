@@ -584,10 +584,10 @@ impl PartAnn {
         // hits asked for, so asking for `expansion` hits sets it per search
         // (the graph is created with the smallest setting).
         let found = graph.search(query, (count + extra).max(expansion)).ok()?;
-        let mut found_keys = found.keys;
-        found_keys.truncate(count + extra);
-        let mut out: Vec<(usize, f32)> = found_keys
+        let mut out: Vec<(usize, f32)> = found
+            .keys
             .iter()
+            .take(count + extra)
             .filter(|&&key| key < covered)
             .filter_map(|key| self.rows.get(key).map(|&row| row as usize))
             .filter(|&row| accept(row))

@@ -1303,6 +1303,36 @@ mod tests {
             );
         }
 
+        /// A graph's memory asks the kernel for transparent huge pages
+        /// (`vendor/usearch/PATCHED.md`): walks read it in random order,
+        /// and under Linux's default `madvise` policy only memory that
+        /// asks gets 2 MB pages.
+        #[cfg(target_os = "linux")]
+        #[test]
+        fn graph_memory_asks_for_huge_pages() {
+            if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled").exists() {
+                eprintln!("skipped: this kernel has no transparent huge pages");
+                return;
+            }
+            // `hg` in a mapping's `VmFlags` is `MADV_HUGEPAGE`, set whatever
+            // the host's policy; nothing else in a test process asks for it.
+            let advised = || {
+                std::fs::read_to_string("/proc/self/smaps")
+                    .unwrap()
+                    .lines()
+                    .filter(|l| l.starts_with("VmFlags:") && l.split_whitespace().any(|f| f == "hg"))
+                    .count()
+            };
+            let dims = 32;
+            let mut index = Index::with_ann(small(500));
+            for i in 0..1000u64 {
+                index.upsert(record(&format!("r{i}"), "main", Layer::Episodic, dense(i, dims)));
+            }
+            index.wait_for_graphs();
+            assert_eq!(ready_rows(&index), 1000);
+            assert!(advised() > 0, "no mapping of the graph asked for huge pages");
+        }
+
         #[test]
         fn many_searches_over_several_graphs_answer_as_one_by_one() {
             let dims = 32;
