@@ -29,6 +29,10 @@
 //! Run with `cargo run --release -p jarvis-sdk --example recall_bench`
 //! (add `-- --smoke` for a quick check that it works, `-- --at N` for the
 //! recall run at N records alone, `-- --crossover` for the crossover alone).
+//! Extra rows with other graph settings: `-- --at N --connectivity M
+//! --expansion-add E --ef 32,48` builds the graphs with `M` links per node
+//! and `ef_construction` `E`, and measures the recall run once per `ef`
+//! listed (set on the same graphs with `set_ann`).
 
 use jarvis_sdk::{
     AgentIdentity, Agents, AnnOptions, CancellationToken, FauxProvider, FauxReply, FauxScript, Harness,
@@ -385,39 +389,65 @@ async fn recall_at_10(
     )
 }
 
-async fn recall_at(n: usize, queries: usize) {
-    let (graph, built) = store_of(n, AnnOptions::default()).await;
+/// The recall run at `n` records with graphs built as `ann` says, once per
+/// `ef` in `efs` (none: `ann`'s own).
+async fn recall_at(n: usize, queries: usize, ann: AnnOptions, efs: &[usize]) {
+    let (graph, built) = store_of(n, ann).await;
     let (graph_rows, graph_bytes) = graph.graph_stats();
     let prompts = prompts(n, queries);
-    let [p50, p99, r50, r99] = observe_times(graph.clone(), &prompts).await;
-    println!("{} records: p50 {}, p99 {}", label(n), ms(p50), ms(p99));
-    println!(
-        "    (one episodic recall alone: p50 {}, p99 {}; {} of the records in graphs)",
-        ms(r50),
-        ms(r99),
-        graph_rows,
-    );
-    if graph_rows == 0 {
-        return;
+    let exact = if graph_rows > 0 {
+        Some(store_of(n, AnnOptions::exact()).await.0)
+    } else {
+        None
+    };
+    let own = [ann.expansion_search];
+    for (i, &ef) in (if efs.is_empty() { &own[..] } else { efs }).iter().enumerate() {
+        let ann = AnnOptions {
+            expansion_search: ef,
+            ..ann
+        };
+        graph.set_ann(ann);
+        let [p50, p99, r50, r99] = observe_times(graph.clone(), &prompts).await;
+        if ann != AnnOptions::default() {
+            println!("graphs with {ann:?}:");
+        }
+        println!("{} records: p50 {}, p99 {}", label(n), ms(p50), ms(p99));
+        println!(
+            "    (one episodic recall alone: p50 {}, p99 {}; {} of the records in graphs)",
+            ms(r50),
+            ms(r99),
+            graph_rows,
+        );
+        let Some(exact) = &exact else {
+            return;
+        };
+        let (recall, graph_search, exact_search) = recall_at_10(&graph, exact, &prompts).await;
+        if i == 0 {
+            let [e50, e99, _, _] = observe_times(exact.clone(), &prompts).await;
+            println!("    exact scan only: p50 {}, p99 {}", ms(e50), ms(e99));
+        }
+        println!(
+            "    recall@10 {recall:.3} (one partition search: graph {}, exact {})",
+            ms(graph_search),
+            ms(exact_search),
+        );
     }
-    let (exact, _) = store_of(n, AnnOptions::exact()).await;
-    let [e50, e99, _, _] = observe_times(exact.clone(), &prompts).await;
-    let (recall, graph_search, exact_search) = recall_at_10(&graph, &exact, &prompts).await;
-    println!(
-        "    exact scan only: p50 {}, p99 {}; recall@10 {recall:.3} (one partition search: graph {}, exact {})",
-        ms(e50),
-        ms(e99),
-        ms(graph_search),
-        ms(exact_search),
-    );
-    println!(
-        "    graphs built in {:.1} s ({:.1} s per 100k records), {:.0} MB ({:.0} MB per 100k records; {} build thread)",
-        built.as_secs_f64(),
-        built.as_secs_f64() * 100_000.0 / graph_rows as f64,
-        graph_bytes as f64 / 1e6,
-        graph_bytes as f64 / 1e6 * 100_000.0 / graph_rows as f64,
-        AnnOptions::default().build_threads,
-    );
+    if graph_rows > 0 {
+        println!(
+            "    graphs built in {:.1} s ({:.1} s per 100k records), {:.0} MB ({:.0} MB per 100k records; {} build thread)",
+            built.as_secs_f64(),
+            built.as_secs_f64() * 100_000.0 / graph_rows as f64,
+            graph_bytes as f64 / 1e6,
+            graph_bytes as f64 / 1e6 * 100_000.0 / graph_rows as f64,
+            ann.build_threads,
+        );
+    }
+}
+
+/// The value after `flag` on the command line, parsed.
+fn flag<T: std::str::FromStr>(args: &[String], flag: &str) -> Option<T> {
+    let at = args.iter().position(|a| a == flag)?;
+    args.get(at + 1)?.parse().ok()
 }
 
 /// One partition's search at sizes around the graph threshold: exact scan
@@ -571,10 +601,16 @@ async fn main() {
     };
     // `--at N`: only the recall run at N records.
     let args: Vec<String> = std::env::args().collect();
-    let at: Option<usize> = args
-        .iter()
-        .position(|a| a == "--at")
-        .and_then(|i| args.get(i + 1)?.parse().ok());
+    let at: Option<usize> = flag(&args, "--at");
+    let defaults = AnnOptions::default();
+    let ann = AnnOptions {
+        connectivity: flag(&args, "--connectivity").unwrap_or(defaults.connectivity),
+        expansion_add: flag(&args, "--expansion-add").unwrap_or(defaults.expansion_add),
+        ..defaults
+    };
+    let efs: Vec<usize> = flag::<String>(&args, "--ef")
+        .map(|list| list.split(',').filter_map(|ef| ef.trim().parse().ok()).collect())
+        .unwrap_or_default();
     if args.iter().any(|a| a == "--crossover") {
         crossover(&[1_000, 2_000, 5_000, 10_000, 20_000, 40_000, 80_000], queries).await;
         return;
@@ -587,7 +623,7 @@ async fn main() {
         huge_pages()
     );
     for &n in sizes {
-        recall_at(n, queries).await;
+        recall_at(n, queries, ann, &efs).await;
     }
     if at.is_some() {
         return;
