@@ -29,9 +29,10 @@
 //! Run with `cargo run --release -p jarvis-sdk --example recall_bench`
 //! (add `-- --smoke` for a quick check that it works, `-- --at N` for the
 //! recall run at N records alone, `-- --crossover` for the crossover alone).
-//! Extra rows with other graph settings: `-- --at N --connectivity M
-//! --expansion-add E --ef 32,48` builds the graphs with `M` links per node
-//! and `ef_construction` `E`, and measures the recall run once per `ef`
+//! Extra rows with other graph settings: `-- --at N --min-rows R
+//! --connectivity M --expansion-add E --ef 32,48` gives partitions of `R`
+//! records or more a graph, builds the graphs with `M` links per node and
+//! `ef_construction` `E`, and measures the recall run once per `ef`
 //! listed (set on the same graphs with `set_ann`).
 
 use jarvis_sdk::{
@@ -604,6 +605,7 @@ async fn main() {
     let at: Option<usize> = flag(&args, "--at");
     let defaults = AnnOptions::default();
     let ann = AnnOptions {
+        min_rows: flag(&args, "--min-rows").unwrap_or(defaults.min_rows),
         connectivity: flag(&args, "--connectivity").unwrap_or(defaults.connectivity),
         expansion_add: flag(&args, "--expansion-add").unwrap_or(defaults.expansion_add),
         ..defaults
@@ -618,8 +620,9 @@ async fn main() {
     let only = at.map(|n| vec![n]);
     let sizes: &[usize] = only.as_deref().unwrap_or(sizes);
     println!(
-        "recall per turn (observe: every section), default embedder, in-memory store, default graph options ({:?}); transparent huge pages: {}",
-        AnnOptions::default(),
+        "recall per turn (observe: every section), default embedder, in-memory store, graph options {:?}{}; transparent huge pages: {}",
+        ann,
+        if ann == defaults { " (the defaults)" } else { "" },
         huge_pages()
     );
     for &n in sizes {
