@@ -32,6 +32,7 @@ use serde_json::Value;
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{self, AtomicBool};
 
 use super::ann::{AnnOptions, PartAnn, Rows};
 use super::record::{Layer, MemoryFilter, MemoryRecord, SearchHit, SearchQuery};
@@ -457,7 +458,7 @@ fn cores() -> usize {
 /// busy, search on their own thread rather than queue behind it.
 struct Helper {
     pool: rayon::ThreadPool,
-    busy: std::sync::atomic::AtomicBool,
+    busy: AtomicBool,
 }
 
 /// A claim on the [`Helper`], released when dropped.
@@ -465,7 +466,7 @@ struct Lent(&'static Helper);
 
 impl Drop for Lent {
     fn drop(&mut self) {
-        self.0.busy.store(false, std::sync::atomic::Ordering::Release);
+        self.0.busy.store(false, atomic::Ordering::Release);
     }
 }
 
@@ -482,18 +483,13 @@ fn lend() -> Option<Lent> {
                 .ok()?;
             Some(Helper {
                 pool,
-                busy: std::sync::atomic::AtomicBool::new(false),
+                busy: AtomicBool::new(false),
             })
         })
         .as_ref()?;
     helper
         .busy
-        .compare_exchange(
-            false,
-            true,
-            std::sync::atomic::Ordering::Acquire,
-            std::sync::atomic::Ordering::Relaxed,
-        )
+        .compare_exchange(false, true, atomic::Ordering::Acquire, atomic::Ordering::Relaxed)
         .ok()?;
     Some(Lent(helper))
 }
@@ -729,9 +725,10 @@ impl Index {
     pub(crate) fn search_many(&self, queries: &[SearchQuery]) -> Vec<Vec<SearchHit>> {
         let costs: Vec<(f64, bool)> = queries.iter().map(|q| self.search_cost(q)).collect();
         let walks = costs.iter().filter(|(_, walks)| *walks).count();
-        if walks < 2 || cores() < 2 {
+        // A recall that finds the helper lent to another searches alone.
+        let Some(helper) = (walks >= 2 && cores() >= 2).then(lend).flatten() else {
             return queries.iter().map(|q| self.search(q)).collect();
-        }
+        };
         // Longest first, each to the lighter side.
         let mut order: Vec<usize> = (0..queries.len()).collect();
         order.sort_by(|&a, &b| costs[b].0.total_cmp(&costs[a].0));
@@ -746,9 +743,6 @@ impl Index {
                 here.push(i);
             }
         }
-        let Some(helper) = lend() else {
-            return queries.iter().map(|q| self.search(q)).collect();
-        };
         let mut answers: Vec<Vec<SearchHit>> = vec![Vec::new(); queries.len()];
         let mut lent: Vec<(usize, Vec<SearchHit>)> = Vec::new();
         helper.0.pool.in_place_scope(|scope| {
