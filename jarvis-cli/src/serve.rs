@@ -82,6 +82,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // Announced (server file written) before the URL is printed, so a
     // client started on seeing the URL finds it.
     let server = Server::new(listener, ServerState::new(app, server_config))?;
+    let shutdown = shutdown_signal();
 
     let url = format!("{}/?session={}", server.url(), session.id);
     println!(
@@ -99,7 +100,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     open(&args, &url, token.is_some());
     println!("Press Ctrl-C to stop.");
-    server.run(shutdown_signal()).await?;
+    server.run(shutdown).await?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -166,24 +167,43 @@ fn open(args: &ServeArgs, url: &str, token_required: bool) {
     }
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
-pub(crate) async fn shutdown_signal() {
+/// A future that resolves on Ctrl-C or SIGTERM.
+///
+/// The handlers are installed here, when it is called, not when the
+/// future is first polled: a server announces its URL before it polls its
+/// shutdown future, and a SIGTERM sent on seeing the URL must already find
+/// the handler (without it the default disposition kills the process).
+/// Must be called inside the runtime.
+pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
-    {
+    let streams = {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
+        (
+            signal(SignalKind::interrupt()).ok(),
+            signal(SignalKind::terminate()).ok(),
+        )
+    };
+    async move {
+        #[cfg(unix)]
+        match streams {
+            (Some(mut int), Some(mut term)) => {
                 tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
+                    _ = int.recv() => {}
                     _ = term.recv() => {}
                 }
             }
-            Err(_) => {
+            (Some(mut int), None) => {
+                int.recv().await;
+            }
+            (None, Some(mut term)) => {
+                term.recv().await;
+            }
+            (None, None) => {
                 let _ = tokio::signal::ctrl_c().await;
             }
         }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down");
     }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
-    tracing::info!("shutting down");
 }

@@ -255,6 +255,18 @@ rules:
 fallback: { text: "기억할게요." }
 "#;
 
+/// SIGTERM sent the moment the URL is printed is a clean stop: the
+/// handler is in place before the server announces itself (before the fix
+/// it was installed on the shutdown future's first poll, and a SIGTERM in
+/// that gap killed the process by the default disposition).
+#[test]
+fn sigterm_as_soon_as_the_url_is_printed_is_a_clean_stop() {
+    let mut home = Home::new(MEMO);
+    for _ in 0..5 {
+        home.serve(&[]).stop();
+    }
+}
+
 #[test]
 fn a_fact_and_an_episode_are_recalled_after_a_clean_stop_and_after_sigkill() {
     for kill in [false, true] {
