@@ -263,6 +263,9 @@ struct Bench {
     /// Sampled after every turn: an append of a turn's bytes to this file
     /// and `fdatasync` (see [`floor_sample`]).
     floor: Option<(std::fs::File, Vec<u8>)>,
+    /// The embedded memory store, when the memory is in one (its graphs
+    /// are reported after the long session).
+    embedded: Option<Arc<SqliteMemoryStore>>,
 }
 
 /// Where the benchmark's memory lives.
@@ -287,10 +290,15 @@ impl Bench {
             write: AtomicU64::new(0),
             phases: phases.clone(),
         });
+        let mut embedded = None;
         let store: Option<Arc<dyn MemoryStore>> = match memory {
             Memory::Off => None,
             Memory::InProcess => Some(Arc::new(InMemoryMemoryStore::new())),
-            Memory::Embedded(path) => Some(Arc::new(SqliteMemoryStore::open(path).await.unwrap())),
+            Memory::Embedded(path) => {
+                let store = Arc::new(SqliteMemoryStore::open(path).await.unwrap());
+                embedded = Some(store.clone());
+                Some(store)
+            }
             Memory::Postgres(url) => Some(Arc::new(PostgresMemoryStore::connect(url).await.unwrap())),
         };
         let memory =
@@ -318,6 +326,7 @@ impl Bench {
             phases,
             thinking: with_thinking.then(Arc::default),
             floor: None,
+            embedded,
         }
     }
 
@@ -557,6 +566,13 @@ async fn measure(
             alongside.push(bench.turn(&fresh, k + 1).await);
         }
         rows.push((Plan::label(plan.long - plan.window + 1, plan.long), row(&last)));
+        if let Some(store) = &bench.embedded {
+            let (rows, bytes) = store.graph_stats();
+            println!(
+                "turn_overhead {key}: after the long session, {rows} records searched through graphs ({:.1} MB)",
+                bytes as f64 / 1e6
+            );
+        }
         rows.push((
             format!("{} of a fresh session, alongside", Plan::label(1, plan.window)),
             row(&alongside),

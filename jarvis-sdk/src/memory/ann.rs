@@ -153,6 +153,14 @@ type Graph = usearch::Index;
 #[cfg(feature = "ann")]
 const ADD_BATCH: usize = 4_096;
 
+/// Tail rows an adder waits for before it starts (unless a caller waits
+/// for the graph to take everything). Starting one is a thread spawn,
+/// 40–80 µs on a small machine, which a partition written once a turn
+/// would pay on every recall; a tail this short costs a search a few
+/// microseconds to scan.
+#[cfg(feature = "ann")]
+pub(super) const ADD_MIN: usize = 32;
+
 /// A partition's graph, the build and the addition under way.
 #[cfg(feature = "ann")]
 #[derive(Default)]
@@ -358,7 +366,7 @@ impl PartAnn {
 
     /// Moves finished work in; starts a build when the partition reached
     /// the threshold or its graph has churned past a quarter of its rows,
-    /// and an adder when the tail is not empty; drops the graph when the
+    /// and an adder when the tail holds [`ADD_MIN`] rows; drops the graph when the
     /// partition shrank below half the threshold. `snapshot` is called only
     /// to start a build; `next_key` is the key the next written row gets.
     pub(super) fn poll<R: Rows + Send + Sync + 'static>(
@@ -446,7 +454,7 @@ impl PartAnn {
             }
             return;
         }
-        if !state.tail.is_empty() {
+        if state.tail.len() >= ADD_MIN || (block && !state.tail.is_empty()) {
             self.start_adder(state, rows, next_key);
         }
     }
@@ -544,6 +552,18 @@ impl PartAnn {
     #[cfg(test)]
     pub(super) fn holds(&self, key: u64) -> Option<bool> {
         self.state().graph.as_ref().map(|g| g.contains(key))
+    }
+
+    /// Whether an adder is under way (tests).
+    #[cfg(test)]
+    pub(super) fn adding(&self) -> bool {
+        self.state().adder.is_some()
+    }
+
+    /// The live nodes in the graph, if there is one (tests).
+    #[cfg(test)]
+    pub(super) fn graph_size(&self) -> Option<usize> {
+        self.state().graph.as_ref().map(|g| g.size())
     }
 
     /// Whether searches walk a graph.

@@ -1579,6 +1579,49 @@ mod tests {
             }
         }
 
+        /// A partition written once a turn does not start an adder (a
+        /// thread) on every write: the tail waits for `ADD_MIN` rows, and
+        /// is found by its exact scan meanwhile.
+        #[test]
+        fn a_tail_written_a_record_at_a_time_is_added_in_batches() {
+            use crate::memory::ann::ADD_MIN;
+            let dims = 24;
+            let mut index = Index::with_ann(small(100));
+            for i in 0..200u64 {
+                index.upsert(record(&format!("r{i}"), "main", Layer::Episodic, dense(i, dims)));
+            }
+            index.wait_for_graphs();
+            assert_eq!(index.partitions[0].ann.graph_size(), Some(200));
+            let last = 200 + ADD_MIN as u64 - 1;
+            for i in 200..last {
+                index.upsert(record(&format!("r{i}"), "main", Layer::Episodic, dense(i, dims)));
+                let hits = index.search(&query(MemoryFilter::for_user("u"), dense(i, dims), 1));
+                assert_eq!(hits[0].id, format!("r{i}"), "a tail row is found at once");
+                assert!(
+                    !index.partitions[0].ann.adding(),
+                    "no adder for {} tail rows",
+                    i - 199
+                );
+            }
+            assert_eq!(index.partitions[0].ann.graph_size(), Some(200));
+            index.upsert(record(
+                &format!("r{last}"),
+                "main",
+                Layer::Episodic,
+                dense(last, dims),
+            ));
+            assert!(
+                index.partitions[0].ann.adding(),
+                "the {ADD_MIN}th tail row starts one"
+            );
+            index.wait_for_graphs();
+            assert_eq!(index.partitions[0].ann.graph_size(), Some(200 + ADD_MIN));
+            // Waiting for the graphs adds a short tail too.
+            index.upsert(record("short", "main", Layer::Episodic, dense(9_999, dims)));
+            index.wait_for_graphs();
+            assert_eq!(index.partitions[0].ann.graph_size(), Some(201 + ADD_MIN));
+        }
+
         #[derive(Debug, Clone)]
         enum Op {
             Put(u8, u16),
