@@ -79,10 +79,12 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let demo = app.is_demo();
     let notice = app.notice().map(str::to_owned);
     let token = server_config.token.clone();
+    // The signal handlers go in before the server is announced (its file
+    // written, then its URL printed): whoever finds it may stop it at once.
+    let shutdown = shutdown_signal();
     // Announced (server file written) before the URL is printed, so a
     // client started on seeing the URL finds it.
     let server = Server::new(listener, ServerState::new(app, server_config))?;
-    let shutdown = shutdown_signal();
 
     let url = format!("{}/?session={}", server.url(), session.id);
     println!(
@@ -169,11 +171,13 @@ fn open(args: &ServeArgs, url: &str, token_required: bool) {
 
 /// A future that resolves on Ctrl-C or SIGTERM.
 ///
-/// The handlers are installed here, when it is called, not when the
-/// future is first polled: a server announces its URL before it polls its
-/// shutdown future, and a SIGTERM sent on seeing the URL must already find
-/// the handler (without it the default disposition kills the process).
-/// Must be called inside the runtime.
+/// On Unix the handlers are installed here, when it is called, not when
+/// the future is first polled: a server announces itself before it polls
+/// its shutdown future, and a SIGTERM sent on seeing it must already find
+/// the handler (without one the default disposition kills the process); a
+/// signal that arrives early ends the server at the first poll. Elsewhere
+/// Ctrl-C is watched from the first poll. Must be called inside the
+/// runtime.
 pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     let streams = {

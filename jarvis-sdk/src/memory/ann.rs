@@ -225,8 +225,9 @@ impl Hasher for KeyHasher {
     }
 
     fn finish(&self) -> u64 {
-        // The product's middle bits are its best mixed: they become the
-        // bucket (low) and the tag (top seven).
+        // A product's low bits are its least mixed: rotated, its top bits
+        // (38–63) become the bucket and bits 31–37 the table's tag (the top
+        // seven on a 64-bit target).
         self.0.rotate_left(26)
     }
 }
@@ -387,9 +388,10 @@ impl PartAnn {
             state.tail.swap_remove(at);
         }
         if let Some(graph) = &state.graph {
-            state.churn += 1;
-            if let Err(e) = graph.remove(key) {
-                state.fail("the recall graph could not remove a record", &e.to_string());
+            // Churn counts what leaves the graph, not tail rows it never held.
+            match graph.remove(key) {
+                Ok(removed) => state.churn += removed,
+                Err(e) => state.fail("the recall graph could not remove a record", &e.to_string()),
             }
         }
     }
@@ -524,8 +526,9 @@ impl PartAnn {
         };
         if let Some(graph) = &state.graph {
             for &key in &adder.removed {
-                if let Err(e) = graph.remove(key) {
-                    return state.fail("adding to a recall graph failed", &e.to_string());
+                match graph.remove(key) {
+                    Ok(removed) => state.churn += removed,
+                    Err(e) => return state.fail("adding to a recall graph failed", &e.to_string()),
                 }
             }
         }

@@ -146,7 +146,9 @@ impl Tiles {
         sparse
             .iter()
             .map(|&(j, q)| q * chunk.get(base + j * TILE).copied().unwrap_or(0.0))
-            .sum()
+            // From +0.0 as the tiles' scan adds up (`sum` starts from -0.0),
+            // so a row scores the same bits whichever path scored it.
+            .fold(0.0, |acc, x| acc + x)
     }
 
     /// The dot products of `rows` with a query given by its non-zero
@@ -1232,6 +1234,19 @@ mod tests {
             .collect();
         assert_eq!(together, one_by_one);
         assert!(tiles.dot_rows(&[], &sparse).is_empty());
+        // A row that is zero wherever the query is negative scores +0.0 on
+        // both paths (a sum from -0.0 would give -0.0 one by one).
+        let mut tiles = Tiles::new(dims);
+        for row in 0..2 {
+            tiles.grow_to(row + 1);
+            tiles.write(row, &vec![0.0; dims]);
+        }
+        let negative = [(1, -0.5f32), (7, -0.25)];
+        let scores = [tiles.dot(0, &negative), tiles.dot_rows(&[0, 1], &negative)[0]];
+        assert!(
+            scores.iter().all(|s| s.to_bits() == 0.0f32.to_bits()),
+            "{scores:?}"
+        );
     }
 
     #[test]
