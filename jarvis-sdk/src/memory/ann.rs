@@ -658,8 +658,8 @@ mod tests {
     use std::hash::BuildHasher;
 
     /// Consecutive keys (as the index hands them out) and keys a stride
-    /// apart spread evenly over a
-    /// table's buckets (low bits) and tags (high bits).
+    /// apart spread evenly over a table's buckets (low bits) and tags
+    /// (high bits).
     #[test]
     fn consecutive_keys_spread_over_buckets_and_tags() {
         for stride in [1u64, 1024] {
