@@ -200,7 +200,8 @@ impl Tiles {
     fn make_row_major(&mut self, budget: usize) -> bool {
         self.row_major = true;
         let dims = self.dims;
-        let mut by_dim = vec![0.0f32; dims * TILE];
+        // Allocated for the first chunk to rewrite: most calls find none.
+        let mut by_dim: Vec<f32> = Vec::new();
         let mut left = budget;
         for (chunk, by_row) in self.chunks.iter_mut().zip(&mut self.by_row) {
             if *by_row || dims == 0 {
@@ -209,6 +210,7 @@ impl Tiles {
             if left == 0 {
                 return false;
             }
+            by_dim.resize(dims * TILE, 0.0);
             for tile in Arc::make_mut(chunk).chunks_exact_mut(dims * TILE) {
                 by_dim.copy_from_slice(tile);
                 for (j, lane) in by_dim.chunks_exact(TILE).enumerate() {
