@@ -17,8 +17,9 @@
 //! exact `f32` dot products (cosine, since vectors have unit length).
 //!
 //! Once a partition walks a graph (below), its tiles are rewritten
-//! row-major, a few chunks per write ([`SETTLE_CHUNKS`]), and new chunks
-//! are born so: a graph proposes a few dozen scattered candidates, each
+//! row-major, a few chunks per write to the index ([`SETTLE_CHUNKS`], the
+//! written partition's first, then those only read), and new chunks are
+//! born so: a graph proposes a few dozen scattered candidates, each
 //! scored alone, and a whole row is `dims / 16` neighbouring cache lines
 //! where dimension-major it costs one line per dimension the query uses
 //! (about 150 of 512 for the hash embedder, all of them for a dense one).
@@ -56,10 +57,10 @@ const TILE: usize = 16;
 /// Rows per chunk of tiles (the unit a snapshot shares).
 const CHUNK_ROWS: usize = 1024;
 
-/// Chunks of a partition with a graph that one write rewrites row-major
-/// (see [`Tiles::make_row_major`]): about 8 MB at 512 dimensions, a few
-/// milliseconds, so a large partition is rewritten over its next writes
-/// rather than in one long pause.
+/// Chunks of partitions with a graph that one write rewrites row-major
+/// (see [`Tiles::make_row_major`] and `Index::settle`): about 8 MB at 512
+/// dimensions, a few milliseconds, so a large partition is rewritten over
+/// the next writes rather than in one long pause.
 const SETTLE_CHUNKS: usize = 4;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -121,6 +122,8 @@ struct Tiles {
     dims: usize,
     /// New chunks are row-major, and older ones are being rewritten so.
     row_major: bool,
+    /// Every chunk is row-major (new ones are born so).
+    settled: bool,
     /// By chunk: its tiles' rows one after the other (a row's values
     /// contiguous) rather than dimension by dimension.
     by_row: Vec<bool>,
@@ -132,6 +135,7 @@ impl Tiles {
         Self {
             dims,
             row_major: false,
+            settled: false,
             by_row: Vec::new(),
             chunks: Vec::new(),
         }
@@ -192,12 +196,13 @@ impl Tiles {
     }
 
     /// Makes new chunks row-major and rewrites at most `budget` of the
-    /// dimension-major ones; true once none is left. A graph's candidates
+    /// dimension-major ones; answers how many it rewrote (and `settled`
+    /// says whether any is left). A graph's candidates
     /// are scored one row at a time, and a row read whole is `dims / 16`
     /// neighbouring cache lines where dimension-major it is one line per
     /// dimension the query uses. Chunks a snapshot shares are copied, as
     /// by any write.
-    fn make_row_major(&mut self, budget: usize) -> bool {
+    fn make_row_major(&mut self, budget: usize) -> usize {
         self.row_major = true;
         let dims = self.dims;
         // Allocated for the first chunk to rewrite: most calls find none.
@@ -208,7 +213,7 @@ impl Tiles {
                 continue;
             }
             if left == 0 {
-                return false;
+                return budget;
             }
             by_dim.resize(dims * TILE, 0.0);
             for tile in Arc::make_mut(chunk).chunks_exact_mut(dims * TILE) {
@@ -222,7 +227,8 @@ impl Tiles {
             *by_row = true;
             left -= 1;
         }
-        true
+        self.settled = true;
+        budget - left
     }
 
     /// The dot products of `rows` with a query given by its non-zero
@@ -484,14 +490,20 @@ impl Partition {
     }
 
     /// Once the partition walks a graph, rewrites up to `budget` of its
-    /// chunks row-major (see [`Tiles::make_row_major`]). Not before: until
-    /// the first graph is ready the partition is scanned, which reads less
-    /// dimension-major. A partition that later drops its graph stays
-    /// row-major.
-    fn settle(&mut self, budget: usize) {
-        if self.ann.is_ready() {
-            self.tiles.make_row_major(budget);
+    /// chunks row-major (see [`Tiles::make_row_major`]); answers how many
+    /// it rewrote. Not before: until the first graph is ready the
+    /// partition is scanned, which reads less dimension-major. A partition
+    /// that later drops its graph stays row-major.
+    fn settle(&mut self, budget: usize, options: &AnnOptions) -> usize {
+        // Cheap refusals first: most writes reach partitions with nothing
+        // to rewrite, and asking the graph takes its lock.
+        if budget == 0 || self.tiles.settled || self.rows.len() < options.min_rows / 2 {
+            return 0;
         }
+        if !self.ann.is_ready() {
+            return 0;
+        }
+        self.tiles.make_row_major(budget)
     }
 
     /// Lets the graph catch up (see [`PartAnn::poll`]).
@@ -662,9 +674,25 @@ impl Index {
     /// vectors are all row-major, as writes leave them in time (for tests
     /// and benchmarks; the store is locked meanwhile).
     pub(crate) fn wait_for_graphs(&mut self) {
+        let ann = self.ann;
         for partition in &mut self.partitions {
-            partition.wait(self.next_key, &self.ann);
-            partition.settle(usize::MAX);
+            partition.wait(self.next_key, &ann);
+            partition.settle(usize::MAX, &ann);
+        }
+    }
+
+    /// Spends [`SETTLE_CHUNKS`] chunk rewrites after a write to partition
+    /// `part`: on it first, then on any other partition whose graph is
+    /// ready, so one that is only read (a profile after a restart) is
+    /// rewritten by the writes of the turns that read it.
+    fn settle(&mut self, part: usize) {
+        let ann = self.ann;
+        let mut left = SETTLE_CHUNKS - self.partitions[part].settle(SETTLE_CHUNKS, &ann);
+        for partition in &mut self.partitions {
+            if left == 0 {
+                break;
+            }
+            left -= partition.settle(left, &ann);
         }
     }
 
@@ -739,7 +767,7 @@ impl Index {
             if self.partitions[part].key == key {
                 self.partitions[part].replace(index, row, &record.embedding);
                 self.partitions[part].poll(self.next_key, &self.ann);
-                self.partitions[part].settle(SETTLE_CHUNKS);
+                self.settle(part);
                 return;
             }
             self.remove_at(part, index);
@@ -756,7 +784,7 @@ impl Index {
         let index = self.partitions[part].push(row, &record.embedding);
         self.by_id.insert(id, (part, index));
         self.partitions[part].poll(self.next_key, &self.ann);
-        self.partitions[part].settle(SETTLE_CHUNKS);
+        self.settle(part);
     }
 
     fn remove_at(&mut self, part: usize, index: usize) {
@@ -766,7 +794,7 @@ impl Index {
         }
         self.by_id.remove(&id);
         self.partitions[part].poll(self.next_key, &self.ann);
-        self.partitions[part].settle(SETTLE_CHUNKS);
+        self.settle(part);
     }
 
     /// Removes the record with `id`; false when there is none.
@@ -1381,10 +1409,12 @@ mod tests {
         // A snapshot taken before keeps its own layout and values.
         let snapshot = tiles.clone();
         let mut by_row = tiles.clone();
-        assert!(!by_row.make_row_major(1), "one chunk of two");
+        assert_eq!(by_row.make_row_major(1), 1, "one chunk of two");
         assert_eq!(by_row.by_row, [true, false]);
-        assert!(by_row.make_row_major(1));
-        assert!(by_row.make_row_major(0), "nothing left to do");
+        assert!(!by_row.settled);
+        assert_eq!(by_row.make_row_major(5), 1);
+        assert!(by_row.settled);
+        assert_eq!(by_row.make_row_major(5), 0, "nothing left to do");
         assert_eq!(
             (by_row.by_row.as_slice(), snapshot.by_row.as_slice()),
             (&[true, true][..], &[false, false][..])
@@ -1445,7 +1475,8 @@ mod tests {
         if row_major {
             // Mixed: the first chunk row-major, the others not, and the
             // chunks grown from here on row-major.
-            assert!(!index.partitions[0].tiles.make_row_major(1));
+            assert_eq!(index.partitions[0].tiles.make_row_major(1), 1);
+            assert!(!index.partitions[0].tiles.settled);
         }
         // Remove enough from the front to drop the last chunk, then grow
         // into it again.
@@ -1838,30 +1869,62 @@ mod tests {
         }
 
         /// Scanned while its first graph builds, a partition stays
-        /// dimension-major; once the graph is ready, each write rewrites
-        /// at most [`SETTLE_CHUNKS`] chunks row-major, and what is found
-        /// and how it scores does not change.
+        /// dimension-major; once the graphs are ready, each write rewrites
+        /// at most [`SETTLE_CHUNKS`] chunks row-major, of the partition
+        /// written first and then of one only read, and what is found and
+        /// how it scores does not change.
         #[test]
-        fn a_partition_is_rewritten_row_major_a_few_chunks_a_write_once_its_graph_is_ready() {
+        fn partitions_are_rewritten_row_major_a_few_chunks_a_write_once_their_graphs_are_ready() {
             let dims = 16;
             let n = (SETTLE_CHUNKS + 2) * CHUNK_ROWS - 10;
             let mut index = Index::with_ann(AnnOptions::exact());
             for i in 0..n as u64 {
                 index.upsert(record(&format!("r{i}"), "main", Layer::Episodic, vector(i, dims)));
             }
+            // Another partition, three chunks, never written from here on.
+            for i in 0..3 * CHUNK_ROWS as u64 {
+                index.upsert(record(
+                    &format!("k{i}"),
+                    "karen",
+                    Layer::Episodic,
+                    vector(1 << 30 | i, dims),
+                ));
+            }
             index.set_ann(small(500));
-            // The partition's own wait: the graph, without the rewrite.
-            index.partitions[0].wait(index.next_key, &index.ann);
-            assert!(index.partitions[0].ann.is_ready());
-            assert!(index.partitions[0].tiles.by_row.iter().all(|&r| !r));
-            let q = query(MemoryFilter::for_user("u"), vector(31_337, dims), 10);
-            let before = ids(&index.search(&q));
-            let rewritten = |index: &Index| index.partitions[0].tiles.by_row.iter().filter(|&&r| r).count();
+            // The partitions' own waits: the graphs, without the rewrite.
+            for p in 0..2 {
+                index.partitions[p].wait(index.next_key, &index.ann);
+                assert!(index.partitions[p].ann.is_ready());
+                assert!(index.partitions[p].tiles.by_row.iter().all(|&r| !r));
+            }
+            let queries: Vec<SearchQuery> = ["main", "karen"]
+                .map(|agent| {
+                    let filter = MemoryFilter::for_user("u").layer(Layer::Episodic, Agents::only([agent]));
+                    query(filter, vector(31_337, dims), 10)
+                })
+                .into();
+            let before: Vec<_> = queries.iter().map(|q| ids(&index.search(q))).collect();
+            let rewritten = |index: &Index| {
+                index
+                    .partitions
+                    .iter()
+                    .map(|p| p.tiles.by_row.iter().filter(|&&r| r).count())
+                    .collect::<Vec<_>>()
+            };
             index.upsert(record("w0", "main", Layer::Episodic, vector(1 << 40, dims)));
-            assert_eq!(rewritten(&index), SETTLE_CHUNKS);
+            assert_eq!(
+                rewritten(&index),
+                [SETTLE_CHUNKS, 0],
+                "the written partition first"
+            );
             assert!(index.remove("w0"));
-            assert_eq!(rewritten(&index), SETTLE_CHUNKS + 2, "all of them");
-            assert_eq!(ids(&index.search(&q)), before);
+            assert_eq!(rewritten(&index), [SETTLE_CHUNKS + 2, SETTLE_CHUNKS - 2]);
+            index.upsert(record("w1", "main", Layer::Episodic, vector(1 << 41, dims)));
+            assert_eq!(rewritten(&index), [SETTLE_CHUNKS + 2, 3], "all of them");
+            assert!(index.partitions.iter().all(|p| p.tiles.settled));
+            assert!(index.remove("w1"));
+            let after: Vec<_> = queries.iter().map(|q| ids(&index.search(q))).collect();
+            assert_eq!(after, before);
             for i in 0..n as u64 {
                 assert_eq!(index.get(&format!("r{i}")).unwrap().embedding, vector(i, dims));
             }
