@@ -122,8 +122,6 @@ struct Tiles {
     dims: usize,
     /// New chunks are row-major, and older ones are being rewritten so.
     row_major: bool,
-    /// Every chunk is row-major (new ones are born so).
-    settled: bool,
     /// By chunk: its tiles' rows one after the other (a row's values
     /// contiguous) rather than dimension by dimension.
     by_row: Vec<bool>,
@@ -135,7 +133,6 @@ impl Tiles {
         Self {
             dims,
             row_major: false,
-            settled: false,
             by_row: Vec::new(),
             chunks: Vec::new(),
         }
@@ -185,6 +182,12 @@ impl Tiles {
             .fold(0.0, |acc, x| acc + x)
     }
 
+    /// Whether the tiles are row-major for good: asked to be, and every
+    /// chunk rewritten (new ones are born so).
+    fn settled(&self) -> bool {
+        self.row_major && self.by_row.iter().all(|&by_row| by_row)
+    }
+
     /// The 16 scores of one tile (`tile`, of chunk `chunk`) for a query
     /// given by its non-zero dimensions.
     fn scores(&self, chunk: usize, tile: &[f32], sparse: &[(usize, f32)]) -> [f32; TILE] {
@@ -196,7 +199,7 @@ impl Tiles {
     }
 
     /// Makes new chunks row-major and rewrites at most `budget` of the
-    /// dimension-major ones; answers how many it rewrote (and `settled`
+    /// dimension-major ones; answers how many it rewrote ([`settled`](Self::settled)
     /// says whether any is left). A graph's candidates
     /// are scored one row at a time, and a row read whole is `dims / 16`
     /// neighbouring cache lines where dimension-major it is one line per
@@ -227,7 +230,6 @@ impl Tiles {
             *by_row = true;
             left -= 1;
         }
-        self.settled = true;
         budget - left
     }
 
@@ -497,7 +499,7 @@ impl Partition {
     fn settle(&mut self, budget: usize, options: &AnnOptions) -> usize {
         // Cheap refusals first: most writes reach partitions with nothing
         // to rewrite, and asking the graph takes its lock.
-        if budget == 0 || self.tiles.settled || self.rows.len() < options.min_rows / 2 {
+        if budget == 0 || self.tiles.settled() || self.rows.len() < options.min_rows / 2 {
             return 0;
         }
         if !self.ann.is_ready() {
@@ -1411,9 +1413,9 @@ mod tests {
         let mut by_row = tiles.clone();
         assert_eq!(by_row.make_row_major(1), 1, "one chunk of two");
         assert_eq!(by_row.by_row, [true, false]);
-        assert!(!by_row.settled);
+        assert!(!by_row.settled());
         assert_eq!(by_row.make_row_major(5), 1);
-        assert!(by_row.settled);
+        assert!(by_row.settled());
         assert_eq!(by_row.make_row_major(5), 0, "nothing left to do");
         assert_eq!(
             (by_row.by_row.as_slice(), snapshot.by_row.as_slice()),
@@ -1476,7 +1478,7 @@ mod tests {
             // Mixed: the first chunk row-major, the others not, and the
             // chunks grown from here on row-major.
             assert_eq!(index.partitions[0].tiles.make_row_major(1), 1);
-            assert!(!index.partitions[0].tiles.settled);
+            assert!(!index.partitions[0].tiles.settled());
         }
         // Remove enough from the front to drop the last chunk, then grow
         // into it again.
@@ -1921,7 +1923,7 @@ mod tests {
             assert_eq!(rewritten(&index), [SETTLE_CHUNKS + 2, SETTLE_CHUNKS - 2]);
             index.upsert(record("w1", "main", Layer::Episodic, vector(1 << 41, dims)));
             assert_eq!(rewritten(&index), [SETTLE_CHUNKS + 2, 3], "all of them");
-            assert!(index.partitions.iter().all(|p| p.tiles.settled));
+            assert!(index.partitions.iter().all(|p| p.tiles.settled()));
             assert!(index.remove("w1"));
             let after: Vec<_> = queries.iter().map(|q| ids(&index.search(q))).collect();
             assert_eq!(after, before);
