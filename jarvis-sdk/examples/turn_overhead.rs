@@ -8,7 +8,13 @@
 //! turns 1–20 and 181–200 (60 turns each); then one session of 10,000 turns:
 //! the median over turns 9,981–10,000, and, taken turn by turn alongside
 //! them, turns 1–20 of a fresh session (a control for drift of the machine
-//! over the long run). Conditions: the JSONL store with
+//! over the long run). Each condition runs three times (`--runs N`), each
+//! time on fresh stores in a directory of its own, and a window's figures
+//! are medians over its turns of every run (180 turns for turns 181–200, 60
+//! for 9,981–10,000); each run's own medians are printed too. A host busy
+//! for a few seconds then moves one run's turns, not a whole window: the
+//! same build's `jsonl-memory` ratio varied from 1.14× to 1.72× between
+//! single runs on a shared 2-core machine. Conditions: the JSONL store with
 //! fsync off (as the seed measured), the same with fsync at the end of every
 //! turn (the default: `agent_end` waits for the sync), the in-memory store,
 //! and Postgres on a throwaway local cluster when its binaries are
@@ -49,7 +55,8 @@
 //!
 //! Run with `cargo run --release -p jarvis-sdk --example turn_overhead`
 //! (add `-- --smoke` for a quick check that it works, `-- --only
-//! jsonl,postgres` to measure some conditions alone; keys as printed).
+//! jsonl,postgres` to measure some conditions alone, keys as printed;
+//! `-- --runs 1` for one run of each).
 
 use async_trait::async_trait;
 use jarvis_sdk::testing::{REQUIRE_POSTGRES_ENV, TempPostgres};
@@ -65,7 +72,7 @@ use jarvis_sdk::{
 };
 use std::io::Write as _;
 use std::ops::ControlFlow;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -269,20 +276,20 @@ struct Bench {
 }
 
 /// Where the benchmark's memory lives.
-#[derive(Debug, Clone, Copy)]
-enum Memory<'a> {
+#[derive(Debug, Clone)]
+enum Memory {
     Off,
     /// `InMemoryMemoryStore`.
     InProcess,
     /// `SqliteMemoryStore` in this file, as a home keeps it.
-    Embedded(&'a Path),
+    Embedded(PathBuf),
     /// `PostgresMemoryStore` at this connection string (the default
     /// memory of a deployment on Postgres).
-    Postgres(&'a str),
+    Postgres(String),
 }
 
 impl Bench {
-    async fn new(store: Arc<dyn SessionStore>, memory: Memory<'_>, with_thinking: bool) -> Self {
+    async fn new(store: Arc<dyn SessionStore>, memory: Memory, with_thinking: bool) -> Self {
         let phases = Arc::new(Phases::default());
         let timed = Arc::new(Timed {
             inner: store,
@@ -299,7 +306,7 @@ impl Bench {
                 embedded = Some(store.clone());
                 Some(store)
             }
-            Memory::Postgres(url) => Some(Arc::new(PostgresMemoryStore::connect(url).await.unwrap())),
+            Memory::Postgres(url) => Some(Arc::new(PostgresMemoryStore::connect(&url).await.unwrap())),
         };
         let memory =
             store.map(|store| Arc::new(MemoryService::new(store, Arc::new(HashEmbedder::default()))));
@@ -511,7 +518,10 @@ impl Plan {
 struct Condition {
     key: &'static str,
     name: &'static str,
+    /// Each window's medians over the turns of every run.
     rows: Vec<(String, Row)>,
+    /// Each run's own medians, window by window.
+    runs: Vec<Vec<(String, Row)>>,
 }
 
 /// The condition measured under `key`, when this run measured it.
@@ -519,22 +529,92 @@ fn find<'a>(conditions: &'a [Condition], key: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.key == key)
 }
 
-/// One condition's rows. Each argument is a knob of the table's rows, set
-/// at every call site by name, so they stay plain arguments.
-#[allow(clippy::too_many_arguments)]
-async fn measure(
+/// What a condition is, apart from the stores it runs on.
+#[derive(Debug, Clone, Copy)]
+struct Setup {
     key: &'static str,
     name: &'static str,
-    store: Arc<dyn SessionStore>,
-    plan: Plan,
+    /// Whether it also runs the long session.
     long: bool,
-    memory: Memory<'_>,
+    /// Thinking on, routed off.
     thinking: bool,
-    floor: Option<&Path>,
+}
+
+/// What one run of a condition measures on: a fresh session store and
+/// memory, and for the fsync conditions the home whose disk the floor is
+/// sampled on.
+struct Parts {
+    store: Arc<dyn SessionStore>,
+    memory: Memory,
+    floor: Option<PathBuf>,
+}
+
+/// One run's samples, window by window (labels as printed).
+type Windows = Vec<(String, Vec<Sample>)>;
+
+/// Measures a condition `runs` times, each on fresh parts from `make`
+/// (given the run's number, from 1), and pools each window's turns over
+/// the runs: a window's row is the median of all of them. A machine that
+/// is slow for a few seconds then shows in one run's turns, not in a
+/// whole window; each run's own medians are printed too.
+fn measure(
+    runtime: &tokio::runtime::Runtime,
+    setup: Setup,
+    plan: Plan,
+    runs: usize,
+    mut make: impl FnMut(usize) -> Parts,
 ) -> Condition {
-    let mut bench = Bench::new(store, memory, thinking).await;
+    let key = setup.key;
+    let mut pooled: Windows = Vec::new();
+    let mut per_run = Vec::with_capacity(runs);
+    for run in 1..=runs {
+        let windows = runtime.block_on(measure_run(setup, make(run), plan));
+        let rows: Vec<(String, Row)> = windows
+            .iter()
+            .map(|(label, samples)| (label.clone(), row(samples)))
+            .collect();
+        for (label, r) in &rows {
+            println!("turn_overhead {key} run {run}/{runs} {label}: {}", describe(r));
+        }
+        per_run.push(rows);
+        if pooled.is_empty() {
+            pooled = windows;
+        } else {
+            for ((_, all), (_, more)) in pooled.iter_mut().zip(windows) {
+                all.extend(more);
+            }
+        }
+    }
+    let rows: Vec<(String, Row)> = pooled
+        .iter()
+        .map(|(label, samples)| (label.clone(), row(samples)))
+        .collect();
+    for (label, r) in &rows {
+        println!("turn_overhead {key} {label}, {runs} runs pooled: {}", describe(r));
+    }
+    Condition {
+        key,
+        name: setup.name,
+        rows,
+        runs: per_run,
+    }
+}
+
+/// A row's figures, as the per-window lines print them.
+fn describe(r: &Row) -> String {
+    format!(
+        "total {:.4} ms (history read {:.4}, history write {:.4}, events {:.4}, security {:.4}, recall {:.4}, memory write {:.4}, thinking {:.4})",
+        r.total, r.read, r.write, r.events, r.security, r.recall, r.memory_write, r.thinking
+    )
+}
+
+/// One run of a condition: the warm-up session, the short sessions and,
+/// when the condition has one, the long session; answers each window's
+/// turns.
+async fn measure_run(setup: Setup, parts: Parts, plan: Plan) -> Windows {
+    let mut bench = Bench::new(parts.store, parts.memory, setup.thinking).await;
     bench.session(plan.warmup).await;
-    if let Some(home) = floor {
+    if let Some(home) = &parts.floor {
         // A turn's block, as the warm-up session's history holds it.
         let history = std::fs::metadata(home.join("sessions/bench-1.jsonl"))
             .unwrap()
@@ -547,11 +627,11 @@ async fn measure(
         early.extend_from_slice(&samples[..plan.window]);
         late.extend_from_slice(&samples[plan.turns - plan.window..]);
     }
-    let mut rows = vec![
-        (Plan::label(1, plan.window), row(&early)),
-        (Plan::label(plan.turns - plan.window + 1, plan.turns), row(&late)),
+    let mut windows = vec![
+        (Plan::label(1, plan.window), early),
+        (Plan::label(plan.turns - plan.window + 1, plan.turns), late),
     ];
-    if long {
+    if setup.long {
         // The long session's last turns alternate with the first turns of a
         // fresh one, which shows how much of any difference from turns 1-20
         // is the machine drifting rather than the session being long.
@@ -565,26 +645,21 @@ async fn measure(
             last.push(bench.turn(&id, n).await);
             alongside.push(bench.turn(&fresh, k + 1).await);
         }
-        rows.push((Plan::label(plan.long - plan.window + 1, plan.long), row(&last)));
+        windows.push((Plan::label(plan.long - plan.window + 1, plan.long), last));
         if let Some(store) = &bench.embedded {
             let (rows, bytes) = store.graph_stats();
             println!(
-                "turn_overhead {key}: after the long session, {rows} records searched through graphs ({:.1} MB)",
+                "turn_overhead {}: after the long session, {rows} records searched through graphs ({:.1} MB)",
+                setup.key,
                 bytes as f64 / 1e6
             );
         }
-        rows.push((
+        windows.push((
             format!("{} of a fresh session, alongside", Plan::label(1, plan.window)),
-            row(&alongside),
+            alongside,
         ));
     }
-    for (label, r) in &rows {
-        println!(
-            "turn_overhead {key} {label}: total {:.4} ms (history read {:.4}, history write {:.4}, events {:.4}, security {:.4}, recall {:.4}, memory write {:.4}, thinking {:.4})",
-            r.total, r.read, r.write, r.events, r.security, r.recall, r.memory_write, r.thinking
-        );
-    }
-    Condition { key, name, rows }
+    windows
 }
 
 /// Seconds per routing decision, over `calls` decisions on the turns'
@@ -617,6 +692,14 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .map(|list| list.split(',').map(str::to_owned).collect());
     let wanted = |key: &str| only.as_ref().is_none_or(|keys| keys.iter().any(|k| k == key));
+    // `--runs N`: each condition N times on fresh stores, windows pooled.
+    let runs: usize = args
+        .iter()
+        .position(|a| a == "--runs")
+        .and_then(|i| args.get(i + 1))
+        .map(|n| n.parse().expect("--runs takes a number"))
+        .unwrap_or(if smoke { 2 } else { 3 })
+        .max(1);
     let plan = if smoke {
         Plan {
             warmup: 20,
@@ -640,107 +723,121 @@ fn main() {
         .unwrap();
     println!(
         "turn_overhead: AgentSession (security + harness + loop + store) + one JSON event subscriber on an instant FauxProvider; \
-         warm-up session discarded; {} sessions x {} turns, then one of {} turns; medians in ms",
+         warm-up session discarded; {} sessions x {} turns, then one of {} turns; each condition {runs} times on fresh stores, \
+         each window's turns pooled over the runs; medians in ms",
         plan.sessions, plan.turns, plan.long
     );
     let mut conditions = Vec::new();
 
     let home = tempfile::tempdir().unwrap();
+    let dir = |name: &str, run: usize| home.path().join(format!("{name}-{run}"));
     let fsync_off = JsonlOptions::default().durability(Durability::Never);
+    let jsonl = |dir: &Path| -> Arc<dyn SessionStore> {
+        Arc::new(JsonlSessionStore::open_with(dir, fsync_off.clone()).unwrap())
+    };
     if wanted("jsonl") {
-        let jsonl = JsonlSessionStore::open_with(home.path().join("fsync-off"), fsync_off.clone()).unwrap();
-        conditions.push(runtime.block_on(measure(
-            "jsonl",
-            "JSONL, fsync off, memory off",
-            Arc::new(jsonl),
-            plan,
-            true,
-            Memory::Off,
-            false,
-            None,
-        )));
+        let setup = Setup {
+            key: "jsonl",
+            name: "JSONL, fsync off, memory off",
+            long: true,
+            thinking: false,
+        };
+        conditions.push(measure(&runtime, setup, plan, runs, |run| Parts {
+            store: jsonl(&dir("fsync-off", run)),
+            memory: Memory::Off,
+            floor: None,
+        }));
     }
     if wanted("jsonl-memory") {
-        // Memory as a home keeps it by default: `memory.sqlite3`.
-        let dir = home.path().join("memory-on");
-        let jsonl = JsonlSessionStore::open_with(&dir, fsync_off.clone()).unwrap();
-        conditions.push(runtime.block_on(measure(
-            "jsonl-memory",
-            "JSONL, fsync off, memory on (embedded store, the default)",
-            Arc::new(jsonl),
-            plan,
-            true,
-            Memory::Embedded(&dir.join("memory.sqlite3")),
-            false,
-            None,
-        )));
+        let setup = Setup {
+            key: "jsonl-memory",
+            name: "JSONL, fsync off, memory on (embedded store, the default)",
+            long: true,
+            thinking: false,
+        };
+        conditions.push(measure(&runtime, setup, plan, runs, |run| {
+            // Memory as a home keeps it by default: `memory.sqlite3`.
+            let dir = dir("memory-on", run);
+            Parts {
+                store: jsonl(&dir),
+                memory: Memory::Embedded(dir.join("memory.sqlite3")),
+                floor: None,
+            }
+        }));
     }
     if wanted("jsonl-memory-inproc") {
-        let jsonl = JsonlSessionStore::open_with(home.path().join("memory-inproc"), fsync_off).unwrap();
-        conditions.push(runtime.block_on(measure(
-            "jsonl-memory-inproc",
-            "JSONL, fsync off, memory on (in process)",
-            Arc::new(jsonl),
-            plan,
-            true,
-            Memory::InProcess,
-            false,
-            None,
-        )));
+        let setup = Setup {
+            key: "jsonl-memory-inproc",
+            name: "JSONL, fsync off, memory on (in process)",
+            long: true,
+            thinking: false,
+        };
+        conditions.push(measure(&runtime, setup, plan, runs, |run| Parts {
+            store: jsonl(&dir("memory-inproc", run)),
+            memory: Memory::InProcess,
+            floor: None,
+        }));
     }
 
     // The default: fsync per turn; memory off, then on in the embedded store.
+    let durable = |dir: &Path| -> Arc<dyn SessionStore> { Arc::new(JsonlSessionStore::open(dir).unwrap()) };
     if wanted("jsonl-fsync") {
-        let dir = home.path().join("fsync-on");
-        let durable = JsonlSessionStore::open(&dir).unwrap();
-        conditions.push(runtime.block_on(measure(
-            "jsonl-fsync",
-            "JSONL, fsync per turn, memory off",
-            Arc::new(durable),
-            plan,
-            true,
-            Memory::Off,
-            false,
-            Some(&dir),
-        )));
+        let setup = Setup {
+            key: "jsonl-fsync",
+            name: "JSONL, fsync per turn, memory off",
+            long: true,
+            thinking: false,
+        };
+        conditions.push(measure(&runtime, setup, plan, runs, |run| {
+            let dir = dir("fsync-on", run);
+            Parts {
+                store: durable(&dir),
+                memory: Memory::Off,
+                floor: Some(dir),
+            }
+        }));
     }
     if wanted("jsonl-fsync-memory") {
-        let dir = home.path().join("fsync-on-memory");
-        let durable = JsonlSessionStore::open(&dir).unwrap();
-        conditions.push(runtime.block_on(measure(
-            "jsonl-fsync-memory",
-            "JSONL, fsync per turn, memory on (embedded store)",
-            Arc::new(durable),
-            plan,
-            true,
-            Memory::Embedded(&dir.join("memory.sqlite3")),
-            false,
-            Some(&dir),
-        )));
+        let setup = Setup {
+            key: "jsonl-fsync-memory",
+            name: "JSONL, fsync per turn, memory on (embedded store)",
+            long: true,
+            thinking: false,
+        };
+        conditions.push(measure(&runtime, setup, plan, runs, |run| {
+            let dir = dir("fsync-on-memory", run);
+            Parts {
+                store: durable(&dir),
+                memory: Memory::Embedded(dir.join("memory.sqlite3")),
+                floor: Some(dir),
+            }
+        }));
     }
     if wanted("memory") {
-        conditions.push(runtime.block_on(measure(
-            "memory",
-            "in-memory",
-            Arc::new(MemorySessionStore::new()),
-            plan,
-            true,
-            Memory::Off,
-            false,
-            None,
-        )));
+        let setup = Setup {
+            key: "memory",
+            name: "in-memory",
+            long: true,
+            thinking: false,
+        };
+        conditions.push(measure(&runtime, setup, plan, runs, |_| Parts {
+            store: Arc::new(MemorySessionStore::new()),
+            memory: Memory::Off,
+            floor: None,
+        }));
     }
     if wanted("thinking") {
-        conditions.push(runtime.block_on(measure(
-            "thinking",
-            "in-memory, thinking on, routed off",
-            Arc::new(MemorySessionStore::new()),
-            plan,
-            false,
-            Memory::Off,
-            true,
-            None,
-        )));
+        let setup = Setup {
+            key: "thinking",
+            name: "in-memory, thinking on, routed off",
+            long: false,
+            thinking: true,
+        };
+        conditions.push(measure(&runtime, setup, plan, runs, |_| Parts {
+            store: Arc::new(MemorySessionStore::new()),
+            memory: Memory::Off,
+            floor: None,
+        }));
     }
     let decision = router_decision(if smoke { 20_000 } else { 1_000_000 });
 
@@ -748,8 +845,9 @@ fn main() {
         match TempPostgres::start() {
             Ok(cluster) => {
                 // As the `jarvis` binary runs it: a node of a deployment, which
-                // claims each session once and then holds its lease. Each
-                // condition in a schema of its own (the session ids repeat).
+                // claims each session once and then holds its lease. Each run
+                // of a condition in a schema of its own (the session ids
+                // repeat).
                 let schema_url = |schema: &str| {
                     runtime.block_on(async {
                         let (client, connection) =
@@ -764,7 +862,7 @@ fn main() {
                     });
                     format!("{} options='-c search_path={schema}'", cluster.url())
                 };
-                let node = |url: &str| {
+                let node = |url: &str| -> Arc<dyn SessionStore> {
                     let store = runtime
                         .block_on(async {
                             PostgresSessionStore::connect(url)
@@ -776,29 +874,33 @@ fn main() {
                     Arc::new(store)
                 };
                 if wanted("postgres") {
-                    conditions.push(runtime.block_on(measure(
-                        "postgres",
-                        "Postgres (local socket), one node, memory off",
-                        node(&schema_url("bench_memory_off")),
-                        plan,
-                        true,
-                        Memory::Off,
-                        false,
-                        None,
-                    )));
+                    let setup = Setup {
+                        key: "postgres",
+                        name: "Postgres (local socket), one node, memory off",
+                        long: true,
+                        thinking: false,
+                    };
+                    conditions.push(measure(&runtime, setup, plan, runs, |run| Parts {
+                        store: node(&schema_url(&format!("bench_memory_off_{run}"))),
+                        memory: Memory::Off,
+                        floor: None,
+                    }));
                 }
                 if wanted("postgres-memory") {
-                    let url = schema_url("bench_memory_on");
-                    conditions.push(runtime.block_on(measure(
-                        "postgres-memory",
-                        "Postgres (local socket), one node, memory on (PostgresMemoryStore)",
-                        node(&url),
-                        plan,
-                        true,
-                        Memory::Postgres(&url),
-                        false,
-                        None,
-                    )));
+                    let setup = Setup {
+                        key: "postgres-memory",
+                        name: "Postgres (local socket), one node, memory on (PostgresMemoryStore)",
+                        long: true,
+                        thinking: false,
+                    };
+                    conditions.push(measure(&runtime, setup, plan, runs, |run| {
+                        let url = schema_url(&format!("bench_memory_on_{run}"));
+                        Parts {
+                            store: node(&url),
+                            memory: Memory::Postgres(url),
+                            floor: None,
+                        }
+                    }));
                 }
             }
             Err(reason) if std::env::var(REQUIRE_POSTGRES_ENV).is_ok_and(|v| v == "1") => {
@@ -879,9 +981,19 @@ fn summary(conditions: &[Condition], decision: f64) -> Vec<&'static str> {
         } else {
             "extra row"
         };
+        let each: Vec<String> = c
+            .runs
+            .iter()
+            .map(|run| format!("{:.2}x", run[2].1.total / run[1].1.total))
+            .collect();
         println!(
-            "turn_overhead {key}: {} / {} = {ratio:.2}x ({:.4} / {:.4} ms; {target})",
-            long.0, late.0, long.1.total, late.1.total
+            "turn_overhead {key}: {} / {} = {ratio:.2}x ({:.4} / {:.4} ms, {} runs pooled; {target}); each run alone: {}",
+            long.0,
+            late.0,
+            long.1.total,
+            late.1.total,
+            c.runs.len(),
+            each.join(", ")
         );
         if key == "jsonl-memory" && ratio > 1.5 {
             missed.push("with memory on, turns 9981-10000 must cost at most 1.5x turns 181-200");
