@@ -170,7 +170,9 @@ impl Tiles {
     }
 
     /// The dot product of `row`'s vector with a query given by its
-    /// non-zero dimensions.
+    /// non-zero dimensions, one row alone: what the tests hold every
+    /// scoring path to, bit for bit.
+    #[cfg(test)]
     fn dot(&self, row: usize, sparse: &[(usize, f32)]) -> f32 {
         let (chunk, base, step) = self.slot(row);
         let chunk = &self.chunks[chunk];
@@ -238,10 +240,12 @@ impl Tiles {
     /// a tile are scored together: one pass over the tile's lines for all
     /// of them (a partition's newest rows, its graph's tail, are
     /// neighbours), where one by one each would read the same lines again.
+    /// The others are scored [`LANES`] at a time, interleaved.
     fn dot_rows(&self, rows: &[usize], sparse: &[(usize, f32)]) -> Vec<f32> {
         let mut order: Vec<usize> = (0..rows.len()).collect();
         order.sort_unstable_by_key(|&i| rows[i]);
         let mut scores = vec![0.0f32; rows.len()];
+        let mut alone = Vec::with_capacity(rows.len());
         let tile_len = self.dims * TILE;
         let mut at = 0;
         while at < order.len() {
@@ -249,9 +253,7 @@ impl Tiles {
             let end = at + order[at..].partition_point(|&i| rows[i] / TILE == tile);
             let (chunk, base, step) = self.slot(tile * TILE);
             if end - at == 1 || step == 1 {
-                for &i in &order[at..end] {
-                    scores[i] = self.dot(rows[i], sparse);
-                }
+                alone.extend_from_slice(&order[at..end]);
             } else {
                 let lanes = self.chunks[chunk]
                     .get(base..base + tile_len)
@@ -262,6 +264,16 @@ impl Tiles {
                 }
             }
             at = end;
+        }
+        for group in alone.chunks(LANES) {
+            let mut lanes: [(&[f32], usize, usize); LANES] = [(&[], 0, 0); LANES];
+            for (lane, &i) in lanes.iter_mut().zip(group) {
+                let (chunk, base, step) = self.slot(rows[i]);
+                *lane = (&self.chunks[chunk], base, step);
+            }
+            for (&i, score) in group.iter().zip(interleaved_dots(&lanes, sparse)) {
+                scores[i] = score;
+            }
         }
         scores
     }
@@ -366,15 +378,35 @@ fn tile_scores(tile: &[f32], sparse: &[(usize, f32)]) -> [f32; TILE] {
 /// [`tile_scores`] adds them, so both layouts score the same bits.
 #[inline]
 fn row_scores(tile: &[f32], dims: usize, sparse: &[(usize, f32)]) -> [f32; TILE] {
-    let mut acc = [0.0f32; TILE];
-    if dims == 0 {
-        return acc;
+    let mut lanes: [(&[f32], usize, usize); TILE] = [(&[], 0, 0); TILE];
+    if dims > 0 {
+        for (lane, row) in lanes.iter_mut().zip(tile.chunks_exact(dims)) {
+            *lane = (row, 0, 1);
+        }
     }
-    for (score, row) in acc.iter_mut().zip(tile.chunks_exact(dims)) {
-        *score = sparse
-            .iter()
-            .map(|&(j, q)| q * row.get(j).copied().unwrap_or(0.0))
-            .fold(0.0, |acc, x| acc + x);
+    interleaved_dots(&lanes, sparse)
+}
+
+/// Rows scored at once by [`Tiles::dot_rows`] when they do not share a
+/// dimension-major tile.
+const LANES: usize = 8;
+
+/// The dot products of `N` rows with a query given by its non-zero
+/// dimensions; a row is `(values, base, step)`: its dimension `j` is
+/// `values[base + j * step]` (an empty `values` scores `0.0`). Each row's
+/// products are added up in the query's order from `+0.0`, as
+/// [`tile_scores`] and [`Tiles::dot`] add them, so every path scores the
+/// same bits; the rows are interleaved, dimension by dimension, so their
+/// additions and cache misses overlap instead of each row's waiting on the
+/// one before (one row alone is a chain of ~150 dependent additions for the
+/// hash embedder).
+#[inline]
+fn interleaved_dots<const N: usize>(rows: &[(&[f32], usize, usize); N], sparse: &[(usize, f32)]) -> [f32; N] {
+    let mut acc = [0.0f32; N];
+    for &(j, q) in sparse {
+        for (acc, &(values, base, step)) in acc.iter_mut().zip(rows) {
+            *acc += q * values.get(base + j * step).copied().unwrap_or(0.0);
+        }
     }
     acc
 }
@@ -969,13 +1001,35 @@ impl Index {
             return Vec::new();
         }
         let mut heap: BinaryHeap<Candidate> = BinaryHeap::with_capacity(query.k + 1);
+        // Where the excluded records are, looked up once: a candidate is then
+        // checked without reading its row.
+        let excluded: Vec<(usize, usize)> = query
+            .filter
+            .exclude_ids
+            .iter()
+            .filter_map(|id| self.by_id.get(id.as_str()).copied())
+            .collect();
         for (p, partition) in self.partitions.iter().enumerate() {
             if !Self::searched_by(partition, query) {
                 continue;
             }
             partition.poll(self.next_key, &self.ann);
-            if !Self::walk(partition, p, &sparse, query, self.ann.expansion_search, &mut heap) {
-                Self::scan(partition, p, &sparse, query, &mut heap);
+            let excluded: Vec<usize> = excluded
+                .iter()
+                .filter(|(at, _)| *at == p)
+                .map(|&(_, row)| row)
+                .collect();
+            let found = Self::walk(
+                partition,
+                p,
+                &sparse,
+                query,
+                &excluded,
+                self.ann.expansion_search,
+                &mut heap,
+            );
+            if !found {
+                Self::scan(partition, p, &sparse, query, &excluded, &mut heap);
             }
         }
         let mut hits: Vec<Candidate> = heap.into_vec();
@@ -1009,17 +1063,16 @@ impl Index {
         p: usize,
         sparse: &[(usize, f32)],
         query: &SearchQuery,
+        excluded: &[usize],
         expansion: usize,
         heap: &mut BinaryHeap<Candidate>,
     ) -> bool {
-        let exclude = &query.filter.exclude_ids;
-        let accept =
-            |row: usize| exclude.is_empty() || !exclude.iter().any(|x| **x == *partition.rows[row].id);
+        let accept = |row: usize| !excluded.contains(&row);
         let score = |rows: &[usize]| partition.tiles.dot_rows(rows, sparse);
         // The graph's order is by quantised vectors: a few more candidates,
         // scored exactly, keep the top k right.
         let count = query.k + query.k / 2 + 4;
-        let extra = exclude.len();
+        let extra = excluded.len();
         let Some(found) = partition
             .ann
             .search(&query.vector, count, extra, expansion, &accept, &score)
@@ -1034,11 +1087,13 @@ impl Index {
         true
     }
 
+    /// Scores every row of `partition` into `heap`, but the `excluded` rows.
     fn scan(
         partition: &Partition,
         p: usize,
         sparse: &[(usize, f32)],
         query: &SearchQuery,
+        excluded: &[usize],
         heap: &mut BinaryHeap<Candidate>,
     ) {
         let dims = partition.key.dims;
@@ -1061,13 +1116,7 @@ impl Index {
                     continue;
                 }
                 let row = first + l;
-                if !query.filter.exclude_ids.is_empty()
-                    && query
-                        .filter
-                        .exclude_ids
-                        .iter()
-                        .any(|x| **x == *partition.rows[row].id)
-                {
+                if excluded.contains(&row) {
                     continue;
                 }
                 offer(heap, query.k, score, p, row);
