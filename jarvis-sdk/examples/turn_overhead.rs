@@ -540,6 +540,18 @@ struct Setup {
     thinking: bool,
 }
 
+impl Setup {
+    /// A condition with the long session and thinking off (all but one).
+    fn new(key: &'static str, name: &'static str) -> Self {
+        Self {
+            key,
+            name,
+            long: true,
+            thinking: false,
+        }
+    }
+}
+
 /// What one run of a condition measures on: a fresh session store and
 /// memory, and for the fsync conditions the home whose disk the floor is
 /// sampled on.
@@ -736,12 +748,7 @@ fn main() {
         Arc::new(JsonlSessionStore::open_with(dir, fsync_off.clone()).unwrap())
     };
     if wanted("jsonl") {
-        let setup = Setup {
-            key: "jsonl",
-            name: "JSONL, fsync off, memory off",
-            long: true,
-            thinking: false,
-        };
+        let setup = Setup::new("jsonl", "JSONL, fsync off, memory off");
         conditions.push(measure(&runtime, setup, plan, runs, |run| Parts {
             store: jsonl(&dir("fsync-off", run)),
             memory: Memory::Off,
@@ -749,12 +756,10 @@ fn main() {
         }));
     }
     if wanted("jsonl-memory") {
-        let setup = Setup {
-            key: "jsonl-memory",
-            name: "JSONL, fsync off, memory on (embedded store, the default)",
-            long: true,
-            thinking: false,
-        };
+        let setup = Setup::new(
+            "jsonl-memory",
+            "JSONL, fsync off, memory on (embedded store, the default)",
+        );
         conditions.push(measure(&runtime, setup, plan, runs, |run| {
             // Memory as a home keeps it by default: `memory.sqlite3`.
             let dir = dir("memory-on", run);
@@ -766,12 +771,7 @@ fn main() {
         }));
     }
     if wanted("jsonl-memory-inproc") {
-        let setup = Setup {
-            key: "jsonl-memory-inproc",
-            name: "JSONL, fsync off, memory on (in process)",
-            long: true,
-            thinking: false,
-        };
+        let setup = Setup::new("jsonl-memory-inproc", "JSONL, fsync off, memory on (in process)");
         conditions.push(measure(&runtime, setup, plan, runs, |run| Parts {
             store: jsonl(&dir("memory-inproc", run)),
             memory: Memory::InProcess,
@@ -782,12 +782,7 @@ fn main() {
     // The default: fsync per turn; memory off, then on in the embedded store.
     let durable = |dir: &Path| -> Arc<dyn SessionStore> { Arc::new(JsonlSessionStore::open(dir).unwrap()) };
     if wanted("jsonl-fsync") {
-        let setup = Setup {
-            key: "jsonl-fsync",
-            name: "JSONL, fsync per turn, memory off",
-            long: true,
-            thinking: false,
-        };
+        let setup = Setup::new("jsonl-fsync", "JSONL, fsync per turn, memory off");
         conditions.push(measure(&runtime, setup, plan, runs, |run| {
             let dir = dir("fsync-on", run);
             Parts {
@@ -798,12 +793,10 @@ fn main() {
         }));
     }
     if wanted("jsonl-fsync-memory") {
-        let setup = Setup {
-            key: "jsonl-fsync-memory",
-            name: "JSONL, fsync per turn, memory on (embedded store)",
-            long: true,
-            thinking: false,
-        };
+        let setup = Setup::new(
+            "jsonl-fsync-memory",
+            "JSONL, fsync per turn, memory on (embedded store)",
+        );
         conditions.push(measure(&runtime, setup, plan, runs, |run| {
             let dir = dir("fsync-on-memory", run);
             Parts {
@@ -814,12 +807,7 @@ fn main() {
         }));
     }
     if wanted("memory") {
-        let setup = Setup {
-            key: "memory",
-            name: "in-memory",
-            long: true,
-            thinking: false,
-        };
+        let setup = Setup::new("memory", "in-memory");
         conditions.push(measure(&runtime, setup, plan, runs, |_| Parts {
             store: Arc::new(MemorySessionStore::new()),
             memory: Memory::Off,
@@ -828,10 +816,9 @@ fn main() {
     }
     if wanted("thinking") {
         let setup = Setup {
-            key: "thinking",
-            name: "in-memory, thinking on, routed off",
             long: false,
             thinking: true,
+            ..Setup::new("thinking", "in-memory, thinking on, routed off")
         };
         conditions.push(measure(&runtime, setup, plan, runs, |_| Parts {
             store: Arc::new(MemorySessionStore::new()),
@@ -874,12 +861,7 @@ fn main() {
                     Arc::new(store)
                 };
                 if wanted("postgres") {
-                    let setup = Setup {
-                        key: "postgres",
-                        name: "Postgres (local socket), one node, memory off",
-                        long: true,
-                        thinking: false,
-                    };
+                    let setup = Setup::new("postgres", "Postgres (local socket), one node, memory off");
                     conditions.push(measure(&runtime, setup, plan, runs, |run| Parts {
                         store: node(&schema_url(&format!("bench_memory_off_{run}"))),
                         memory: Memory::Off,
@@ -887,12 +869,10 @@ fn main() {
                     }));
                 }
                 if wanted("postgres-memory") {
-                    let setup = Setup {
-                        key: "postgres-memory",
-                        name: "Postgres (local socket), one node, memory on (PostgresMemoryStore)",
-                        long: true,
-                        thinking: false,
-                    };
+                    let setup = Setup::new(
+                        "postgres-memory",
+                        "Postgres (local socket), one node, memory on (PostgresMemoryStore)",
+                    );
                     conditions.push(measure(&runtime, setup, plan, runs, |run| {
                         let url = schema_url(&format!("bench_memory_on_{run}"));
                         Parts {
