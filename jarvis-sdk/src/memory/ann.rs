@@ -604,9 +604,20 @@ impl PartAnn {
         self.state().walks()
     }
 
-    /// The graph's memory (quantised vectors and links), in bytes.
+    /// The graph's memory (quantised vectors and links), in bytes. Waits
+    /// for an adder under way first: usearch's accounting reads every
+    /// node, and one being added may not be written yet (reading it
+    /// crashed the process).
     pub(super) fn memory_bytes(&self) -> usize {
-        self.state().graph.as_ref().map_or(0, |g| g.memory_usage())
+        let mut state = self.state();
+        if let Some(adder) = &state.adder {
+            match outcome(&adder.done, true) {
+                Some(Ok(())) => self.added(&mut state),
+                Some(Err(e)) => state.fail("adding to a recall graph failed", &e),
+                None => {}
+            }
+        }
+        state.graph.as_ref().map_or(0, |g| g.memory_usage())
     }
 
     /// The `count` rows nearest `query` that `accept` takes (`extra`: how

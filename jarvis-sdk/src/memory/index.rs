@@ -2056,6 +2056,47 @@ mod tests {
             assert_eq!(index.partitions[0].ann.graph_size(), Some(201 + ADD_MIN));
         }
 
+        /// The graphs' memory may be asked for while an adder writes the
+        /// graph (a benchmark asks between turns): it waits for the adder,
+        /// rather than reading nodes not written yet (which crashed).
+        #[test]
+        fn graph_stats_wait_for_the_adder_under_way() {
+            use crate::memory::ann::ADD_MIN;
+            let dims = 24;
+            let mut index = Index::with_ann(small(100));
+            let mut next = 0u64;
+            let mut write = |index: &mut Index, n: usize| {
+                for _ in 0..n {
+                    index.upsert(record(
+                        &format!("r{next}"),
+                        "main",
+                        Layer::Episodic,
+                        dense(next, dims),
+                    ));
+                    next += 1;
+                }
+            };
+            write(&mut index, 200);
+            index.wait_for_graphs();
+            for round in 1..=100 {
+                // The last of these starts an adder of `ADD_MIN` rows.
+                write(&mut index, ADD_MIN);
+                assert!(index.partitions[0].ann.adding(), "round {round}");
+                let (rows, bytes) = index.graph_stats();
+                assert!(
+                    !index.partitions[0].ann.adding(),
+                    "round {round}: measured mid-add"
+                );
+                assert_eq!(rows, 200 + round * ADD_MIN);
+                assert!(bytes > 0);
+                assert_eq!(
+                    index.partitions[0].ann.graph_size(),
+                    Some(200 + round * ADD_MIN),
+                    "round {round}"
+                );
+            }
+        }
+
         #[derive(Debug, Clone)]
         enum Op {
             Put(u8, u16),
