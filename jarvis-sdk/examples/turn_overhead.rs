@@ -8,10 +8,10 @@
 //! turns 1–20 and 181–200 (60 turns each); then one session of 10,000 turns:
 //! the median over turns 9,981–10,000, and, taken turn by turn alongside
 //! them, turns 1–20 of a fresh session (a control for drift of the machine
-//! over the long run). Each condition runs three times (`--runs N`), each
+//! over the long run). Each condition runs five times (`--runs N`), each
 //! time on fresh stores in a directory of its own, and a window's figures
-//! are medians over its turns of every run (180 turns for turns 181–200, 60
-//! for 9,981–10,000); each run's own medians are printed too. A host busy
+//! are medians over its turns of every run (300 turns for turns 181–200,
+//! 100 for 9,981–10,000); each run's own medians are printed too. A host busy
 //! for a few seconds then moves one run's turns, not a whole window: the
 //! same build's `jsonl-memory` ratio varied from 1.14× to 1.72× between
 //! single runs on a shared 2-core machine. Conditions: the JSONL store with
@@ -710,7 +710,7 @@ fn main() {
         .position(|a| a == "--runs")
         .and_then(|i| args.get(i + 1))
         .map(|n| n.parse().expect("--runs takes a number"))
-        .unwrap_or(if smoke { 2 } else { 3 })
+        .unwrap_or(if smoke { 2 } else { 5 })
         .max(1);
     let plan = if smoke {
         Plan {
