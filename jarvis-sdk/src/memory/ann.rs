@@ -451,12 +451,8 @@ impl PartAnn {
                 None => return,
             }
         }
-        if let Some(adder) = &state.adder {
-            match outcome(&adder.done, block) {
-                Some(Ok(())) => self.added(state),
-                Some(Err(e)) => return state.fail("adding to a recall graph failed", &e),
-                None => return,
-            }
+        if !self.finish_adder(state, block) {
+            return;
         }
         if state.failed {
             return;
@@ -517,6 +513,25 @@ impl PartAnn {
         state.churn = 0;
         // An adder of the old graph no longer matters.
         state.adder = None;
+    }
+
+    /// Takes in the adder under way once it has finished (with `block`,
+    /// waits for it); false while it still runs or when it failed.
+    fn finish_adder(&self, state: &mut State, block: bool) -> bool {
+        let Some(adder) = &state.adder else {
+            return true;
+        };
+        match outcome(&adder.done, block) {
+            Some(Ok(())) => {
+                self.added(state);
+                true
+            }
+            Some(Err(e)) => {
+                state.fail("adding to a recall graph failed", &e);
+                false
+            }
+            None => false,
+        }
     }
 
     /// An adder finished: the graph covers what it added.
@@ -610,13 +625,7 @@ impl PartAnn {
     /// crashed the process).
     pub(super) fn memory_bytes(&self) -> usize {
         let mut state = self.state();
-        if let Some(adder) = &state.adder {
-            match outcome(&adder.done, true) {
-                Some(Ok(())) => self.added(&mut state),
-                Some(Err(e)) => state.fail("adding to a recall graph failed", &e),
-                None => {}
-            }
-        }
+        self.finish_adder(&mut state, true);
         state.graph.as_ref().map_or(0, |g| g.memory_usage())
     }
 
