@@ -581,10 +581,7 @@ fn measure(
     let mut per_run = Vec::with_capacity(runs);
     for run in 1..=runs {
         let windows = runtime.block_on(measure_run(setup, make(run), plan));
-        let rows: Vec<(String, Row)> = windows
-            .iter()
-            .map(|(label, samples)| (label.clone(), row(samples)))
-            .collect();
+        let rows = rows_of(&windows);
         for (label, r) in &rows {
             println!("turn_overhead {key} run {run}/{runs} {label}: {}", describe(r));
         }
@@ -597,10 +594,7 @@ fn measure(
             }
         }
     }
-    let rows: Vec<(String, Row)> = pooled
-        .iter()
-        .map(|(label, samples)| (label.clone(), row(samples)))
-        .collect();
+    let rows = rows_of(&pooled);
     for (label, r) in &rows {
         println!("turn_overhead {key} {label}, {runs} runs pooled: {}", describe(r));
     }
@@ -610,6 +604,14 @@ fn measure(
         rows,
         runs: per_run,
     }
+}
+
+/// Each window's label and the row of its samples' medians.
+fn rows_of(windows: &Windows) -> Vec<(String, Row)> {
+    windows
+        .iter()
+        .map(|(label, samples)| (label.clone(), row(samples)))
+        .collect()
 }
 
 /// A row's figures, as the per-window lines print them.
