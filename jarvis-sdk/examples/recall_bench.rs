@@ -364,6 +364,7 @@ async fn recall_at_10(
                 filter: MemoryFilter::for_user("u").layer(layer, Agents::only([agent])),
                 embedder: name.clone(),
                 vector: embedder.embed_text(p),
+                terms: Vec::new(),
                 k: 10,
                 min_similarity: -1.0,
             };
@@ -498,6 +499,7 @@ async fn crossover(sizes: &[usize], queries: usize) {
                     filter: MemoryFilter::for_user("u"),
                     embedder: name.clone(),
                     vector: embedder.embed_text(&p),
+                    terms: Vec::new(),
                     k: 16,
                     min_similarity: -1.0,
                 };

@@ -225,13 +225,13 @@ pub use core::{WebFetchArgs, WebFetchTool, WebSearchArgs, WebSearchTool, web_fet
 pub use memory::{
     Agents, AnnOptions, DEFAULT_USER, DEFAULT_WRITE_RULE, InMemoryMemoryStore, KIND_EPISODE, KIND_FACT,
     KIND_NOTE, KIND_PROCEDURE, KIND_TASK_PATTERN, KIND_USER_MODEL, LEGACY_PROCEDURE_AGENT, Layer,
-    MAX_PROCEDURE_BYTES, MAX_PROCEDURE_NAME_CHARS, MemoryConfig, MemoryContext, MemoryError, MemoryFilter,
-    MemoryRead, MemoryRecord, MemoryScope, MemorySection, MemoryService, MemoryStore, PROCEDURES_DIR,
-    Procedure, ProcedureLibrary, READ_SELF, RecallK, RecallWeights, Recalled, ReembedPhase, ReembedStatus,
-    SOURCE_EPISODE_FACT, SOURCE_PROCEDURE, SOURCE_REMEMBER, SOURCE_TASK_PATTERN, SOURCE_TURN,
-    SOURCE_USER_MODEL, ScopeResolver, SearchHit, SearchQuery, SectionBudgets, SectionKind, StaticScopes,
-    TurnRecord, USER_MODEL_FILE, UserModel, UserModelFile, UserModelStore, WRITE_RULES, WorkingConfig,
-    WorkingItem, WorkingMemory, WriteRule, last_turns, validate_procedure_name, write_rule,
+    MAX_PROCEDURE_BYTES, MAX_PROCEDURE_NAME_CHARS, META_PREV, META_WHEN, MemoryConfig, MemoryContext,
+    MemoryError, MemoryFilter, MemoryRead, MemoryRecord, MemoryScope, MemorySection, MemoryService,
+    MemoryStore, PROCEDURES_DIR, Procedure, ProcedureLibrary, READ_SELF, RecallK, RecallWeights, Recalled,
+    ReembedPhase, ReembedStatus, SOURCE_EPISODE_FACT, SOURCE_PROCEDURE, SOURCE_REMEMBER, SOURCE_TASK_PATTERN,
+    SOURCE_TURN, SOURCE_USER_MODEL, ScopeResolver, SearchHit, SearchQuery, SectionBudgets, SectionKind,
+    StaticScopes, TurnRecord, USER_MODEL_FILE, UserModel, UserModelFile, UserModelStore, WRITE_RULES,
+    WorkingConfig, WorkingItem, WorkingMemory, WriteRule, last_turns, validate_procedure_name, write_rule,
 };
 pub use memory::{
     DistillMark, DistillReport, DistilledFact, ForgetReport, ForgottenSecret, MAX_FACT_VALUE_CHARS,
@@ -251,11 +251,12 @@ pub use model::{
     SseParser, StreamDecoder, TokioSleeper, decode_chunks, join_url,
 };
 pub use model::{
-    AssistantMessage, ChatRequest, DEMO_SCRIPT, Embedder, EmbedderExt, FAUX_REQUEST_LOG_ENV, FAUX_SCRIPT_ENV,
-    FauxError, FauxProvider, FauxReply, FauxRule, FauxScript, FauxToolCall, FauxWhen, FinishReason,
-    HASH_EMBEDDER_DIMENSIONS, HashEmbedder, Message, ModelResponse, Provider, ProviderError, ProviderEvent,
-    ProviderExt, ProviderStream, Purpose, RequestMetadata, ResponseAssembler, Role, ThinkingBlock, ToolCall,
-    ToolChoice, ToolResultMessage, ToolSpec, Usage, UserMessage, cosine,
+    AssistantMessage, ChatRequest, DEMO_SCRIPT, EmbedRole, EmbedRoles, Embedder, EmbedderExt,
+    FAUX_REQUEST_LOG_ENV, FAUX_SCRIPT_ENV, FauxError, FauxProvider, FauxReply, FauxRule, FauxScript,
+    FauxToolCall, FauxWhen, FinishReason, HASH_EMBEDDER_DIMENSIONS, HashEmbedder, Message, ModelResponse,
+    Provider, ProviderError, ProviderEvent, ProviderExt, ProviderStream, Purpose, RequestMetadata,
+    ResponseAssembler, Role, ThinkingBlock, ToolCall, ToolChoice, ToolResultMessage, ToolSpec, Usage,
+    UserMessage, cosine,
 };
 pub use model::{
     DEFAULT_ANTHROPIC_MODEL, DEFAULT_OLLAMA_MODEL, DEFAULT_OPENAI_MODEL, LlmConfig, ProviderKind,

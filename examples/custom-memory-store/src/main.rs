@@ -213,12 +213,10 @@ impl MemoryStore for FileMemoryStore {
             .filter(|r| r.embedder == query.embedder && query.filter.matches(r))
             .filter_map(|r| {
                 let similarity = cosine(&query.vector, &r.embedding);
-                (similarity >= query.min_similarity).then(|| SearchHit {
-                    id: r.id.clone(),
-                    similarity,
-                    created_at: r.created_at,
-                    rehearsal: r.rehearsal,
-                })
+                // Vectors alone: a store may leave the word side out (its
+                // hits then rank by similarity only).
+                (similarity >= query.min_similarity)
+                    .then(|| SearchHit::new(r.id.clone(), similarity, r.created_at, r.rehearsal))
             })
             .collect();
         hits.sort_by(|a, b| {

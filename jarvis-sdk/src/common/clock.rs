@@ -42,6 +42,11 @@ impl ManualClock {
         let mut now = self.now.lock().unwrap_or_else(|e| e.into_inner());
         *now += by;
     }
+
+    /// Sets the clock to `to` (backwards too: a replay of dated events).
+    pub fn set(&self, to: SystemTime) {
+        *self.now.lock().unwrap_or_else(|e| e.into_inner()) = to;
+    }
 }
 
 impl Clock for ManualClock {

@@ -20,6 +20,7 @@ pub(crate) mod pg;
 mod text;
 mod time;
 pub mod trace;
+pub(crate) mod words;
 mod zone;
 
 pub use clock::{Clock, IdSource, ManualClock, SequentialIds, SystemClock, UniqueIds};

@@ -34,6 +34,12 @@
 //! the background) is a handful of pointer copies; a write to a shared
 //! chunk copies that chunk first.
 //!
+//! **Words too.** Each partition also keeps an inverted index of its
+//! records' terms (`lexical.rs`), and a search with terms answers the best
+//! records by BM25 beside the most similar ones, each hit with both
+//! scores, so recall can fuse the two rankings. Records without a vector
+//! (the embedder did not answer) are found by their words alone.
+//!
 //! **Exact below a threshold, a graph above.** A partition smaller than
 //! [`AnnOptions::min_rows`] is scanned exactly: with this layout that is as
 //! fast as a graph walk up to about 5,000 records, and no approximate
@@ -48,7 +54,10 @@ use std::sync::Arc;
 use std::sync::atomic::{self, AtomicBool};
 
 use super::ann::{AnnOptions, PartAnn, Rows};
-use super::record::{Layer, MemoryFilter, MemoryRecord, SearchHit, SearchQuery};
+use super::lexical::{Postings, terms};
+use super::record::{
+    Layer, META_PREV, META_WHEN, MemoryFilter, MemoryRecord, SearchHit, SearchQuery, metadata_days,
+};
 use crate::common::Timestamp;
 
 /// Rows per tile.
@@ -98,6 +107,35 @@ impl Metadata {
             Metadata::Json(text) => serde_json::from_str(text).unwrap_or(Value::Null),
         }
     }
+
+    /// What the index keeps of it: the episode before ([`META_PREV`]) and
+    /// the days stated ([`META_WHEN`]); `None` when it says neither (most
+    /// records, whose JSON text is then not parsed).
+    fn links(&self) -> Option<Box<Links>> {
+        let links = match self {
+            Metadata::Value(v) => Links {
+                prev: v.get(META_PREV).and_then(Value::as_str).map(Arc::from),
+                stated: metadata_days(v).into(),
+            },
+            Metadata::Json(text) => {
+                if !text.contains(META_PREV) && !text.contains(META_WHEN) {
+                    return None;
+                }
+                let v: Value = serde_json::from_str(text).ok()?;
+                return Metadata::Value(v).links();
+            }
+        };
+        (links.prev.is_some() || !links.stated.is_empty()).then(|| Box::new(links))
+    }
+}
+
+/// What a row says of its place in time and in its session.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Links {
+    /// The episode before it in its session.
+    prev: Option<Arc<str>>,
+    /// The days its text states (their midnights).
+    stated: Box<[Timestamp]>,
 }
 
 #[derive(Debug, Clone)]
@@ -111,6 +149,18 @@ struct Row {
     metadata: Metadata,
     created_at: Timestamp,
     rehearsal: u32,
+    /// From the metadata, when it links the row (most do not).
+    links: Option<Box<Links>>,
+}
+
+impl Row {
+    fn prev(&self) -> Option<&Arc<str>> {
+        self.links.as_ref()?.prev.as_ref()
+    }
+
+    fn stated(&self) -> &[Timestamp] {
+        self.links.as_ref().map_or(&[], |l| &l.stated)
+    }
 }
 
 /// A partition's vectors: `ceil(rows / TILE)` tiles of `dims × TILE`
@@ -461,6 +511,8 @@ struct Partition {
     key: PartKey,
     rows: Vec<Row>,
     tiles: Tiles,
+    /// The rows' terms, row for row.
+    lexical: Postings,
     ann: PartAnn,
 }
 
@@ -470,6 +522,7 @@ impl Partition {
             tiles: Tiles::new(key.dims),
             key,
             rows: Vec::new(),
+            lexical: Postings::default(),
             ann: PartAnn::default(),
         }
     }
@@ -480,6 +533,7 @@ impl Partition {
 
     fn push(&mut self, row: Row, vector: &[f32]) -> usize {
         let index = self.rows.len();
+        self.lexical.push(&terms(&row.text));
         self.tiles.grow_to(index + 1);
         self.tiles.write(index, vector);
         if self.key.dims > 0 {
@@ -492,6 +546,9 @@ impl Partition {
     /// Replaces the row at `index` (a new key: the graph forgets the old
     /// vector and learns the new one).
     fn replace(&mut self, index: usize, mut row: Row, vector: &[f32]) {
+        if row.text != self.rows[index].text {
+            self.lexical.replace(index, &terms(&row.text));
+        }
         if self.key.dims == 0 || self.tiles.holds(index, vector) {
             row.key = self.rows[index].key;
             self.rows[index] = row;
@@ -519,6 +576,7 @@ impl Partition {
             None
         };
         self.rows.swap_remove(row);
+        self.lexical.swap_remove(row);
         self.tiles.shrink_to(self.rows.len());
         moved
     }
@@ -624,6 +682,9 @@ pub(crate) struct Index {
     by_id: HashMap<Arc<str>, (usize, usize)>,
     /// Interned strings for partition keys.
     names: HashMap<String, Arc<str>>,
+    /// An episode's id → the id of the episode after it in its session
+    /// (the rows whose [`META_PREV`] names it).
+    next_of: HashMap<Arc<str>, Arc<str>>,
     /// The key the next written row gets (see [`Row::key`]).
     next_key: u64,
     ann: AnnOptions,
@@ -784,6 +845,7 @@ impl Index {
 
     fn upsert_with(&mut self, record: MemoryRecord, metadata: Metadata) {
         let key = self.key_of(&record);
+        let links = metadata.links();
         let row = Row {
             id: self
                 .by_id
@@ -796,15 +858,27 @@ impl Index {
             metadata,
             created_at: record.created_at,
             rehearsal: record.rehearsal,
+            links,
         };
         if let Some(&(part, index)) = self.by_id.get(&row.id) {
             if self.partitions[part].key == key {
+                let old = self.partitions[part].rows[index].prev().cloned();
+                if old.as_ref() != row.prev() {
+                    self.unlink(old.as_ref(), &row.id);
+                    self.link(&row);
+                }
                 self.partitions[part].replace(index, row, &record.embedding);
                 self.partitions[part].poll(self.next_key, &self.ann);
                 self.settle(part);
                 return;
             }
+            // Moving to another partition (re-embedded): the episode after
+            // it still follows it.
+            let next = self.next_of.get(&row.id).cloned();
             self.remove_at(part, index);
+            if let Some(next) = next {
+                self.next_of.insert(row.id.clone(), next);
+            }
         }
         let part = match self.by_key.get(&key) {
             Some(&p) => p,
@@ -815,14 +889,34 @@ impl Index {
             }
         };
         let id = row.id.clone();
+        self.link(&row);
         let index = self.partitions[part].push(row, &record.embedding);
         self.by_id.insert(id, (part, index));
         self.partitions[part].poll(self.next_key, &self.ann);
         self.settle(part);
     }
 
+    /// Notes `row` as the episode after the one it names as before it.
+    fn link(&mut self, row: &Row) {
+        if let Some(prev) = row.prev() {
+            self.next_of.insert(prev.clone(), row.id.clone());
+        }
+    }
+
+    /// Forgets that `id` follows `prev`.
+    fn unlink(&mut self, prev: Option<&Arc<str>>, id: &Arc<str>) {
+        if let Some(prev) = prev
+            && self.next_of.get(prev) == Some(id)
+        {
+            self.next_of.remove(prev);
+        }
+    }
+
     fn remove_at(&mut self, part: usize, index: usize) {
         let id = self.partitions[part].rows[index].id.clone();
+        let prev = self.partitions[part].rows[index].prev().cloned();
+        self.unlink(prev.as_ref(), &id);
+        self.next_of.remove(&id);
         if let Some(moved) = self.partitions[part].swap_remove(index) {
             self.by_id.insert(moved, (part, index));
         }
@@ -884,7 +978,9 @@ impl Index {
                 continue;
             }
             for (r, row) in partition.rows.iter().enumerate() {
-                if !filter.exclude_ids.iter().any(|x| **x == *row.id) {
+                if !filter.exclude_ids.iter().any(|x| **x == *row.id)
+                    && filter.in_period(row.created_at, row.stated())
+                {
                     found.push((p, r));
                 }
             }
@@ -966,13 +1062,21 @@ impl Index {
         answers
     }
 
-    /// Whether `query` searches `partition`: its space, not empty, in scope.
-    fn searched_by(partition: &Partition, query: &SearchQuery) -> bool {
+    /// Whether `query` searches `partition` at all: in scope, not empty.
+    fn in_scope(partition: &Partition, query: &SearchQuery) -> bool {
+        !partition.rows.is_empty() && Self::partition_matches(&query.filter, &partition.key)
+    }
+
+    /// Whether `partition`'s vectors lie in the query's space.
+    fn in_space(partition: &Partition, query: &SearchQuery) -> bool {
         let key = &partition.key;
-        key.dims == query.vector.len()
-            && *key.embedder == *query.embedder
-            && !partition.rows.is_empty()
-            && Self::partition_matches(&query.filter, key)
+        !query.vector.is_empty() && key.dims == query.vector.len() && *key.embedder == *query.embedder
+    }
+
+    /// Whether `query` searches `partition` by vector: its space, not
+    /// empty, in scope.
+    fn searched_by(partition: &Partition, query: &SearchQuery) -> bool {
+        Self::in_space(partition, query) && Self::in_scope(partition, query)
     }
 
     /// A rough cost of `query` and whether it walks a graph: a scan counts
@@ -992,15 +1096,20 @@ impl Index {
         (cost, walks)
     }
 
+    /// The `query.k` records most similar to `query.vector` (none below
+    /// `query.min_similarity`) and the `query.k` best by BM25 for
+    /// `query.terms`, together, each hit with both scores; ordered by
+    /// similarity, then BM25 (ties: newer first, then by id).
     pub(crate) fn search(&self, query: &SearchQuery) -> Vec<SearchHit> {
-        if query.k == 0 || query.vector.is_empty() {
+        if query.k == 0 {
             return Vec::new();
         }
         let sparse = sparse_of(&query.vector);
-        if sparse.is_empty() {
+        if sparse.is_empty() && query.terms.is_empty() {
             return Vec::new();
         }
-        let mut heap: BinaryHeap<Candidate> = BinaryHeap::with_capacity(query.k + 1);
+        let mut by_vector: BinaryHeap<Candidate> = BinaryHeap::with_capacity(query.k + 1);
+        let mut by_words: BinaryHeap<Candidate> = BinaryHeap::with_capacity(query.k + 1);
         // Where the excluded records are, looked up once: a candidate is then
         // checked without reading its row.
         let excluded: Vec<(usize, usize)> = query
@@ -1009,48 +1118,104 @@ impl Index {
             .iter()
             .filter_map(|id| self.by_id.get(id.as_str()).copied())
             .collect();
+        // Each partition's weighed terms, to score the vector side's hits.
+        let mut weighed: Vec<(usize, Vec<(u32, f32)>)> = Vec::new();
+        let period = query.filter.during.is_some();
         for (p, partition) in self.partitions.iter().enumerate() {
-            if !Self::searched_by(partition, query) {
+            if !Self::in_scope(partition, query) {
                 continue;
             }
-            partition.poll(self.next_key, &self.ann);
             let excluded: Vec<usize> = excluded
                 .iter()
                 .filter(|(at, _)| *at == p)
                 .map(|&(_, row)| row)
                 .collect();
-            let found = Self::walk(
-                partition,
-                p,
-                &sparse,
-                query,
-                &excluded,
-                self.ann.expansion_search,
-                &mut heap,
-            );
-            if !found {
-                Self::scan(partition, p, &sparse, query, &excluded, &mut heap);
+            let accept = |row: usize| {
+                !excluded.contains(&row)
+                    && (!period || {
+                        let r = &partition.rows[row];
+                        query.filter.in_period(r.created_at, r.stated())
+                    })
+            };
+            if !sparse.is_empty() && Self::in_space(partition, query) {
+                partition.poll(self.next_key, &self.ann);
+                let found = Self::walk(
+                    partition,
+                    p,
+                    &sparse,
+                    query,
+                    &accept,
+                    excluded.len(),
+                    self.ann.expansion_search,
+                    &mut by_vector,
+                );
+                if !found {
+                    Self::scan(partition, p, &sparse, query, &accept, &mut by_vector);
+                }
+            }
+            if !query.terms.is_empty() {
+                let terms = partition.lexical.weigh(&query.terms);
+                if !terms.is_empty() {
+                    for (row, score) in partition.lexical.search(&terms, accept) {
+                        offer(&mut by_words, query.k, score, p, row);
+                    }
+                    weighed.push((p, terms));
+                }
             }
         }
-        let mut hits: Vec<Candidate> = heap.into_vec();
-        hits.sort_by(|a, b| {
-            let (ra, rb) = (
-                &self.partitions[a.part as usize].rows[a.row as usize],
-                &self.partitions[b.part as usize].rows[b.row as usize],
-            );
+        // Both sides together, each hit with both scores.
+        let mut hits: Vec<(Candidate, f32)> = Vec::with_capacity(by_vector.len() + by_words.len());
+        for c in by_vector.into_vec() {
+            let lexical = weighed
+                .iter()
+                .find(|(p, _)| *p == c.part as usize)
+                .map_or(0.0, |(p, terms)| {
+                    self.partitions[*p].lexical.score(c.row as usize, terms)
+                });
+            hits.push((c, lexical));
+        }
+        for c in by_words.into_vec() {
+            if hits.iter().any(|(h, _)| h.part == c.part && h.row == c.row) {
+                continue;
+            }
+            let partition = &self.partitions[c.part as usize];
+            let similarity = if !sparse.is_empty() && Self::in_space(partition, query) {
+                partition.tiles.dot_rows(&[c.row as usize], &sparse)[0]
+            } else {
+                0.0
+            };
+            hits.push((
+                Candidate {
+                    score: similarity,
+                    ..c
+                },
+                c.score,
+            ));
+        }
+        let row_of = |c: &Candidate| &self.partitions[c.part as usize].rows[c.row as usize];
+        hits.sort_by(|(a, la), (b, lb)| {
+            let (ra, rb) = (row_of(a), row_of(b));
             b.score
                 .total_cmp(&a.score)
+                .then_with(|| lb.total_cmp(la))
                 .then_with(|| rb.created_at.cmp(&ra.created_at))
                 .then_with(|| ra.id.cmp(&rb.id))
         });
         hits.into_iter()
-            .map(|c| {
-                let row = &self.partitions[c.part as usize].rows[c.row as usize];
+            .map(|(c, lexical)| {
+                let row = row_of(&c);
                 SearchHit {
                     id: row.id.to_string(),
-                    similarity: c.score.clamp(-1.0, 1.0),
+                    similarity: if c.score.is_finite() {
+                        c.score.clamp(-1.0, 1.0)
+                    } else {
+                        0.0
+                    },
+                    lexical,
                     created_at: row.created_at,
                     rehearsal: row.rehearsal,
+                    prev: row.prev().map(|p| p.to_string()),
+                    next: self.next_of.get(&row.id).map(|n| n.to_string()),
                 }
             })
             .collect()
@@ -1058,24 +1223,24 @@ impl Index {
 
     /// Searches `partition` through its graph into `heap`; false when it
     /// has no graph ready (scan it instead).
+    #[allow(clippy::too_many_arguments)]
     fn walk(
         partition: &Partition,
         p: usize,
         sparse: &[(usize, f32)],
         query: &SearchQuery,
-        excluded: &[usize],
+        accept: &dyn Fn(usize) -> bool,
+        excluded: usize,
         expansion: usize,
         heap: &mut BinaryHeap<Candidate>,
     ) -> bool {
-        let accept = |row: usize| !excluded.contains(&row);
         let score = |rows: &[usize]| partition.tiles.dot_rows(rows, sparse);
         // The graph's order is by quantised vectors: a few more candidates,
         // scored exactly, keep the top k right.
         let count = query.k + query.k / 2 + 4;
-        let extra = excluded.len();
         let Some(found) = partition
             .ann
-            .search(&query.vector, count, extra, expansion, &accept, &score)
+            .search(&query.vector, count, excluded, expansion, accept, &score)
         else {
             return false;
         };
@@ -1087,13 +1252,13 @@ impl Index {
         true
     }
 
-    /// Scores every row of `partition` into `heap`, but the `excluded` rows.
+    /// Scores every row of `partition` that `accept` takes into `heap`.
     fn scan(
         partition: &Partition,
         p: usize,
         sparse: &[(usize, f32)],
         query: &SearchQuery,
-        excluded: &[usize],
+        accept: &dyn Fn(usize) -> bool,
         heap: &mut BinaryHeap<Candidate>,
     ) {
         let dims = partition.key.dims;
@@ -1116,7 +1281,7 @@ impl Index {
                     continue;
                 }
                 let row = first + l;
-                if excluded.contains(&row) {
+                if !accept(row) {
                     continue;
                 }
                 offer(heap, query.k, score, p, row);
@@ -1221,18 +1386,19 @@ impl IndexLoader {
             };
             let id = row.id;
             let key = index.take_key();
-            let at = index.partitions[part].push(
-                Row {
-                    id: id.clone(),
-                    key,
-                    source: row.source,
-                    text: row.text,
-                    metadata: Metadata::from_json(row.metadata),
-                    created_at: row.created_at,
-                    rehearsal: row.rehearsal,
-                },
-                vector,
-            );
+            let metadata = Metadata::from_json(row.metadata);
+            let row = Row {
+                id: id.clone(),
+                key,
+                source: row.source,
+                text: row.text,
+                links: metadata.links(),
+                metadata,
+                created_at: row.created_at,
+                rehearsal: row.rehearsal,
+            };
+            index.link(&row);
+            let at = index.partitions[part].push(row, vector);
             if let Some((p, i)) = index.by_id.insert(id, (part, at)) {
                 // The same id twice: the later row wins.
                 if let Some(moved) = index.partitions[p].swap_remove(i) {
@@ -1314,6 +1480,7 @@ mod tests {
             filter,
             embedder: "e".into(),
             vector,
+            terms: Vec::new(),
             k,
             min_similarity: -1.0,
         }

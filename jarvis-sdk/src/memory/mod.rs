@@ -15,6 +15,9 @@
 //! | `scope.rs` | [`MemoryScope`], [`MemoryRead`] (`memory.read`), [`ScopeResolver`] |
 //! | `store.rs` | the [`MemoryStore`] trait, [`InMemoryMemoryStore`] |
 //! | `index.rs` | the partitioned, contiguous vector index every store searches |
+//! | `lexical.rs` | the word side of the index: terms (words, Hangul bigrams) and BM25 |
+//! | `recall.rs` | fusing the vector and word rankings |
+//! | `when.rs` | days a text states, periods a question names |
 //! | `ann.rs` | [`AnnOptions`]: the approximate (HNSW) index of large partitions, built in the background |
 //! | `sqlite.rs` | [`SqliteMemoryStore`] (feature `sqlite`, default): `$JARVIS_HOME/memory.sqlite3` |
 //! | `postgres.rs` | [`PostgresMemoryStore`] (feature `postgres`) |
@@ -33,9 +36,11 @@ mod forget;
 mod index;
 mod inject;
 mod learn;
+mod lexical;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod procedures;
+mod recall;
 mod record;
 mod rules;
 mod scope;
@@ -46,6 +51,7 @@ mod store;
 mod user_model;
 #[cfg(feature = "postgres")]
 mod user_model_postgres;
+mod when;
 mod working;
 
 pub use ann::AnnOptions;
@@ -61,7 +67,7 @@ pub use procedures::{
     LEGACY_PROCEDURE_AGENT, MAX_PROCEDURE_BYTES, MAX_PROCEDURE_NAME_CHARS, PROCEDURES_DIR, Procedure,
     ProcedureLibrary, validate_procedure_name,
 };
-pub use record::{Agents, Layer, MemoryFilter, MemoryRecord, SearchHit, SearchQuery};
+pub use record::{Agents, Layer, META_PREV, META_WHEN, MemoryFilter, MemoryRecord, SearchHit, SearchQuery};
 pub use rules::{
     DEFAULT_WRITE_RULE, KIND_EPISODE, KIND_FACT, KIND_NOTE, KIND_PROCEDURE, KIND_TASK_PATTERN,
     KIND_USER_MODEL, SOURCE_EPISODE_FACT, SOURCE_PROCEDURE, SOURCE_REMEMBER, SOURCE_TASK_PATTERN,

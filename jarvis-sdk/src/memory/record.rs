@@ -8,6 +8,15 @@ use std::fmt;
 
 use crate::common::Timestamp;
 
+/// Metadata key of a turn episode: the id of the episode before it in the
+/// same session, so recall can bring a hit's neighbouring turns.
+pub const META_PREV: &str = "prev";
+
+/// Metadata key: the days the text states (`["2026-03-14"]`, in the
+/// user's time zone), besides the day it was written, so a question about
+/// a period finds what happened in it.
+pub const META_WHEN: &str = "when";
+
 /// A layer of long-term memory (R-MEM-1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -74,7 +83,8 @@ pub struct MemoryRecord {
     pub source: String,
     /// What is remembered.
     pub text: String,
-    /// Anything else (a turn episode's tools, duration and overflow flag).
+    /// Anything else (a turn episode's tools, duration and overflow flag,
+    /// [`META_PREV`], [`META_WHEN`]).
     pub metadata: Value,
     /// When it was written.
     pub created_at: Timestamp,
@@ -121,8 +131,9 @@ impl Agents {
 /// A record matches when its `user` is the filter's, its layer is one of
 /// `layers` with its agent among that layer's [`Agents`] (an empty `layers`
 /// means every layer of every agent), its kind is one of `kinds` (empty:
-/// any kind), and its id is not in `exclude_ids`. Each layer carries its
-/// own agents because the permissions differ by layer (R-MEM-9): the user
+/// any kind), its id is not in `exclude_ids`, and (with `during`) it was
+/// written or states a day in that period. Each layer carries its own
+/// agents because the permissions differ by layer (R-MEM-9): the user
 /// profile from any agent, episodes and procedures from a few.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct MemoryFilter {
@@ -134,6 +145,10 @@ pub struct MemoryFilter {
     pub kinds: Vec<String>,
     /// Records left out.
     pub exclude_ids: Vec<String>,
+    /// Only records written in this period (from, until: the end
+    /// excluded), or stating a day in it ([`META_WHEN`]); `None` for any
+    /// time.
+    pub during: Option<(Timestamp, Timestamp)>,
     /// At most this many records (a `list`); `None` for all.
     pub limit: Option<usize>,
 }
@@ -169,6 +184,27 @@ impl MemoryFilter {
         self
     }
 
+    /// Keeps only records written from `from` until `until` (excluded),
+    /// or stating a day in that period.
+    pub fn during(mut self, from: Timestamp, until: Timestamp) -> Self {
+        self.during = Some((from, until));
+        self
+    }
+
+    /// Whether a record written at `created_at` and stating the days
+    /// starting at `stated` (midnights in the user's zone) lies in
+    /// `during`; true without one.
+    pub fn in_period(&self, created_at: Timestamp, stated: &[Timestamp]) -> bool {
+        let Some((from, until)) = self.during else {
+            return true;
+        };
+        let day = 24 * 3600 * 1000;
+        (from <= created_at && created_at < until)
+            || stated
+                .iter()
+                .any(|&d| d.as_millis() + day > from.as_millis() && d < until)
+    }
+
     /// Answers at most `limit` records.
     pub fn limit(mut self, limit: usize) -> Self {
         self.limit = Some(limit);
@@ -191,11 +227,37 @@ impl MemoryFilter {
     pub fn matches(&self, record: &MemoryRecord) -> bool {
         self.matches_scope(&record.user, &record.agent_id, record.layer, &record.kind)
             && !self.exclude_ids.contains(&record.id)
+            && self.in_period(record.created_at, &metadata_days(&record.metadata))
     }
 }
 
-/// A similarity search: the records matching `filter` whose embedding lies
-/// in the space `embedder` names, most similar to `vector` first.
+/// The days a record's metadata says its text states ([`META_WHEN`]):
+/// `YYYY-MM-DD` strings read as midnights in UTC, or RFC 3339 times;
+/// anything else is left out.
+pub(crate) fn metadata_days(metadata: &Value) -> Vec<Timestamp> {
+    metadata
+        .get(META_WHEN)
+        .and_then(Value::as_array)
+        .map(|days| {
+            days.iter()
+                .filter_map(|d| d.as_str().and_then(parse_day))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A stated day: an RFC 3339 time (the start of the day in the user's
+/// zone, as the service writes it) or a bare `YYYY-MM-DD` (midnight UTC).
+fn parse_day(text: &str) -> Option<Timestamp> {
+    Timestamp::parse_rfc3339(text)
+        .ok()
+        .or_else(|| Timestamp::parse_rfc3339(&format!("{text}T00:00:00Z")).ok())
+}
+
+/// A search of the records matching `filter` two ways: by vector (those
+/// whose embedding lies in the space `embedder` names, most similar to
+/// `vector`) and by words (those holding the query's lexical `terms`,
+/// ranked by BM25).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SearchQuery {
     /// Which records count.
@@ -203,12 +265,24 @@ pub struct SearchQuery {
     /// The embedder `vector` came from; records embedded by another are
     /// not compared.
     pub embedder: String,
-    /// The query's embedding (unit length).
+    /// The query's embedding (unit length); empty for no vector search.
     pub vector: Vec<f32>,
-    /// At most this many hits.
+    /// The query's terms ([`SearchQuery::terms_of`]); empty for no word
+    /// search.
+    pub terms: Vec<String>,
+    /// At most this many hits from each side.
     pub k: usize,
-    /// Hits below this cosine similarity are left out.
+    /// Records below this cosine similarity are not found by vector (they
+    /// may still be found by their words).
     pub min_similarity: f32,
+}
+
+impl SearchQuery {
+    /// The lexical terms of a query text, as the stores index records'
+    /// texts (words and Hangul bigrams, see `lexical.rs`).
+    pub fn terms_of(text: &str) -> Vec<String> {
+        super::lexical::query_terms(text)
+    }
 }
 
 /// One answer of a search: a record's id with what ranking needs, without
@@ -217,12 +291,36 @@ pub struct SearchQuery {
 pub struct SearchHit {
     /// The record's id.
     pub id: String,
-    /// Cosine similarity to the query.
+    /// Cosine similarity to the query: exact for every hit whose record
+    /// lies in the query's vector space, 0 for the others.
     pub similarity: f32,
+    /// BM25 score for the query's terms: 0 when the record holds none of
+    /// them.
+    pub lexical: f32,
     /// When the record was written.
     pub created_at: Timestamp,
     /// How often it was rehearsed.
     pub rehearsal: u32,
+    /// The episode before it in the same session ([`META_PREV`]).
+    pub prev: Option<String>,
+    /// The episode after it in the same session.
+    pub next: Option<String>,
+}
+
+impl SearchHit {
+    /// A hit found by vector, with no word score and no neighbours known:
+    /// all a store that searches vectors alone answers.
+    pub fn new(id: impl Into<String>, similarity: f32, created_at: Timestamp, rehearsal: u32) -> Self {
+        Self {
+            id: id.into(),
+            similarity,
+            lexical: 0.0,
+            created_at,
+            rehearsal,
+            prev: None,
+            next: None,
+        }
+    }
 }
 
 #[cfg(test)]

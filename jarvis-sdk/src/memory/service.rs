@@ -16,7 +16,10 @@ use super::forget::{ForgottenSecret, contains_forgotten};
 use super::inject::{MemoryContext, SectionBudgets, SectionKind};
 use super::learn::ANSWER_MARK;
 use super::procedures::{ProcedureLibrary, name_problem};
-use super::record::{Agents, Layer, MemoryFilter, MemoryRecord, SearchHit, SearchQuery};
+use super::recall::fuse;
+use super::record::{
+    Agents, Layer, META_PREV, META_WHEN, MemoryFilter, MemoryRecord, SearchHit, SearchQuery,
+};
 use super::rules::{
     KIND_FACT, KIND_PROCEDURE, KIND_TASK_PATTERN, KIND_USER_MODEL, SOURCE_PROCEDURE, SOURCE_REMEMBER,
     SOURCE_TASK_PATTERN, SOURCE_TURN, SOURCE_USER_MODEL, write_rule,
@@ -24,15 +27,19 @@ use super::rules::{
 use super::scope::MemoryScope;
 use super::store::MemoryStore;
 use super::user_model::{UserModel, UserModelFile, UserModelStore};
+use super::when::{period_of, stated_days};
 use super::working::{WorkingConfig, WorkingMemory};
-use crate::common::{Clock, IdSource, SystemClock, Timestamp, UniqueIds, error_chain, truncate_with_marker};
-use crate::model::Embedder;
+use crate::common::{
+    Clock, IdSource, SystemClock, TimeZone, Timestamp, UniqueIds, error_chain, truncate_with_marker,
+};
+use crate::model::{EmbedRole, Embedder};
 
 /// The weights of the recall blend (see [`MemoryService`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RecallWeights {
-    /// Weight of cosine similarity. Default 0.75.
-    pub similarity: f32,
+    /// Weight of relevance: the vector and word rankings fused by
+    /// reciprocal rank, in `(0, 1]`. Default 0.75.
+    pub relevance: f32,
     /// Weight of recency. Default 0.15.
     pub recency: f32,
     /// Weight of rehearsal. Default 0.10.
@@ -42,7 +49,7 @@ pub struct RecallWeights {
 impl Default for RecallWeights {
     fn default() -> Self {
         Self {
-            similarity: 0.75,
+            relevance: 0.75,
             recency: 0.15,
             rehearsal: 0.10,
         }
@@ -86,9 +93,25 @@ pub struct MemoryConfig {
     pub recall_k: RecallK,
     /// The recall blend.
     pub weights: RecallWeights,
-    /// Records less similar than this to the query are never recalled.
-    /// Default 0.2.
+    /// Records less similar than this to the query are not found by
+    /// vector (they may be by their words). Default 0.2.
     pub min_similarity: f32,
+    /// The constant of reciprocal-rank fusion: a record ranked `r`-th on
+    /// one side gets `1 / (fusion_k + r)` from it. Default 10 (chosen on the dev half of `memory_quality`; 60 in the paper).
+    pub fusion_k: f32,
+    /// A recalled episode brings the turns just before and after it in
+    /// its session. Default on.
+    pub context: bool,
+    /// A neighbouring turn comes with a recalled episode when it matched
+    /// the query itself, with at least this share of the episode's
+    /// relevance; 0: every neighbour comes. Default 0.7 (chosen on the
+    /// dev half of `memory_quality`: every neighbour, taking the place of
+    /// further hits, found less).
+    pub context_share: f32,
+    /// The user's time zone: recalled episodes are dated in it, and the
+    /// days and periods texts and questions name are read in it. Default
+    /// `Asia/Seoul`.
+    pub time_zone: TimeZone,
     /// Recency halves every this long. Default 14 days.
     pub recency_half_life: Duration,
     /// Working memory.
@@ -110,6 +133,10 @@ impl Default for MemoryConfig {
             recall_k: RecallK::default(),
             weights: RecallWeights::default(),
             min_similarity: 0.2,
+            fusion_k: 10.0,
+            context: true,
+            context_share: 0.7,
+            time_zone: TimeZone::default(),
             recency_half_life: Duration::from_secs(14 * 24 * 3600),
             working: WorkingConfig::default(),
             history_turns: 3,
@@ -129,15 +156,35 @@ impl MemoryConfig {
     }
 }
 
-/// A recalled record with its similarity to the query and its blended score.
+/// A recalled record with how it matched the query and its blended score.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Recalled {
     /// The record, without its embedding (left empty).
     pub record: MemoryRecord,
-    /// Cosine similarity to the query.
+    /// Cosine similarity to the query (0 when it was found by its words
+    /// in another vector space, or without the embedder).
     pub similarity: f32,
+    /// Its BM25 score for the query's words (0: none matched).
+    pub lexical: f32,
+    /// The vector and word rankings fused (see [`RecallWeights::relevance`]).
+    pub relevance: f32,
     /// The blended score it was ranked by.
     pub score: f32,
+    /// The turns just before and after it in its session, in time order,
+    /// when [`MemoryConfig::context`] is on (episodes only; without the
+    /// recalled record itself).
+    pub context: Vec<MemoryRecord>,
+}
+
+/// A hit with its fused relevance and blended score.
+#[derive(Debug)]
+struct Ranked {
+    hit: SearchHit,
+    relevance: f32,
+    score: f32,
+    /// Its neighbouring turns that come with it (see
+    /// [`MemoryConfig::context_share`]).
+    neighbours: Vec<String>,
 }
 
 /// What the harness knows about a finished turn, for its episode.
@@ -281,15 +328,20 @@ impl Drop for Wake {
 ///   kind ([`WRITE_RULES`](super::WRITE_RULES)); the scope's user and agent
 ///   are recorded; the text is embedded once.
 /// - **Recall** ([`MemoryService::recall`]): the store answers the most
-///   similar records the scope may read; they are ranked by
+///   similar records the scope may read and those whose words match best
+///   (BM25); the two rankings are fused by reciprocal rank into a
+///   relevance in `(0, 1]` (see `recall.rs`), searched again inside the
+///   period a question names ("last month"), and ranked by
 ///
-///   `score = 0.75 · similarity + 0.15 · recency + 0.10 · rehearsal`
+///   `score = 0.75 · relevance + 0.15 · recency + 0.10 · rehearsal`
 ///
 ///   where `recency = 0.5^(age / 14 days)` and
-///   `rehearsal = r / (r + 3)` for a record recalled `r` times. Records
-///   below the similarity floor ([`MemoryConfig::min_similarity`]) never
-///   come back, however new or rehearsed; the blend only reorders the
-///   `max(4k, 16)` most similar. What is recalled is rehearsed (`r + 1`).
+///   `rehearsal = r / (r + 3)` for a record recalled `r` times. A record
+///   neither similar enough ([`MemoryConfig::min_similarity`]) nor
+///   matching enough words never comes back, however new or rehearsed; the
+///   blend only reorders the `max(4k, 16)` best of each side. What is
+///   recalled is rehearsed (`r + 1`), and an episode brings its
+///   neighbouring turns.
 /// - **Injection** ([`MemoryService::observe`]): once per turn, recall for
 ///   each section and build the [`MemoryContext`] the loop applies before
 ///   every model call (its contract is on [`MemoryContext`]).
@@ -456,7 +508,7 @@ impl MemoryService {
         Timestamp::from_system_time(self.clock.now())
     }
 
-    async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, MemoryError> {
+    async fn embed(&self, texts: Vec<String>, role: EmbedRole) -> Result<Vec<Vec<f32>>, MemoryError> {
         let held = {
             let outage = self.outage.lock().unwrap_or_else(|e| e.into_inner());
             outage.is_some_and(|until| tokio::time::Instant::now() < until)
@@ -467,7 +519,7 @@ impl MemoryService {
                 format!("not asked: it failed less than {} s ago", OUTAGE_HOLD.as_secs()),
             )));
         }
-        let answer = checked_embed(self.embedder.as_ref(), texts).await;
+        let answer = checked_embed(self.embedder.as_ref(), texts, role).await;
         self.note_embedder(answer.is_ok());
         answer
     }
@@ -490,7 +542,7 @@ impl MemoryService {
     /// not answer: the caller then keeps its record un-embedded, and the
     /// re-embedding task embeds it once the embedder answers again.
     async fn embed_or_defer(&self, texts: Vec<String>) -> Option<Vec<Vec<f32>>> {
-        match self.embed(texts).await {
+        match self.embed(texts, EmbedRole::Document).await {
             Ok(vectors) => Some(vectors),
             Err(e) => {
                 tracing::warn!(
@@ -510,8 +562,8 @@ impl MemoryService {
             .unwrap_or_default()
     }
 
-    async fn embed_one(&self, text: &str) -> Result<Vec<f32>, MemoryError> {
-        let mut vectors = self.embed(vec![text.to_owned()]).await?;
+    async fn embed_query(&self, text: &str) -> Result<Vec<f32>, MemoryError> {
+        let mut vectors = self.embed(vec![text.to_owned()], EmbedRole::Query).await?;
         Ok(vectors.pop().unwrap_or_default())
     }
 
@@ -526,7 +578,7 @@ impl MemoryService {
                 return Ok(vector.clone());
             }
         }
-        let vector = self.embed_one(prompt).await?;
+        let vector = self.embed_query(prompt).await?;
         *self.last_prompt.lock().unwrap_or_else(|e| e.into_inner()) =
             Some((prompt.to_owned(), vector.clone()));
         Ok(vector)
@@ -552,6 +604,7 @@ impl MemoryService {
         embedding: Vec<f32>,
     ) -> MemoryRecord {
         let rule = write_rule(source);
+        let metadata = self.with_stated_days(metadata, &text);
         MemoryRecord {
             id,
             user: scope.user.clone(),
@@ -572,6 +625,24 @@ impl MemoryService {
             },
             embedding,
         }
+    }
+
+    /// `metadata` with the days `text` states ([`META_WHEN`], instants of
+    /// their local midnights), read from now in the user's zone; as it was
+    /// when the text states none (or the metadata is not an object).
+    fn with_stated_days(&self, mut metadata: Value, text: &str) -> Value {
+        let days = stated_days(text, self.now(), &self.config.time_zone);
+        if days.is_empty() {
+            return metadata;
+        }
+        if metadata.is_null() {
+            metadata = json!({});
+        }
+        if let Some(map) = metadata.as_object_mut() {
+            let days: Vec<String> = days.iter().map(ToString::to_string).collect();
+            map.insert(META_WHEN.to_owned(), json!(days));
+        }
+        metadata
     }
 
     /// Stores `record`; one kept un-embedded wakes the re-embedding task.
@@ -635,6 +706,7 @@ impl MemoryService {
                 .kinds([kind]),
             embedder: self.embedder.name().to_owned(),
             vector: embedding.to_vec(),
+            terms: Vec::new(),
             k: 4,
             min_similarity: 0.999,
         };
@@ -838,57 +910,143 @@ impl MemoryService {
         MemoryFilter::for_user(scope.user.clone()).layer(layer, scope.readable(layer))
     }
 
-    fn query(&self, filter: MemoryFilter, vector: &[f32], k: usize) -> SearchQuery {
+    /// The search of `filter` for a query with `vector` (empty: none) and
+    /// `terms`, asking `max(4k, 16)` hits of each side so the blend has
+    /// room to reorder.
+    fn query(&self, filter: MemoryFilter, vector: &[f32], terms: &[String], k: usize) -> SearchQuery {
         SearchQuery {
             filter,
             embedder: self.embedder.name().to_owned(),
             vector: vector.to_vec(),
+            terms: terms.to_vec(),
             k: (4 * k).max(16),
             min_similarity: self.config.min_similarity,
         }
     }
 
-    /// The blended score of a hit (see [`MemoryService`]).
-    pub fn score(&self, similarity: f32, created_at: Timestamp, rehearsal: u32) -> f32 {
+    /// The searches of one recall: `filter`'s, and when `period` is given,
+    /// the same inside it (every similarity counts there).
+    fn queries(
+        &self,
+        filter: MemoryFilter,
+        vector: &[f32],
+        terms: &[String],
+        k: usize,
+        period: Option<(Timestamp, Timestamp)>,
+    ) -> Vec<SearchQuery> {
+        let general = self.query(filter, vector, terms, k);
+        let mut out = vec![general];
+        if let Some((from, until)) = period {
+            let mut during = out[0].clone();
+            during.filter = during.filter.during(from, until);
+            during.min_similarity = -1.0;
+            out.push(during);
+        }
+        out
+    }
+
+    /// The blended score of a hit of `relevance` (see [`MemoryService`]).
+    pub fn score(&self, relevance: f32, created_at: Timestamp, rehearsal: u32) -> f32 {
         let w = self.config.weights;
         let age_ms = (self.now().as_millis() - created_at.as_millis()).max(0) as f64;
         let half_life_ms = self.config.recency_half_life.as_millis().max(1) as f64;
         let recency = 0.5f64.powf(age_ms / half_life_ms) as f32;
         let rehearsal = rehearsal as f32 / (rehearsal as f32 + 3.0);
-        w.similarity * similarity + w.recency * recency + w.rehearsal * rehearsal
+        w.relevance * relevance + w.recency * recency + w.rehearsal * rehearsal
     }
 
-    /// The `k` best hits by blended score, best first.
-    fn rank(&self, hits: Vec<SearchHit>, k: usize) -> Vec<(SearchHit, f32)> {
-        let mut scored: Vec<(SearchHit, f32)> = hits
-            .into_iter()
-            .map(|h| {
-                let s = self.score(h.similarity, h.created_at, h.rehearsal);
-                (h, s)
+    /// The `k` best hits of one recall's searches by blended score, best
+    /// first, each with its relevance and score.
+    fn rank(&self, answers: Vec<Vec<SearchHit>>, k: usize) -> Vec<Ranked> {
+        let fused = fuse(answers, self.config.min_similarity, self.config.fusion_k);
+        let relevance_of: HashMap<&str, f32> = fused.iter().map(|(h, r)| (h.id.as_str(), *r)).collect();
+        let share = self.config.context_share;
+        let mut ranked: Vec<Ranked> = fused
+            .iter()
+            .map(|(hit, relevance)| Ranked {
+                score: self.score(*relevance, hit.created_at, hit.rehearsal),
+                neighbours: hit
+                    .prev
+                    .iter()
+                    .chain(&hit.next)
+                    .filter(|id| {
+                        share <= 0.0
+                            || relevance_of
+                                .get(id.as_str())
+                                .is_some_and(|r| *r >= share * relevance)
+                    })
+                    .cloned()
+                    .collect(),
+                hit: hit.clone(),
+                relevance: *relevance,
             })
             .collect();
-        scored.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.id.cmp(&b.0.id)));
-        scored.truncate(k);
-        scored
+        ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.hit.id.cmp(&b.hit.id)));
+        ranked.truncate(k);
+        ranked
     }
 
-    async fn fetch(&self, ranked: Vec<(SearchHit, f32)>) -> Result<Vec<Recalled>, MemoryError> {
-        let ids: Vec<String> = ranked.iter().map(|(h, _)| h.id.clone()).collect();
-        let records = self.store.get_texts(&ids).await?;
+    /// The records of `ranked`, with their neighbouring turns when
+    /// [`MemoryConfig::context`] is on and `context` asks for them.
+    async fn fetch(&self, ranked: Vec<Ranked>, context: bool) -> Result<Vec<Recalled>, MemoryError> {
+        let context = context && self.config.context;
+        let mut ids: Vec<String> = ranked.iter().map(|r| r.hit.id.clone()).collect();
+        if context {
+            for r in &ranked {
+                ids.extend(r.neighbours.iter().cloned());
+            }
+        }
+        let records: HashMap<String, MemoryRecord> = self
+            .store
+            .get_texts(&ids)
+            .await?
+            .into_iter()
+            .map(|r| (r.id.clone(), r))
+            .collect();
         Ok(ranked
             .into_iter()
-            .filter_map(|(hit, score)| {
-                records.iter().find(|r| r.id == hit.id).map(|record| Recalled {
-                    record: record.clone(),
-                    similarity: hit.similarity,
-                    score,
+            .filter_map(|r| {
+                let record = records.get(&r.hit.id)?.clone();
+                let neighbours = if context {
+                    r.neighbours
+                        .iter()
+                        .filter_map(|id| records.get(id).cloned())
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                Some(Recalled {
+                    record,
+                    similarity: r.hit.similarity,
+                    lexical: r.hit.lexical,
+                    relevance: r.relevance,
+                    score: r.score,
+                    context: neighbours,
                 })
             })
             .collect())
     }
 
+    /// The query's embedding, or none (logged) when the embedder does not
+    /// answer: recall then goes by words alone.
+    async fn query_vector(&self, scope: &MemoryScope, query: &str) -> Vec<f32> {
+        match self.embed_prompt(query).await {
+            Ok(vector) => vector,
+            Err(e) => {
+                tracing::warn!(
+                    embedder = %self.embedder.name(),
+                    session_id = %scope.session_id,
+                    "memory: the query could not be embedded ({}); recall goes by its words alone",
+                    error_chain(&e)
+                );
+                Vec::new()
+            }
+        }
+    }
+
     /// The `k` records of `layer` the scope may read that best match
-    /// `query`, best first, without rehearsing them.
+    /// `query`, best first, without rehearsing them; episodes come with
+    /// their neighbouring turns (see [`Recalled::context`]).
     pub async fn search(
         &self,
         scope: &MemoryScope,
@@ -900,12 +1058,15 @@ impl MemoryService {
             return Ok(Vec::new());
         }
         self.sync_procedures(scope, layer).await;
-        let vector = self.embed_one(query).await?;
-        let hits = self
-            .store
-            .search(&self.query(self.filter_for(scope, layer), &vector, k))
-            .await?;
-        self.fetch(self.rank(hits, k)).await
+        let vector = self.query_vector(scope, query).await;
+        let terms = SearchQuery::terms_of(query);
+        let period = match layer {
+            Layer::Episodic => period_of(query, self.now(), &self.config.time_zone),
+            _ => None,
+        };
+        let queries = self.queries(self.filter_for(scope, layer), &vector, &terms, k, period);
+        let answers = self.store.search_many(&queries).await?;
+        self.fetch(self.rank(answers, k), layer == Layer::Episodic).await
     }
 
     /// Like [`search`](Self::search), and what comes back is rehearsed.
@@ -922,6 +1083,12 @@ impl MemoryService {
             self.store.touch(&ids).await?;
         }
         Ok(recalled)
+    }
+
+    /// A record's day in the user's zone, `YYYY-MM-DD`.
+    pub fn date_of(&self, record: &MemoryRecord) -> String {
+        let local = self.config.time_zone.format_local(record.created_at, ' ');
+        local[..10.min(local.len())].to_owned()
     }
 
     /// The session's working memory (empty when it has none yet).
@@ -942,7 +1109,7 @@ impl MemoryService {
             let texts = missing.iter().map(|&i| memory.items[i].text.clone()).collect();
             // Without the embedder, the items stay unembedded (similar to
             // nothing) until it answers again; the caller says so.
-            if let Ok(vectors) = self.embed(texts).await {
+            if let Ok(vectors) = self.embed(texts, EmbedRole::Query).await {
                 for (i, vector) in missing.into_iter().zip(vectors) {
                     memory.items[i].embedding = vector;
                 }
@@ -954,25 +1121,17 @@ impl MemoryService {
     /// Recalls once for a turn of `scope` on `query` and answers the
     /// context to apply before every model call of the turn (the only place
     /// memory enters a request, R-MEM-4). Recalled records are rehearsed.
+    /// Episodes are dated (`[YYYY-MM-DD]` in the user's zone) and come with
+    /// the turns just before and after them in their session, one item per
+    /// run of neighbouring turns.
     ///
-    /// When the embedder does not answer, nothing is recalled from the
-    /// store (its vectors cannot be compared with a query that has none);
-    /// the user model and working memory still come back, and it is
-    /// logged.
+    /// When the embedder does not answer, recall goes by the prompt's words
+    /// alone (records embedded or not), and it is logged.
     pub async fn observe(&self, scope: &MemoryScope, query: &str) -> Result<MemoryContext, MemoryError> {
         self.sync_procedures(scope, Layer::Procedural).await;
-        let vector = match self.embed_prompt(query).await {
-            Ok(vector) => Some(vector),
-            Err(e) => {
-                tracing::warn!(
-                    embedder = %self.embedder.name(),
-                    session_id = %scope.session_id,
-                    "memory: the prompt could not be embedded ({}); this turn recalls only the user model and working memory",
-                    error_chain(&e)
-                );
-                None
-            }
-        };
+        let vector = self.query_vector(scope, query).await;
+        let terms = SearchQuery::terms_of(query);
+        let period = period_of(query, self.now(), &self.config.time_zone);
         let working = self.working(scope).await?;
         let k = self.config.recall_k;
         let user = || MemoryFilter::for_user(scope.user.clone());
@@ -984,66 +1143,58 @@ impl MemoryService {
         } else {
             &[KIND_FACT, KIND_USER_MODEL]
         };
-        let vector = vector.unwrap_or_default();
-        let queries = [
-            self.query(
+        let sections = [
+            (
+                SectionKind::KeyFacts,
                 user()
                     .layer(Layer::Semantic, Agents::Any)
                     .kinds(fact_kinds.iter().copied()),
-                &vector,
                 k.facts,
+                None,
             ),
-            self.query(
+            (
+                SectionKind::LongTerm,
                 user()
                     .layer(Layer::Episodic, scope.readable(Layer::Episodic))
                     .excluding(working.recent_episodes.clone()),
-                &vector,
                 k.episodes,
+                period,
             ),
-            self.query(
+            (
+                SectionKind::Procedures,
                 user()
                     .layer(Layer::Procedural, scope.readable(Layer::Procedural))
                     .kinds([KIND_PROCEDURE]),
-                &vector,
                 k.procedures,
+                None,
             ),
-            self.query(
+            (
+                SectionKind::TaskPatterns,
                 user()
                     .layer(Layer::Procedural, scope.readable(Layer::Procedural))
                     .kinds([KIND_TASK_PATTERN]),
-                &vector,
                 k.task_patterns,
+                None,
             ),
         ];
-        let answers = if vector.is_empty() {
-            vec![Vec::new(); queries.len()]
-        } else {
-            self.store.search_many(&queries).await?
-        };
-        let ks = [k.facts, k.episodes, k.procedures, k.task_patterns];
-        let ranked: Vec<Vec<(SearchHit, f32)>> = answers
-            .into_iter()
-            .zip(ks)
-            .map(|(hits, k)| self.rank(hits, k))
-            .collect();
-        let ids: Vec<String> = ranked.iter().flatten().map(|(h, _)| h.id.clone()).collect();
-        let records: HashMap<String, MemoryRecord> = self
-            .store
-            .get_texts(&ids)
-            .await?
-            .into_iter()
-            .map(|r| (r.id.clone(), r))
-            .collect();
+        // Every section's searches in one call, then each section's share.
+        let mut queries = Vec::new();
+        let mut counts = Vec::with_capacity(sections.len());
+        for (_, filter, k, period) in &sections {
+            let q = self.queries(filter.clone(), &vector, &terms, *k, *period);
+            counts.push(q.len());
+            queries.extend(q);
+        }
+        let mut answers = self.store.search_many(&queries).await?.into_iter();
+        let mut recalled: Vec<(SectionKind, Vec<Recalled>)> = Vec::with_capacity(sections.len());
+        for ((kind, _, k, _), count) in sections.into_iter().zip(counts) {
+            let ranked = self.rank(answers.by_ref().take(count).collect(), k);
+            recalled.push((kind, self.fetch(ranked, kind == SectionKind::LongTerm).await?));
+        }
 
-        let mut sections: Vec<(SectionKind, Vec<String>)> = Vec::with_capacity(5);
-        let mut touched: Vec<String> = Vec::with_capacity(ids.len());
-        let recalled_kinds = [
-            SectionKind::KeyFacts,
-            SectionKind::LongTerm,
-            SectionKind::Procedures,
-            SectionKind::TaskPatterns,
-        ];
-        for (kind, hits) in recalled_kinds.into_iter().zip(&ranked) {
+        let mut touched: Vec<String> = Vec::new();
+        let mut items_of: Vec<(SectionKind, Vec<String>)> = Vec::with_capacity(5);
+        for (kind, found) in recalled {
             // The user model opens the key facts; a user-model record that
             // repeats one of its lines is not shown twice.
             let mut items = if kind == SectionKind::KeyFacts {
@@ -1051,19 +1202,20 @@ impl MemoryService {
             } else {
                 Vec::new()
             };
-            for (hit, _) in hits {
-                let Some(record) = records.get(&hit.id) else {
-                    continue;
-                };
-                touched.push(record.id.clone());
-                let item = render(kind, record);
+            touched.extend(found.iter().map(|r| r.record.id.clone()));
+            let rendered = if kind == SectionKind::LongTerm {
+                self.episode_items(&found)
+            } else {
+                found.iter().map(|r| render(kind, &r.record)).collect()
+            };
+            for item in rendered {
                 if !items.contains(&item) {
                     items.push(item);
                 }
             }
-            sections.push((kind, items));
+            items_of.push((kind, items));
         }
-        sections.push((
+        items_of.push((
             SectionKind::Working,
             working
                 .by_activity()
@@ -1082,16 +1234,39 @@ impl MemoryService {
             self.store.touch(&touched).await?;
         }
         Ok(MemoryContext::new(
-            sections,
+            items_of,
             &self.config.budgets,
             self.config.history_turns,
         ))
     }
 
+    /// The `[장기 기억]` items of recalled episodes, best first: each
+    /// episode with its neighbouring turns, in time order, one dated line
+    /// per turn; a turn already shown is not shown again.
+    fn episode_items(&self, found: &[Recalled]) -> Vec<String> {
+        let mut shown: HashSet<&str> = HashSet::new();
+        let mut items = Vec::with_capacity(found.len());
+        for r in found {
+            let mut turns: Vec<&MemoryRecord> = r.context.iter().chain([&r.record]).collect();
+            turns.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
+            let lines: Vec<String> = turns
+                .into_iter()
+                .filter(|t| shown.insert(t.id.as_str()))
+                .map(|t| format!("[{}] {}", self.date_of(t), one_line(&t.text)))
+                .collect();
+            if !lines.is_empty() {
+                items.push(lines.join("\n  "));
+            }
+        }
+        items
+    }
+
     /// After a turn: writes its episode (episodic, the scope's agent) with
     /// metadata `{session_id, tools, duration_ms, turns, overflows,
     /// overflow, stop_reason}` (`overflow` is true when `overflows ≥ 1`,
-    /// R-LOOP-14), and applies the working-memory rule. Answers the episode,
+    /// R-LOOP-14), `prev` (the session's episode before it, when there is
+    /// one) and `when` (the days the turn states, when it states any), and
+    /// applies the working-memory rule. Answers the episode,
     /// or `None` for an empty prompt.
     pub async fn record_turn(
         &self,
@@ -1112,7 +1287,7 @@ impl MemoryService {
             )
         };
         let text = self.clean_text(SOURCE_TURN, &text)?;
-        let metadata = json!({
+        let mut metadata = json!({
             "session_id": scope.session_id,
             "tools": turn.tools,
             "duration_ms": u64::try_from(turn.duration.as_millis()).unwrap_or(u64::MAX),
@@ -1125,10 +1300,13 @@ impl MemoryService {
         // Without the embedder, the request becomes a working-memory item
         // of its own (similar to nothing), embedded when it is next loaded.
         let prompt_vector = self.embed_prompt(prompt).await.unwrap_or_default();
+        let mut working = self.working(scope).await?;
+        if let (Some(prev), Some(map)) = (&working.last_episode, metadata.as_object_mut()) {
+            map.insert(META_PREV.to_owned(), json!(prev));
+        }
         let id = self.ids.next_id("mem_");
         let episode = self.record(scope, id, SOURCE_TURN, text, metadata, episode_vector);
 
-        let mut working = self.working(scope).await?;
         working.record_turn(prompt, prompt_vector, answer, self.now(), &self.config.working);
         working.push_episode(episode.id.clone(), self.config.history_turns.saturating_sub(1));
         self.store.put_with_working(episode.clone(), &working).await?;
@@ -1210,7 +1388,9 @@ impl MemoryService {
                 }) else {
                     return;
                 };
-                if let Err(e) = checked_embed(embedder.as_ref(), vec!["jarvis".to_owned()]).await {
+                if let Err(e) =
+                    checked_embed(embedder.as_ref(), vec!["jarvis".to_owned()], EmbedRole::Document).await
+                {
                     pass = Err(e);
                 }
             }
@@ -1332,13 +1512,10 @@ fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// How a recalled record is written in its section.
+/// How a recalled record is written in its section (episodes are written
+/// by [`MemoryService::episode_items`], dated and with their neighbours).
 fn render(kind: SectionKind, record: &MemoryRecord) -> String {
     match kind {
-        SectionKind::LongTerm => {
-            let date = record.created_at.to_string();
-            format!("[{}] {}", &date[..10.min(date.len())], one_line(&record.text))
-        }
         SectionKind::Procedures => {
             let name = record.metadata.get("name").and_then(Value::as_str).unwrap_or("");
             let body = record
@@ -1358,10 +1535,14 @@ fn render(kind: SectionKind, record: &MemoryRecord) -> String {
     }
 }
 
-/// `embedder`'s vectors for `texts`, checked to be one per text.
-async fn checked_embed(embedder: &dyn Embedder, texts: Vec<String>) -> Result<Vec<Vec<f32>>, MemoryError> {
+/// `embedder`'s vectors for `texts` as `role`, checked to be one per text.
+async fn checked_embed(
+    embedder: &dyn Embedder,
+    texts: Vec<String>,
+    role: EmbedRole,
+) -> Result<Vec<Vec<f32>>, MemoryError> {
     let count = texts.len();
-    let vectors = embedder.embed(texts).await.map_err(MemoryError::Embed)?;
+    let vectors = embedder.embed(texts, role).await.map_err(MemoryError::Embed)?;
     if vectors.len() != count {
         return Err(MemoryError::Embed(crate::model::ProviderError::stream(
             "embedder",
@@ -1397,8 +1578,8 @@ where
             tracing::warn!("memory: records stay stale after re-embedding them; stopped");
             return Ok(Some(done.len()));
         }
-        let vectors =
-            checked_embed(embedder.as_ref(), batch.iter().map(|r| r.text.clone()).collect()).await?;
+        let texts = batch.iter().map(|r| r.text.clone()).collect();
+        let vectors = checked_embed(embedder.as_ref(), texts, EmbedRole::Document).await?;
         let Some(s) = service() else {
             return Ok(None);
         };

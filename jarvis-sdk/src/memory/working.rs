@@ -89,6 +89,10 @@ pub struct WorkingMemory {
     /// leaves them out while their turns are still in the prompt.
     #[serde(default)]
     pub recent_episodes: Vec<String>,
+    /// The id of this session's latest turn episode, which the next one
+    /// names as the one before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_episode: Option<String>,
     /// Turns recorded so far.
     #[serde(default)]
     pub turns: u64,
@@ -103,6 +107,7 @@ impl WorkingMemory {
             agent_id: agent_id.into(),
             items: Vec::new(),
             recent_episodes: Vec::new(),
+            last_episode: None,
             turns: 0,
         }
     }
@@ -185,6 +190,7 @@ impl WorkingMemory {
 
     /// Remembers `episode_id` as this session's latest episode, keeping `keep`.
     pub(crate) fn push_episode(&mut self, episode_id: String, keep: usize) {
+        self.last_episode = Some(episode_id.clone());
         self.recent_episodes.push(episode_id);
         let excess = self.recent_episodes.len().saturating_sub(keep);
         self.recent_episodes.drain(..excess);

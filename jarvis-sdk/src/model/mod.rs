@@ -42,8 +42,9 @@ pub use discover::{
     pick_chat_model, pick_embedding_model,
 };
 pub use embed::{
-    EMBED_PROVIDER_ENV, EmbedConfig, EmbedProvider, Embedder, EmbedderExt, HASH_EMBEDDER_DIMENSIONS,
-    HashEmbedder, OLLAMA_EMBED_BASE_URL, OLLAMA_EMBEDDING_MODEL, OPENAI_EMBEDDING_MODEL, cosine,
+    EMBED_PROVIDER_ENV, EmbedConfig, EmbedProvider, EmbedRole, EmbedRoles, Embedder, EmbedderExt,
+    HASH_EMBEDDER_DIMENSIONS, HashEmbedder, OLLAMA_EMBED_BASE_URL, OLLAMA_EMBEDDING_MODEL,
+    OPENAI_EMBEDDING_MODEL, cosine,
 };
 #[cfg(feature = "ollama")]
 pub use embed::{OllamaEmbedder, OllamaEmbedderConfig};

@@ -316,7 +316,7 @@ impl Reflector {
             .learner
             .memory
             .embedder()
-            .embed(texts)
+            .embed(texts, crate::model::EmbedRole::Query)
             .await
             .map_err(|e| LearnError::Memory(crate::memory::MemoryError::Embed(e)))?;
         let prompt_vector = vectors.first().cloned().unwrap_or_default();

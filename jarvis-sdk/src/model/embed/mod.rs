@@ -1,7 +1,7 @@
 //! Embeddings (R-MODEL-3): the [`Embedder`] trait, the offline
 //! [`HashEmbedder`], the OpenAI-compatible and Ollama embedders, the
-//! choice among them from the environment ([`EmbedConfig`]), and
-//! [`cosine`].
+//! choice among them from the environment ([`EmbedConfig`]), what a text
+//! is embedded as ([`EmbedRole`], [`EmbedRoles`]), and [`cosine`].
 //!
 //! Every embedder returns L2-normalised vectors (or zero vectors for texts
 //! with nothing to embed), so similarity is a dot product. Vectors are only
@@ -15,6 +15,7 @@ mod ollama;
 mod openai;
 #[cfg(any(feature = "openai", feature = "ollama"))]
 mod remote;
+mod roles;
 
 use futures::future::BoxFuture;
 use std::fmt::Debug;
@@ -30,17 +31,25 @@ pub use hash::{HASH_EMBEDDER_DIMENSIONS, HashEmbedder};
 pub use ollama::{OllamaEmbedder, OllamaEmbedderConfig};
 #[cfg(feature = "openai")]
 pub use openai::{OpenAiEmbedder, OpenAiEmbedderConfig};
+pub use roles::{EmbedRole, EmbedRoles};
 
 /// Turns texts into vectors for similarity search (memory recall).
 ///
 /// Implementations are shared as `Arc<dyn Embedder>`. One call embeds a
-/// batch; the answer holds one vector per text, in the order of the texts,
-/// each L2-normalised (length 1) or all zeros when a text has nothing to
-/// embed (empty, or only punctuation). An empty batch gives an empty answer
-/// without any request.
+/// batch of one [`EmbedRole`]: questions are embedded as
+/// [`EmbedRole::Query`], what is kept to be found as
+/// [`EmbedRole::Document`], and an embedder for an asymmetric model tells
+/// its server which (see [`EmbedRoles`]). The answer holds one vector per
+/// text, in the order of the texts, each L2-normalised (length 1) or all
+/// zeros when a text has nothing to embed (empty, or only punctuation). An
+/// empty batch gives an empty answer without any request.
 pub trait Embedder: Send + Sync + Debug {
-    /// Embeds `texts`, one vector per text, in order.
-    fn embed(&self, texts: Vec<String>) -> BoxFuture<'static, Result<Vec<Vec<f32>>, ProviderError>>;
+    /// Embeds `texts` as `role`, one vector per text, in order.
+    fn embed(
+        &self,
+        texts: Vec<String>,
+        role: EmbedRole,
+    ) -> BoxFuture<'static, Result<Vec<Vec<f32>>, ProviderError>>;
 
     /// The name of the vector space: the embedder and its model, such as
     /// `hash-v1-512`, `openai/text-embedding-3-small` or `ollama/bge-m3`.
@@ -56,9 +65,13 @@ pub trait Embedder: Send + Sync + Debug {
 
 /// Helpers for every [`Embedder`].
 pub trait EmbedderExt: Embedder {
-    /// Embeds one text.
-    fn embed_one(&self, text: impl Into<String>) -> BoxFuture<'static, Result<Vec<f32>, ProviderError>> {
-        let batch = self.embed(vec![text.into()]);
+    /// Embeds one text as `role`.
+    fn embed_one(
+        &self,
+        text: impl Into<String>,
+        role: EmbedRole,
+    ) -> BoxFuture<'static, Result<Vec<f32>, ProviderError>> {
+        let batch = self.embed(vec![text.into()], role);
         Box::pin(async move {
             let mut vectors = batch.await?;
             match (vectors.pop(), vectors.is_empty()) {

@@ -9,9 +9,9 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
-use super::Embedder;
 use super::config::OPENAI_EMBEDDING_MODEL;
 use super::remote::{embed_batched, kind, malformed, post_for_json, space_name, vector};
+use super::{EmbedRole, EmbedRoles, Embedder};
 use crate::model::error::ProviderError;
 use crate::model::http::{ApiKey, HttpClient, HttpSettings, join_url};
 use crate::model::openai::OPENAI_BASE_URL;
@@ -30,6 +30,10 @@ pub struct OpenAiEmbedderConfig {
     /// Asks for shorter vectors (`dimensions`, `text-embedding-3` models
     /// and later); every answer is checked to have this length.
     pub dimensions: Option<usize>,
+    /// How queries and documents are told apart; `None` (the default):
+    /// as the model's family expects, recognised by its name
+    /// ([`EmbedRoles::for_model`]).
+    pub roles: Option<EmbedRoles>,
     /// Texts per request; longer lists are sent in several requests.
     /// Default 256 (the API takes up to 2,048).
     pub batch_size: usize,
@@ -45,6 +49,7 @@ impl OpenAiEmbedderConfig {
             api_key,
             model: OPENAI_EMBEDDING_MODEL.to_owned(),
             dimensions: None,
+            roles: None,
             batch_size: 256,
             http: HttpSettings::default(),
         }
@@ -67,12 +72,28 @@ impl OpenAiEmbedderConfig {
         self.dimensions = Some(dimensions);
         self
     }
+
+    /// The same settings telling queries and documents apart as `roles`
+    /// says, whatever the model.
+    pub fn with_roles(mut self, roles: EmbedRoles) -> Self {
+        self.roles = Some(roles);
+        self
+    }
+
+    /// How queries and documents are told apart: as set, or as the
+    /// model's family expects.
+    pub fn roles(&self) -> EmbedRoles {
+        self.roles
+            .clone()
+            .unwrap_or_else(|| EmbedRoles::for_model(&self.model))
+    }
 }
 
 /// An embedder for OpenAI-compatible `/embeddings`.
 #[derive(Debug)]
 pub struct OpenAiEmbedder {
     config: OpenAiEmbedderConfig,
+    roles: EmbedRoles,
     client: Arc<HttpClient>,
     name: String,
 }
@@ -80,34 +101,51 @@ pub struct OpenAiEmbedder {
 impl OpenAiEmbedder {
     /// An embedder with `config`.
     pub fn new(config: OpenAiEmbedderConfig) -> Result<Self, ProviderError> {
-        let name = space_name(NAME, &config.model, config.dimensions)?;
+        let roles = config.roles();
+        let name = space_name(NAME, &config.model, config.dimensions, &roles)?;
         let client = Arc::new(HttpClient::new(NAME, config.http.clone())?);
-        Ok(Self { config, client, name })
+        Ok(Self {
+            config,
+            roles,
+            client,
+            name,
+        })
     }
 
-    /// The JSON body sent for `texts`.
-    pub fn request_body(&self, texts: &[String]) -> Value {
-        request_body(&self.config.model, self.config.dimensions, texts)
+    /// The JSON body sent for `texts` embedded as `role`.
+    pub fn request_body(&self, texts: &[String], role: EmbedRole) -> Value {
+        request_body(
+            &self.config.model,
+            self.config.dimensions,
+            &self.roles,
+            texts,
+            role,
+        )
     }
 }
 
 impl Embedder for OpenAiEmbedder {
-    fn embed(&self, texts: Vec<String>) -> BoxFuture<'static, Result<Vec<Vec<f32>>, ProviderError>> {
+    fn embed(
+        &self,
+        texts: Vec<String>,
+        role: EmbedRole,
+    ) -> BoxFuture<'static, Result<Vec<Vec<f32>>, ProviderError>> {
         let url = join_url(&self.config.base_url, "embeddings");
         let mut headers = Vec::new();
         if let Some(key) = &self.config.api_key {
             headers.push(("authorization", format!("Bearer {}", key.expose()), true));
         }
         let client = Arc::clone(&self.client);
-        let (model, dimensions, batch_size) = (
+        let (model, dimensions, batch_size, roles) = (
             self.config.model.clone(),
             self.config.dimensions,
             self.config.batch_size,
+            self.roles.clone(),
         );
         Box::pin(async move {
             embed_batched(NAME, texts, batch_size, dimensions, |batch| {
                 let (client, url, headers) = (&client, &url, &headers);
-                let body = request_body(&model, dimensions, &batch);
+                let body = request_body(&model, dimensions, &roles, &batch, role);
                 let count = batch.len();
                 async move {
                     let json = post_for_json(client, NAME, url, headers, &body).await?;
@@ -127,11 +165,19 @@ impl Embedder for OpenAiEmbedder {
     }
 }
 
-fn request_body(model: &str, dimensions: Option<usize>, texts: &[String]) -> Value {
-    let mut body = json!({"model": model, "input": texts});
+fn request_body(
+    model: &str,
+    dimensions: Option<usize>,
+    roles: &EmbedRoles,
+    texts: &[String],
+    role: EmbedRole,
+) -> Value {
+    let input: Vec<String> = texts.iter().map(|t| roles.text(t.clone(), role)).collect();
+    let mut body = json!({"model": model, "input": input});
     if let Some(d) = dimensions {
         body["dimensions"] = json!(d);
     }
+    roles.add_field(&mut body, role);
     body
 }
 

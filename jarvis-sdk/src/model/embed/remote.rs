@@ -4,7 +4,7 @@
 use serde_json::Value;
 use std::future::Future;
 
-use super::normalize;
+use super::{EmbedRoles, normalize};
 use crate::model::error::ProviderError;
 use crate::model::http::{HttpClient, error_message, excerpt};
 
@@ -144,25 +144,35 @@ pub(super) fn kind(value: &Value) -> &'static str {
     }
 }
 
-/// The name of a remote embedder's vector space (`<provider>/<model>[/<dims>]`),
-/// after checking the model name and dimension count.
+/// The name of a remote embedder's vector space
+/// (`<provider>/<model>[/<dims>][+doc-<digest>]`, the digest naming how
+/// documents are sent when they are not sent as they are), after checking
+/// the model name and dimension count.
 pub(super) fn space_name(
     provider: &str,
     model: &str,
     dimensions: Option<usize>,
+    roles: &EmbedRoles,
 ) -> Result<String, ProviderError> {
     if model.trim().is_empty() {
         return Err(ProviderError::Config(format!(
             "{provider} embedder: the model name is empty"
         )));
     }
-    match dimensions {
-        Some(0) => Err(ProviderError::Config(format!(
-            "{provider} embedder: dimensions must be above 0"
-        ))),
-        Some(d) => Ok(format!("{provider}/{model}/{d}")),
-        None => Ok(format!("{provider}/{model}")),
+    let mut name = match dimensions {
+        Some(0) => {
+            return Err(ProviderError::Config(format!(
+                "{provider} embedder: dimensions must be above 0"
+            )));
+        }
+        Some(d) => format!("{provider}/{model}/{d}"),
+        None => format!("{provider}/{model}"),
+    };
+    if let Some(suffix) = roles.space_suffix() {
+        name.push('+');
+        name.push_str(&suffix);
     }
+    Ok(name)
 }
 
 #[cfg(test)]

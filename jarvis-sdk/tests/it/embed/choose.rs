@@ -12,8 +12,8 @@ use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use jarvis_sdk::packs::housing::HousingPack;
 use jarvis_sdk::{
-    AppAssembly, AppConfig, Caller, EMBEDDER_FILE, EmbedderChoice, FauxProvider, Layer, MemoryFilter,
-    MemoryScope, MemoryService, ReembedPhase, SectionKind, build_app,
+    AppAssembly, AppConfig, Caller, EMBEDDER_FILE, EmbedRoles, EmbedderChoice, FauxProvider, Layer,
+    MemoryFilter, MemoryScope, MemoryService, ReembedPhase, SectionKind, build_app,
 };
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -22,7 +22,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
-use crate::capture::capture;
 
 /// Told before the switch; its re-embedding is held while `HELD` is set.
 const FACT: &str = "Seoyeon plays the cello every Tuesday evening";
@@ -279,11 +278,18 @@ async fn a_fact_told_before_switching_to_openai_is_recalled_after_the_restart_on
     assert_eq!(memory.reembedding().phase, ReembedPhase::Running);
     // A fact told meanwhile is embedded with the new embedder at once and
     // recalled; the old one, still in the hash embedder's space, is not
-    // compared with the new embedder's query vectors.
+    // compared with the new embedder's query vectors, but its words still
+    // find it.
     memory.remember(&scope, KEY_FACT).await.unwrap();
     assert!(key_facts(&memory, &scope, KEY_QUERY).await.contains(KEY_FACT));
     let meanwhile = key_facts(&memory, &scope, FACT_QUERY).await;
-    assert!(!meanwhile.contains(FACT), "{meanwhile}");
+    assert!(meanwhile.contains(FACT), "{meanwhile}");
+    assert!(
+        !key_facts(&memory, &scope, "Where did I leave the umbrella?")
+            .await
+            .contains(FACT),
+        "nothing in common, nothing recalled"
+    );
 
     server.shared.held.send_replace(None);
     until(&memory, ReembedPhase::Done).await;
@@ -345,14 +351,19 @@ async fn an_embedder_that_does_not_answer_at_start_is_kept_logged_and_recall_sti
     drop(listener);
     let url = format!("http://{addr}/v1");
     let vars = openai_vars(&url);
-    let (logs, _guard) = capture();
     let app = start(home.path(), &borrowed(&vars)).await;
     let (memory, scope) = parts(&app);
     until(&memory, ReembedPhase::Waiting).await;
+    // What is logged is also in the status (the log line itself is not
+    // checked: the capture is per thread, and tracing caches a callsite's
+    // interest across the tests running beside this one).
+    let status = memory.reembedding();
     assert!(
-        logs.warned(&["the embedder did not answer", "it stays the embedder"]),
-        "{:?}",
-        logs.lines()
+        status
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("Connection refused")),
+        "{status:?}"
     );
     // No switch: the configured embedder stays, named in the file.
     assert_eq!(memory.embedder().name(), "openai/fake-embed");
@@ -361,9 +372,9 @@ async fn an_embedder_that_does_not_answer_at_start_is_kept_logged_and_recall_sti
     assert_eq!(health["embedding"].status.as_str(), "restarting", "{health:?}");
     assert!(health["embedding"].failures >= 1);
 
-    // Recall answers (nothing from the store: the query has no vector),
-    // a turn runs, and a fact told now is kept for later.
-    assert!(!key_facts(&memory, &scope, FACT_QUERY).await.contains(FACT));
+    // Recall answers by the query's words alone (it has no vector), a turn
+    // runs, and a fact told now is kept for later.
+    assert!(key_facts(&memory, &scope, FACT_QUERY).await.contains(FACT));
     let session = app.default_session("main").await.unwrap();
     let session = app.session(&session.id).await.unwrap();
     let outcome = session.prompt(FACT_QUERY, Caller::Local).await.unwrap();
@@ -428,11 +439,17 @@ async fn auto_takes_a_local_embedding_model_and_keeps_it_across_starts() {
     ];
     let app2 = start(home.path(), &vars).await;
     let (memory, _) = parts(&app2);
-    assert_eq!(memory.embedder().name(), "openai/nomic-embed-text");
+    // nomic is asymmetric: documents go with `search_document: `, which
+    // names the space.
+    let nomic = format!(
+        "openai/nomic-embed-text+{}",
+        EmbedRoles::for_model("nomic-embed-text").space_suffix().unwrap()
+    );
+    assert_eq!(memory.embedder().name(), nomic);
     assert_eq!(
         recorded(home.path()),
         json!({"v": 1, "provider": "openai", "model": "nomic-embed-text", "base_url": server.url,
-               "embedder": "openai/nomic-embed-text", "requested": "auto"})
+               "embedder": nomic, "requested": "auto"})
     );
     until(&memory, ReembedPhase::Done).await;
     drop((memory, app2));
@@ -455,10 +472,7 @@ async fn auto_takes_a_local_embedding_model_and_keeps_it_across_starts() {
     };
     let asked = listings(&server);
     let app3 = start(home.path(), &vars).await;
-    assert_eq!(
-        app3.memory().unwrap().embedder().name(),
-        "openai/nomic-embed-text"
-    );
+    assert_eq!(app3.memory().unwrap().embedder().name(), nomic);
     assert_eq!(listings(&server), asked, "no discovery for a kept choice");
     let choice: EmbedderChoice = app3.embedder().unwrap().clone();
     assert_eq!(choice.requested, "auto");

@@ -1,7 +1,7 @@
 //! The offline `HashEmbedder`: fixed vectors, unit length, Korean particles
 //! and English inflections, and retrieval on a small labelled set.
 
-use jarvis_sdk::{Embedder, EmbedderExt, HashEmbedder, cosine};
+use jarvis_sdk::{EmbedRole, Embedder, EmbedderExt, HashEmbedder, cosine};
 use std::sync::Arc;
 
 fn sim(e: &HashEmbedder, a: &str, b: &str) -> f32 {
@@ -273,10 +273,13 @@ const ENGLISH: &[(&str, &str)] = &[
 /// memories (both languages).
 async fn hit_rate(embedder: Arc<dyn Embedder>, set: &[(&str, &str)], k: usize) -> f32 {
     let memories: Vec<String> = KOREAN.iter().chain(ENGLISH).map(|(m, _)| m.to_string()).collect();
-    let vectors = embedder.embed(memories.clone()).await.unwrap();
+    let vectors = embedder
+        .embed(memories.clone(), EmbedRole::Document)
+        .await
+        .unwrap();
     let mut hits = 0;
     for (memory, query) in set {
-        let q = embedder.embed_one(*query).await.unwrap();
+        let q = embedder.embed_one(*query, EmbedRole::Query).await.unwrap();
         let mut scored: Vec<(f32, &String)> = vectors.iter().map(|v| cosine(&q, v)).zip(&memories).collect();
         scored.sort_by(|a, b| b.0.total_cmp(&a.0));
         if scored[..k].iter().any(|(_, m)| m == memory) {
@@ -308,9 +311,15 @@ async fn recall_finds_memories_worded_another_way() {
 async fn the_trait_embeds_batches_in_order() {
     let e = HashEmbedder::default();
     let embedder: Arc<dyn Embedder> = Arc::new(e.clone());
-    assert!(embedder.embed(Vec::new()).await.unwrap().is_empty());
+    assert!(
+        embedder
+            .embed(Vec::new(), EmbedRole::Document)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let texts = vec!["서울".to_string(), String::new(), "run".to_string()];
-    let vectors = embedder.embed(texts.clone()).await.unwrap();
+    let vectors = embedder.embed(texts.clone(), EmbedRole::Document).await.unwrap();
     let one_by_one: Vec<Vec<f32>> = texts.iter().map(|t| e.embed_text(t)).collect();
     assert_eq!(vectors, one_by_one);
     assert!(HashEmbedder::with_dimensions(0).is_err());

@@ -3,8 +3,8 @@
 //! errors, retries and malformed answers.
 
 use jarvis_sdk::{
-    ApiKey, Embedder, EmbedderExt, HttpSettings, OllamaEmbedder, OllamaEmbedderConfig, OpenAiEmbedder,
-    OpenAiEmbedderConfig, ProviderError, RetryPolicy,
+    ApiKey, EmbedRole, EmbedRoles, Embedder, EmbedderExt, HttpSettings, OllamaEmbedder, OllamaEmbedderConfig,
+    OpenAiEmbedder, OpenAiEmbedderConfig, ProviderError, RetryPolicy,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,7 +67,10 @@ async fn openai_sends_one_request_per_batch_and_keeps_text_order() {
     assert_eq!(embedder.dimensions(), Some(4));
     // The blank text is not sent (the API rejects empty input): it gets zeros.
     let vectors = embedder
-        .embed(texts(&["서울 공고", "  ", "housing notice", "대출 금리"]))
+        .embed(
+            texts(&["서울 공고", "  ", "housing notice", "대출 금리"]),
+            EmbedRole::Document,
+        )
         .await
         .unwrap();
     assert_eq!(vectors.len(), 4);
@@ -98,7 +101,10 @@ async fn openai_orders_by_index_and_normalises() {
     let embedder = OpenAiEmbedder::new(config).unwrap();
     assert_eq!(embedder.name(), "openai/local");
     assert_eq!(embedder.dimensions(), None);
-    let vectors = embedder.embed(texts(&["a", "b", "c"])).await.unwrap();
+    let vectors = embedder
+        .embed(texts(&["a", "b", "c"]), EmbedRole::Document)
+        .await
+        .unwrap();
     assert_close(&vectors[0], &[1.0, 0.0, 0.0, 0.0]);
     assert_close(&vectors[1], &[0.0, -1.0, 0.0, 0.0]);
     assert_close(&vectors[2], &[0.0, 0.0, 0.6, 0.8]);
@@ -120,16 +126,16 @@ async fn openai_orders_by_index_and_normalises() {
 async fn nothing_to_embed_sends_nothing() {
     let replay = Replay::start(Vec::new()).await;
     let o = openai(&replay.url, Arc::default());
-    assert!(o.embed(Vec::new()).await.unwrap().is_empty());
+    assert!(o.embed(Vec::new(), EmbedRole::Document).await.unwrap().is_empty());
     assert_eq!(
-        o.embed(texts(&["", " \n"])).await.unwrap(),
+        o.embed(texts(&["", " \n"]), EmbedRole::Document).await.unwrap(),
         [[0.0; 4], [0.0; 4]],
         "blank texts get zeros of the configured length"
     );
     let l = ollama(&replay.url, Arc::default());
-    assert!(l.embed(Vec::new()).await.unwrap().is_empty());
+    assert!(l.embed(Vec::new(), EmbedRole::Document).await.unwrap().is_empty());
     assert_eq!(
-        l.embed(texts(&[""])).await.unwrap(),
+        l.embed(texts(&[""]), EmbedRole::Document).await.unwrap(),
         [Vec::<f32>::new()],
         "with no length known, an empty vector (similar to nothing)"
     );
@@ -141,7 +147,7 @@ async fn openai_a_429_is_retried_after_the_advertised_delay() {
     let replay = Replay::start(replies("embed_openai", &["error_429", "one_text"])).await;
     let sleeper = Arc::new(RecordingSleeper::default());
     let o = openai(&replay.url, sleeper.clone());
-    let vector = o.embed_one("서울").await.unwrap();
+    let vector = o.embed_one("서울", EmbedRole::Query).await.unwrap();
     assert_close(&vector, &[1.0, 0.0, 0.0, 0.0]);
     assert_eq!(*sleeper.waits.lock().unwrap(), [Duration::from_secs(3)]);
     assert_eq!(replay.requests().len(), 2);
@@ -152,7 +158,7 @@ async fn openai_a_401_is_not_retried_and_the_key_never_shows() {
     let replay = Replay::start(replies("embed_openai", &["error_401"])).await;
     let sleeper = Arc::new(RecordingSleeper::default());
     let o = openai(&replay.url, sleeper.clone());
-    let error = o.embed(texts(&["hi"])).await.unwrap_err();
+    let error = o.embed(texts(&["hi"]), EmbedRole::Document).await.unwrap_err();
     assert!(matches!(
         error,
         ProviderError::Api {
@@ -178,7 +184,10 @@ async fn ollama_sends_model_and_input_and_reads_embeddings_in_order() {
     let l = ollama(&replay.url, Arc::default());
     assert_eq!(l.name(), "ollama/bge-m3");
     assert_eq!(l.dimensions(), None);
-    let vectors = l.embed(texts(&["서울 공고", "housing notice"])).await.unwrap();
+    let vectors = l
+        .embed(texts(&["서울 공고", "housing notice"]), EmbedRole::Document)
+        .await
+        .unwrap();
     assert_eq!(vectors.len(), 2);
     vectors.iter().for_each(|v| assert_unit(v));
     // The first number is positive and the second's is negative, as sent.
@@ -194,10 +203,16 @@ async fn ollama_sends_model_and_input_and_reads_embeddings_in_order() {
     let mut with_dims = OllamaEmbedderConfig::new("nomic-embed-text").with_dimensions(4);
     with_dims.base_url = replay.url.clone();
     let with_dims = OllamaEmbedder::new(with_dims).unwrap();
-    assert_eq!(with_dims.name(), "ollama/nomic-embed-text/4");
+    let suffix = EmbedRoles::for_model("nomic-embed-text").space_suffix().unwrap();
+    assert_eq!(with_dims.name(), format!("ollama/nomic-embed-text/4+{suffix}"));
     assert_eq!(
-        with_dims.request_body(&texts(&["a"])),
-        serde_json::json!({"model": "nomic-embed-text", "input": ["a"], "dimensions": 4})
+        with_dims.request_body(&texts(&["a"]), EmbedRole::Document),
+        serde_json::json!({"model": "nomic-embed-text", "input": ["search_document: a"], "dimensions": 4}),
+        "nomic's documents go with their prefix"
+    );
+    assert_eq!(
+        with_dims.request_body(&texts(&["a"]), EmbedRole::Query)["input"],
+        serde_json::json!(["search_query: a"])
     );
 }
 
@@ -210,14 +225,20 @@ async fn ollama_a_busy_server_is_retried_and_a_missing_model_is_not() {
     .await;
     let sleeper = Arc::new(RecordingSleeper::default());
     let l = ollama(&replay.url, sleeper.clone());
-    assert_eq!(l.embed(texts(&["a", "b"])).await.unwrap().len(), 2);
+    assert_eq!(
+        l.embed(texts(&["a", "b"]), EmbedRole::Document)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
     let waits = sleeper.waits.lock().unwrap().clone();
     let first = RetryPolicy::default().initial_backoff;
     assert!(
         waits.len() == 1 && waits[0] >= first / 2 && waits[0] <= first,
         "{waits:?}"
     );
-    let error = l.embed(texts(&["a"])).await.unwrap_err();
+    let error = l.embed(texts(&["a"]), EmbedRole::Document).await.unwrap_err();
     assert_eq!(
         error.to_string(),
         "ollama api error (status 404): model \"bge-m3\" not found, try pulling it first"
@@ -233,7 +254,7 @@ async fn an_unreachable_server_is_a_transport_error_after_retries() {
     drop(listener);
     let sleeper = Arc::new(RecordingSleeper::default());
     let error = ollama(&url, sleeper.clone())
-        .embed(texts(&["a"]))
+        .embed(texts(&["a"]), EmbedRole::Document)
         .await
         .unwrap_err();
     assert!(
@@ -337,7 +358,10 @@ async fn malformed_answers_are_clear_errors() {
         } else {
             Box::new(ollama(&replay.url, sleeper.clone()))
         };
-        let error = embedder.embed(texts(&["a", "b"])).await.unwrap_err();
+        let error = embedder
+            .embed(texts(&["a", "b"]), EmbedRole::Document)
+            .await
+            .unwrap_err();
         let provider = if *dir == "embed_openai" {
             "openai"
         } else {
@@ -364,7 +388,7 @@ async fn malformed_answers_are_clear_errors() {
 async fn an_error_object_in_a_success_answer_is_an_api_error() {
     let replay = Replay::start(replies("embed_openai", &["bad_error_body"])).await;
     let error = openai(&replay.url, Arc::default())
-        .embed(texts(&["a"]))
+        .embed(texts(&["a"]), EmbedRole::Document)
         .await
         .unwrap_err();
     assert_eq!(

@@ -10,9 +10,9 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use jarvis_sdk::testing::{FnTool, RecordingAdapter};
 use jarvis_sdk::{
-    AgentIdentity, AgentLoopConfig, CancellationToken, Embedder, FauxProvider, Harness, HarnessConfig,
-    HashEmbedder, InMemoryMemoryStore, Layer, LoopContext, MemoryFilter, MemoryRead, MemoryScope,
-    MemoryService, MemorySessionStore, MemoryStore, Message, NewSession, ProviderError, Purpose,
+    AgentIdentity, AgentLoopConfig, CancellationToken, EmbedRole, Embedder, FauxProvider, Harness,
+    HarnessConfig, HashEmbedder, InMemoryMemoryStore, Layer, LoopContext, MemoryFilter, MemoryRead,
+    MemoryScope, MemoryService, MemorySessionStore, MemoryStore, Message, NewSession, ProviderError, Purpose,
     SequentialIds, SessionStore, ToolRegistry, ToolResult,
 };
 use serde_json::json;
@@ -253,7 +253,11 @@ async fn the_model_sees_three_turns_and_recall_brings_back_older_ones() {
 struct DownEmbedder;
 
 impl Embedder for DownEmbedder {
-    fn embed(&self, _texts: Vec<String>) -> BoxFuture<'static, Result<Vec<Vec<f32>>, ProviderError>> {
+    fn embed(
+        &self,
+        _texts: Vec<String>,
+        _role: EmbedRole,
+    ) -> BoxFuture<'static, Result<Vec<Vec<f32>>, ProviderError>> {
         Box::pin(async { Err(ProviderError::stream("embedder", "connection refused")) })
     }
     fn name(&self) -> &str {
@@ -275,9 +279,9 @@ async fn a_memory_failure_never_fails_the_turn() {
     assert_eq!(outcome.final_message.content, "fine");
     assert!(
         logs.warned(&[
-            "the prompt could not be embedded",
+            "the query could not be embedded",
             "connection refused",
-            "recalls only the user model and working memory"
+            "recall goes by its words alone"
         ]),
         "{:?}",
         logs.lines()

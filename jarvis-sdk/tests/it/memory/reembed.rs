@@ -5,8 +5,8 @@
 
 use futures::future::BoxFuture;
 use jarvis_sdk::{
-    Agents, Embedder, HashEmbedder, InMemoryMemoryStore, Layer, MemoryFilter, MemoryScope, MemoryService,
-    MemoryStore, ProviderError, ReembedPhase, SectionKind,
+    Agents, EmbedRole, Embedder, HashEmbedder, InMemoryMemoryStore, Layer, MemoryFilter, MemoryScope,
+    MemoryService, MemoryStore, ProviderError, ReembedPhase, SectionKind,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,11 +40,15 @@ impl Gated {
 }
 
 impl Embedder for Gated {
-    fn embed(&self, texts: Vec<String>) -> BoxFuture<'static, Result<Vec<Vec<f32>>, ProviderError>> {
+    fn embed(
+        &self,
+        texts: Vec<String>,
+        role: EmbedRole,
+    ) -> BoxFuture<'static, Result<Vec<Vec<f32>>, ProviderError>> {
         self.calls.send_modify(|n| *n += 1);
         let mut gate = self.gate.subscribe();
         let up = self.up.load(Ordering::SeqCst);
-        let answer = self.inner.embed(texts);
+        let answer = self.inner.embed(texts, role);
         Box::pin(async move {
             let _ = gate.wait_for(|open| *open).await;
             if !up {
@@ -142,7 +146,7 @@ async fn memories_kept_while_the_embedder_is_down_are_embedded_once_it_answers()
     assert!(status.error.unwrap().contains("connection refused"));
     assert_eq!(status.failures, 1);
 
-    // Told while it is down: kept, un-embedded; recall answers without it.
+    // Told while it is down: kept, un-embedded; recall finds it by its words.
     memory
         .remember(&scope(), "Seoyeon likes the cello")
         .await
@@ -152,7 +156,10 @@ async fn memories_kept_while_the_embedder_is_down_are_embedded_once_it_answers()
         [("Seoyeon likes the cello".to_owned(), String::new())]
     );
     let context = memory.observe(&scope(), "what does Seoyeon like?").await.unwrap();
-    assert!(context.section(SectionKind::KeyFacts).is_none());
+    let facts = context
+        .section(SectionKind::KeyFacts)
+        .expect("found by its words");
+    assert!(facts.items[0].contains("Seoyeon likes the cello"), "{facts:?}");
 
     // It answers again: the next try (time runs on by itself here) embeds it.
     embedder.up.store(true, Ordering::SeqCst);

@@ -554,6 +554,7 @@ async fn a_forgotten_record_stays_out_of_the_graph_across_a_restart() {
         filter: MemoryFilter::for_user("u"),
         embedder: name.clone(),
         vector: embedder.embed_text(&text(i)),
+        terms: Vec::new(),
         k: 300,
         min_similarity: -1.0,
     };

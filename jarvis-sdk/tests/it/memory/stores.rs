@@ -98,6 +98,7 @@ fn query(filter: MemoryFilter, vector: Vec<f32>, k: usize, floor: f32) -> Search
         filter,
         embedder: "e".into(),
         vector,
+        terms: Vec::new(),
         k,
         min_similarity: floor,
     }

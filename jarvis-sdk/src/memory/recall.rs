@@ -1,0 +1,146 @@
+//! How recall ranks what the store found: the two rankings of a search
+//! (by vector and by words) fused by reciprocal rank, the period a
+//! question names, then recency and rehearsal.
+//!
+//! **Fusion.** A search answers the records most similar to the query's
+//! vector (at or above the similarity floor) and the records best by BM25
+//! for its words (see `lexical.rs`), each hit with both scores. Each side
+//! is ranked on its own, and a record's relevance is its reciprocal-rank
+//! fusion (Cormack, Clarke and Büttcher, SIGIR 2009): the sum over the
+//! rankings it is in of `1 / (k + rank)`, divided by the most a record
+//! could get (first everywhere), so it lies in `(0, 1]`. Ranks, not
+//! scores, are fused: a cosine of the hash embedder and one of a neural
+//! model mean different things, and BM25 has no fixed scale, so no weight
+//! tuned for one embedder is applied to another. Words that barely match
+//! do not rank: a word hit needs at least a quarter of the best word
+//! hit's score ([`LEXICAL_SHARE`]).
+//!
+//! **Periods.** When a question names a period ("last month", "3월에"),
+//! the same search runs again inside it, and its two rankings are fused
+//! with the others: what happened then ranks above what only looks alike.
+//!
+//! **Recency and rehearsal** reorder what relevance ranks close together:
+//! `score = relevance·w_r + recency·w_t + rehearsal·w_h` (see
+//! [`RecallWeights`](super::RecallWeights)). A memory that is the only
+//! match is first in every ranking, so no newer one that matches less
+//! overtakes it.
+
+use std::collections::HashMap;
+
+use super::record::SearchHit;
+
+/// A word hit ranks when its BM25 score is at least this share of the
+/// best word hit's.
+pub(super) const LEXICAL_SHARE: f32 = 0.25;
+
+/// The fused relevance of every hit of `answers` (the general search
+/// first, then searches inside a period), by id, with the hit itself.
+///
+/// `floor` is the similarity a vector hit of the general search needs;
+/// inside a period any positive similarity ranks. `k` is the fusion's
+/// constant (60 in the paper; smaller makes first places count more).
+pub(super) fn fuse(answers: Vec<Vec<SearchHit>>, floor: f32, k: f32) -> Vec<(SearchHit, f32)> {
+    let mut fused: HashMap<String, (SearchHit, f32)> = HashMap::new();
+    // What a record first in every general ranking gets.
+    let mut best = 0.0f32;
+    for (i, hits) in answers.into_iter().enumerate() {
+        let general = i == 0;
+        let floor = if general { floor } else { f32::MIN_POSITIVE };
+        let top_words = hits.iter().map(|h| h.lexical).fold(0.0f32, f32::max);
+        let mut by_vector: Vec<&SearchHit> = hits.iter().filter(|h| h.similarity >= floor).collect();
+        by_vector.sort_by(|a, b| {
+            b.similarity
+                .total_cmp(&a.similarity)
+                .then_with(|| a.id.cmp(&b.id))
+        });
+        let mut by_words: Vec<&SearchHit> = hits
+            .iter()
+            .filter(|h| h.lexical > 0.0 && h.lexical >= LEXICAL_SHARE * top_words)
+            .collect();
+        by_words.sort_by(|a, b| b.lexical.total_cmp(&a.lexical).then_with(|| a.id.cmp(&b.id)));
+        if general {
+            best = [by_vector.len(), by_words.len()]
+                .iter()
+                .filter(|&&n| n > 0)
+                .count() as f32
+                / (k + 1.0);
+        }
+        let mut add = |ranking: &[&SearchHit]| {
+            for (rank, hit) in ranking.iter().enumerate() {
+                let share = 1.0 / (k + rank as f32 + 1.0);
+                fused
+                    .entry(hit.id.clone())
+                    .and_modify(|(_, f)| *f += share)
+                    .or_insert_with(|| ((*hit).clone(), share));
+            }
+        };
+        add(&by_vector);
+        add(&by_words);
+    }
+    let best = if best > 0.0 { best } else { 1.0 / (k + 1.0) };
+    fused.into_values().map(|(hit, f)| (hit, f / best)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::common::Timestamp;
+
+    fn hit(id: &str, similarity: f32, lexical: f32) -> SearchHit {
+        SearchHit {
+            id: id.into(),
+            similarity,
+            lexical,
+            created_at: Timestamp::from_millis(0),
+            rehearsal: 0,
+            prev: None,
+            next: None,
+        }
+    }
+
+    fn ranked(answers: Vec<Vec<SearchHit>>) -> Vec<(String, f32)> {
+        let mut out: Vec<(String, f32)> = fuse(answers, 0.2, 60.0)
+            .into_iter()
+            .map(|(h, f)| (h.id, f))
+            .collect();
+        out.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        out
+    }
+
+    #[test]
+    fn first_on_both_sides_is_one_and_either_side_counts() {
+        let r = ranked(vec![vec![
+            hit("both", 0.9, 5.0),
+            hit("vector", 0.8, 0.0),
+            hit("words", 0.1, 4.0),
+            hit("neither", 0.1, 0.5),
+        ]]);
+        assert_eq!(r[0], ("both".into(), 1.0));
+        let ids: Vec<&str> = r.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(
+            ids,
+            ["both", "vector", "words"],
+            "below the floor and a weak word match rank nowhere"
+        );
+        assert!((r[1].1 - r[2].1).abs() < 1e-6, "second on one side each: alike");
+    }
+
+    #[test]
+    fn one_side_alone_still_reaches_one() {
+        let r = ranked(vec![vec![hit("only", 0.0, 3.0), hit("other", 0.0, 2.0)]]);
+        assert_eq!(
+            r[0],
+            ("only".into(), 1.0),
+            "no vector side (the embedder is down)"
+        );
+    }
+
+    #[test]
+    fn a_period_adds_its_own_rankings() {
+        let general = vec![hit("old", 0.9, 4.0), hit("then", 0.5, 3.0)];
+        let during = vec![hit("then", 0.5, 3.0)];
+        let r = ranked(vec![general, during]);
+        assert_eq!(r[0].0, "then", "what happened in the period ranks first: {r:?}");
+        assert!(r[0].1 > 1.0);
+    }
+}
