@@ -36,6 +36,10 @@ pub(crate) struct Target {
     /// Open this session, with the agent that created it.
     #[arg(long)]
     pub(crate) session: Option<String>,
+    /// Open a new session of the agent (`--agent`, else main); its id is
+    /// printed on stderr.
+    #[arg(long, conflicts_with = "session")]
+    pub(crate) new: bool,
 }
 
 #[derive(Debug, Subcommand)]

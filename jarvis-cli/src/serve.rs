@@ -121,6 +121,9 @@ async fn open_session(app: &AppAssembly, target: &Target) -> anyhow::Result<Sess
         let agents: Vec<&str> = app.registry().ids().collect();
         bail!("there is no agent {agent:?}; the team is {}", agents.join(", "));
     }
+    if target.new {
+        return Ok(app.create_session(Some(agent)).await?);
+    }
     Ok(app.default_session(agent).await?)
 }
 
@@ -136,6 +139,11 @@ async fn running_url(client: &Client, target: &Target) -> anyhow::Result<String>
     let agent = target.agent.as_deref().unwrap_or(jarvis_sdk::MAIN_AGENT);
     if !client.agents().await?.iter().any(|a| a.id == agent) {
         bail!("there is no agent {agent:?} in the running server's team");
+    }
+    if target.new {
+        // The HUD's connection creates a session the server does not know.
+        let id = jarvis_sdk::IdSource::next_id(&jarvis_sdk::UniqueIds::new(), "s-");
+        return Ok(format!("{base}/?session={id}&agent={agent}"));
     }
     Ok(format!("{base}/?session=default-{agent}&agent={agent}"))
 }

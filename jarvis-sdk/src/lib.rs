@@ -152,9 +152,9 @@ pub use app::{PgCluster, PostgresApprovalRules, PostgresJobs, PostgresSlotClaim}
 pub use common::trace;
 pub use common::{
     CivilTime, Clock, DEFAULT_TIME_ZONE, Extensions, HOME_LOCK_FILE, HomeLock, HomeLockError, IdSource,
-    LockHolder, ManualClock, SequentialIds, SystemClock, TimeZone, TimeZoneError, Timestamp, TimestampError,
-    UniqueIds, UtcOffset, char_len, fnv1a64, lock_file_path, truncate_chars, truncate_with_marker,
-    update_file_locked, write_atomic,
+    LockHolder, ManualClock, OffsetClock, SequentialIds, SystemClock, TimeZone, TimeZoneError, Timestamp,
+    TimestampError, UniqueIds, UtcOffset, char_len, fnv1a64, lock_file_path, truncate_chars,
+    truncate_with_marker, update_file_locked, write_atomic,
 };
 pub use core::cassette;
 pub use core::{

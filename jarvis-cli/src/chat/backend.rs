@@ -33,6 +33,14 @@ impl Backend {
         match home {
             Home::Remote(client) => {
                 let (id, agent) = match (&target.session, &target.agent) {
+                    (None, agent) if target.new => {
+                        // The server creates a session it does not know
+                        // with the agent the connection names.
+                        let agent = agent.clone().unwrap_or_else(|| jarvis_sdk::MAIN_AGENT.to_owned());
+                        let id = jarvis_sdk::IdSource::next_id(&jarvis_sdk::UniqueIds::new(), "s-");
+                        eprintln!("session {id}");
+                        (id, Some(agent))
+                    }
                     (Some(id), _) => {
                         if client.session(id).await?.is_none() {
                             bail!("there is no session {id} (`jarvis sessions` lists them)");
@@ -127,6 +135,11 @@ impl UIAdapter for Screen {
 impl Local {
     async fn open(app: AppAssembly, target: &Target, background: bool) -> anyhow::Result<Self> {
         let session = match (&target.session, &target.agent) {
+            (None, agent) if target.new => {
+                let meta = app.create_session(agent.as_deref()).await?;
+                eprintln!("session {}", meta.id);
+                app.session(&meta.id).await?
+            }
             (Some(id), _) => {
                 let id = SessionId::new(id.as_str())?;
                 match app.session(&id).await {

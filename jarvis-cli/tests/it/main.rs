@@ -7,6 +7,7 @@ mod durability;
 mod embedder;
 mod mcp;
 mod mcp_list;
+mod memory;
 mod otel;
 mod replay;
 mod usage;

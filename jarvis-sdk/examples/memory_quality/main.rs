@@ -499,6 +499,7 @@ struct Report {
     all: Tally,
     groups: BTreeMap<String, Tally>,
     misses: Vec<String>,
+    stale: Vec<String>,
 }
 
 impl Report {
@@ -507,6 +508,16 @@ impl Report {
         let half = if c.dev() { "dev" } else { "held-out" };
         for group in [q.kind.clone(), c.lang.clone(), half.to_owned()] {
             self.groups.entry(group).or_default().add(q, ranking);
+        }
+        let pos = |l: &String| ranking.iter().position(|r| r == l);
+        let current = q.evidence.iter().filter_map(pos).min();
+        if let Some(old) = q.superseded.iter().filter_map(pos).min()
+            && current.is_none_or(|c| old < c)
+        {
+            self.stale.push(format!(
+                "{} {:?}: superseded {:?} at {old}, current {:?} at {current:?}",
+                c.id, q.q, q.superseded, q.evidence
+            ));
         }
         if !q.evidence.iter().any(|e| ranking.contains(e)) {
             self.misses.push(format!(
@@ -655,6 +666,9 @@ async fn main() {
                 for m in &report.misses {
                     println!("miss: {m}");
                 }
+                for m in &report.stale {
+                    println!("stale: {m}");
+                }
             }
         }
     }
@@ -714,6 +728,7 @@ fn ablations() -> Vec<(&'static str, MemoryConfig)> {
             }),
         ),
         ("fusion-k-60", with(&|c| c.fusion_k = 60.0)),
+        ("latest-off", with(&|c| c.latest_band = 1.0)),
     ]
 }
 

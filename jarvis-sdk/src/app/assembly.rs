@@ -563,6 +563,8 @@ async fn memory_service(
     };
     let mut memory_config = settings.config.clone();
     memory_config.home = Some(config.home.clone());
+    // Episodes are dated, and questions' periods read, in the person's zone.
+    memory_config.time_zone = config.agenda.time_zone.clone();
     let service = MemoryService::new(store, embedder)
         .with_clock(config.clock.clone())
         .with_ids(config.ids.clone())

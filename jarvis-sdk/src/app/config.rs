@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::error::AppError;
 use crate::agent::{AgentLoopConfig, BeforeToolCall, Durability};
-use crate::common::{Clock, IdSource, SystemClock, TimeZone, UniqueIds, UtcOffset};
+use crate::common::{Clock, IdSource, OffsetClock, SystemClock, TimeZone, Timestamp, UniqueIds, UtcOffset};
 use crate::core::{
     DEFAULT_APPROVAL_TIMEOUT, DEFAULT_ASK_TIMEOUT, SandboxSettings, SecurityStage, WebFetchSettings,
     WebSearchSettings,
@@ -503,6 +503,14 @@ impl AppConfig {
         };
         if let Some(on) = var("JARVIS_AGENDA__MODEL_JUDGE") {
             config.agenda.model_judge = truthy(&on);
+        }
+        if let Some(start) = var("JARVIS_CLOCK__START") {
+            let start = Timestamp::parse_rfc3339(&start).map_err(|_| {
+                AppError::Config(format!(
+                    "JARVIS_CLOCK__START={start} is not an RFC 3339 time like 2026-03-01T09:00:00+09:00"
+                ))
+            })?;
+            config.clock = Arc::new(OffsetClock::starting_at(start.to_system_time()));
         }
         if let Some(name) = var("JARVIS_TIME__ZONE") {
             config.agenda.time_zone = TimeZone::named(&name)

@@ -55,6 +55,31 @@ impl Clock for ManualClock {
     }
 }
 
+/// A clock that started at a given time and runs on in real time: the
+/// app's clock when `JARVIS_CLOCK__START` sets the time it starts at (a
+/// demo set in another season, a test of what months do to memory).
+#[derive(Debug)]
+pub struct OffsetClock {
+    start: SystemTime,
+    since: std::time::Instant,
+}
+
+impl OffsetClock {
+    /// A clock reading `start` now, and `start + elapsed` later.
+    pub fn starting_at(start: SystemTime) -> Self {
+        Self {
+            start,
+            since: std::time::Instant::now(),
+        }
+    }
+}
+
+impl Clock for OffsetClock {
+    fn now(&self) -> SystemTime {
+        self.start + self.since.elapsed()
+    }
+}
+
 /// A source of fresh identifiers.
 pub trait IdSource: Send + Sync + Debug {
     /// A new identifier, unique for this source, starting with `prefix`.

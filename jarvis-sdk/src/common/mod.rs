@@ -23,7 +23,7 @@ pub mod trace;
 pub(crate) mod words;
 mod zone;
 
-pub use clock::{Clock, IdSource, ManualClock, SequentialIds, SystemClock, UniqueIds};
+pub use clock::{Clock, IdSource, ManualClock, OffsetClock, SequentialIds, SystemClock, UniqueIds};
 pub use extensions::Extensions;
 pub use fs::{lock_file_path, update_file_locked, write_atomic};
 pub use lock::{HOME_LOCK_FILE, HomeLock, HomeLockError, LockHolder};

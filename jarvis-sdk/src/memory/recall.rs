@@ -37,7 +37,7 @@ pub(super) const LEXICAL_SHARE: f32 = 0.25;
 /// first, then searches inside a period), by id, with the hit itself.
 ///
 /// `floor` is the similarity a vector hit of the general search needs;
-/// inside a period any positive similarity ranks. `k` is the fusion's
+/// inside a period every hit ranks. `k` is the fusion's
 /// constant (60 in the paper; smaller makes first places count more).
 pub(super) fn fuse(answers: Vec<Vec<SearchHit>>, floor: f32, k: f32) -> Vec<(SearchHit, f32)> {
     let mut fused: HashMap<String, (SearchHit, f32)> = HashMap::new();
@@ -45,7 +45,8 @@ pub(super) fn fuse(answers: Vec<Vec<SearchHit>>, floor: f32, k: f32) -> Vec<(Sea
     let mut best = 0.0f32;
     for (i, hits) in answers.into_iter().enumerate() {
         let general = i == 0;
-        let floor = if general { floor } else { f32::MIN_POSITIVE };
+        // Inside a period every record searched ranks, by similarity.
+        let floor = if general { floor } else { f32::NEG_INFINITY };
         let top_words = hits.iter().map(|h| h.lexical).fold(0.0f32, f32::max);
         let mut by_vector: Vec<&SearchHit> = hits.iter().filter(|h| h.similarity >= floor).collect();
         by_vector.sort_by(|a, b| {

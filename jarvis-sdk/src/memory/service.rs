@@ -27,7 +27,7 @@ use super::rules::{
 use super::scope::MemoryScope;
 use super::store::MemoryStore;
 use super::user_model::{UserModel, UserModelFile, UserModelStore};
-use super::when::{period_of, stated_days};
+use super::when::{asks_latest, period_of, stated_days};
 use super::working::{WorkingConfig, WorkingMemory};
 use crate::common::{
     Clock, IdSource, SystemClock, TimeZone, Timestamp, UniqueIds, error_chain, truncate_with_marker,
@@ -108,6 +108,10 @@ pub struct MemoryConfig {
     /// dev half of `memory_quality`: every neighbour, taking the place of
     /// further hits, found less).
     pub context_share: f32,
+    /// For a question about how things stand now, the records whose
+    /// relevance is at least this share of the best one's are ordered
+    /// newest first (a later record corrects an earlier one). Default 0.75.
+    pub latest_band: f32,
     /// The user's time zone: recalled episodes are dated in it, and the
     /// days and periods texts and questions name are read in it. Default
     /// `Asia/Seoul`.
@@ -136,6 +140,7 @@ impl Default for MemoryConfig {
             fusion_k: 10.0,
             context: true,
             context_share: 0.7,
+            latest_band: 0.75,
             time_zone: TimeZone::default(),
             recency_half_life: Duration::from_secs(14 * 24 * 3600),
             working: WorkingConfig::default(),
@@ -957,7 +962,7 @@ impl MemoryService {
 
     /// The `k` best hits of one recall's searches by blended score, best
     /// first, each with its relevance and score.
-    fn rank(&self, answers: Vec<Vec<SearchHit>>, k: usize) -> Vec<Ranked> {
+    fn rank(&self, answers: Vec<Vec<SearchHit>>, k: usize, latest: bool) -> Vec<Ranked> {
         let fused = fuse(answers, self.config.min_similarity, self.config.fusion_k);
         let relevance_of: HashMap<&str, f32> = fused.iter().map(|(h, r)| (h.id.as_str(), *r)).collect();
         let share = self.config.context_share;
@@ -982,6 +987,23 @@ impl MemoryService {
             })
             .collect();
         ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.hit.id.cmp(&b.hit.id)));
+        if latest && self.config.latest_band < 1.0 {
+            // How things stand now: among the records that match about
+            // as well as the best, the newest first.
+            let top = ranked.iter().map(|r| r.relevance).fold(0.0f32, f32::max);
+            let floor = self.config.latest_band * top;
+            // Stable: outside the band, the order by score stays.
+            ranked.sort_by(|a, b| {
+                let (a_in, b_in) = (a.relevance >= floor, b.relevance >= floor);
+                b_in.cmp(&a_in).then_with(|| {
+                    if a_in && b_in {
+                        b.hit.created_at.cmp(&a.hit.created_at)
+                    } else {
+                        std::cmp::Ordering::Equal
+                    }
+                })
+            });
+        }
         ranked.truncate(k);
         ranked
     }
@@ -1066,7 +1088,8 @@ impl MemoryService {
         };
         let queries = self.queries(self.filter_for(scope, layer), &vector, &terms, k, period);
         let answers = self.store.search_many(&queries).await?;
-        self.fetch(self.rank(answers, k), layer == Layer::Episodic).await
+        let ranked = self.rank(answers, k, asks_latest(query));
+        self.fetch(ranked, layer == Layer::Episodic).await
     }
 
     /// Like [`search`](Self::search), and what comes back is rehearsed.
@@ -1132,6 +1155,7 @@ impl MemoryService {
         let vector = self.query_vector(scope, query).await;
         let terms = SearchQuery::terms_of(query);
         let period = period_of(query, self.now(), &self.config.time_zone);
+        let latest = asks_latest(query);
         let working = self.working(scope).await?;
         let k = self.config.recall_k;
         let user = || MemoryFilter::for_user(scope.user.clone());
@@ -1188,7 +1212,7 @@ impl MemoryService {
         let mut answers = self.store.search_many(&queries).await?.into_iter();
         let mut recalled: Vec<(SectionKind, Vec<Recalled>)> = Vec::with_capacity(sections.len());
         for ((kind, _, k, _), count) in sections.into_iter().zip(counts) {
-            let ranked = self.rank(answers.by_ref().take(count).collect(), k);
+            let ranked = self.rank(answers.by_ref().take(count).collect(), k, latest);
             recalled.push((kind, self.fetch(ranked, kind == SectionKind::LongTerm).await?));
         }
 

@@ -338,6 +338,21 @@ pub(crate) fn stated_days(text: &str, at: Timestamp, zone: &TimeZone) -> Vec<Tim
     out
 }
 
+/// Whether a question asks for how things stand now ("what's my target
+/// time now?", "where did we end up going?", "결국 어디로 갔지?", "요즘 뭐
+/// 먹어?"): then the newest of the records that match it best is the
+/// answer, since a later one corrects an earlier one.
+pub(crate) fn asks_latest(question: &str) -> bool {
+    static LATEST: OnceLock<Regex> = OnceLock::new();
+    let re = LATEST.get_or_init(|| {
+        Regex::new(
+            r"(?i)\b(now|these days|currently|current|at the moment|right now|ended up|end up|in the end|finally|final|latest|most recent|still|anymore|any more|instead)\b|결국|지금|요즘|최종|현재|이제|요새|마지막으로|최근",
+        )
+        .expect("a valid pattern")
+    });
+    re.is_match(question)
+}
+
 /// The period a question asks about, as instants in `zone` (from, until:
 /// the end excluded), read relative to `now`; `None` when it names none.
 pub(crate) fn period_of(question: &str, now: Timestamp, zone: &TimeZone) -> Option<(Timestamp, Timestamp)> {
@@ -550,6 +565,27 @@ mod tests {
 
     fn span(a: &str, b: &str) -> Option<(String, String)> {
         Some((a.to_owned(), b.to_owned()))
+    }
+
+    #[test]
+    fn questions_about_how_things_stand_now() {
+        for q in [
+            "What's my target time in Hamburg now?",
+            "Where did the August van trip end up going?",
+            "Which tablet am I on these days?",
+            "페이레인 첫 출근 결국 언제 했지?",
+            "지금은 뭘 하고 있지?",
+            "최종 연봉 얼마로 정해졌지?",
+        ] {
+            assert!(asks_latest(q), "{q}");
+        }
+        for q in [
+            "When did I adopt Milo?",
+            "What was the vet's name?",
+            "3월에 뭐 했더라",
+        ] {
+            assert!(!asks_latest(q), "{q}");
+        }
     }
 
     #[test]

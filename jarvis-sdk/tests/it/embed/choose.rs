@@ -22,7 +22,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
-
 /// Told before the switch; its re-embedding is held while `HELD` is set.
 const FACT: &str = "Seoyeon plays the cello every Tuesday evening";
 const FACT_QUERY: &str = "Which instrument does Seoyeon play on Tuesday?";
