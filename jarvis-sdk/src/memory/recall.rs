@@ -25,8 +25,6 @@
 //! match is first in every ranking, so no newer one that matches less
 //! overtakes it.
 
-use std::collections::HashMap;
-
 use super::record::SearchHit;
 
 /// A word hit ranks when its BM25 score is at least this share of the
@@ -40,7 +38,7 @@ pub(super) const LEXICAL_SHARE: f32 = 0.25;
 /// inside a period every hit ranks. `k` is the fusion's
 /// constant (60 in the paper; smaller makes first places count more).
 pub(super) fn fuse(answers: Vec<Vec<SearchHit>>, floor: f32, k: f32) -> Vec<(SearchHit, f32)> {
-    let mut fused: HashMap<String, (SearchHit, f32)> = HashMap::new();
+    let mut fused: Vec<(SearchHit, f32)> = Vec::new();
     // What a record first in every general ranking gets.
     let mut best = 0.0f32;
     for (i, hits) in answers.into_iter().enumerate() {
@@ -48,17 +46,22 @@ pub(super) fn fuse(answers: Vec<Vec<SearchHit>>, floor: f32, k: f32) -> Vec<(Sea
         // Inside a period every record searched ranks, by similarity.
         let floor = if general { floor } else { f32::NEG_INFINITY };
         let top_words = hits.iter().map(|h| h.lexical).fold(0.0f32, f32::max);
-        let mut by_vector: Vec<&SearchHit> = hits.iter().filter(|h| h.similarity >= floor).collect();
-        by_vector.sort_by(|a, b| {
-            b.similarity
-                .total_cmp(&a.similarity)
-                .then_with(|| a.id.cmp(&b.id))
+        let mut by_vector: Vec<usize> = (0..hits.len()).filter(|&h| hits[h].similarity >= floor).collect();
+        by_vector.sort_by(|&a, &b| {
+            hits[b]
+                .similarity
+                .total_cmp(&hits[a].similarity)
+                .then_with(|| hits[a].id.cmp(&hits[b].id))
         });
-        let mut by_words: Vec<&SearchHit> = hits
-            .iter()
-            .filter(|h| h.lexical > 0.0 && h.lexical >= LEXICAL_SHARE * top_words)
+        let mut by_words: Vec<usize> = (0..hits.len())
+            .filter(|&h| hits[h].lexical > 0.0 && hits[h].lexical >= LEXICAL_SHARE * top_words)
             .collect();
-        by_words.sort_by(|a, b| b.lexical.total_cmp(&a.lexical).then_with(|| a.id.cmp(&b.id)));
+        by_words.sort_by(|&a, &b| {
+            hits[b]
+                .lexical
+                .total_cmp(&hits[a].lexical)
+                .then_with(|| hits[a].id.cmp(&hits[b].id))
+        });
         if general {
             best = [by_vector.len(), by_words.len()]
                 .iter()
@@ -66,20 +69,29 @@ pub(super) fn fuse(answers: Vec<Vec<SearchHit>>, floor: f32, k: f32) -> Vec<(Sea
                 .count() as f32
                 / (k + 1.0);
         }
-        let mut add = |ranking: &[&SearchHit]| {
-            for (rank, hit) in ranking.iter().enumerate() {
-                let share = 1.0 / (k + rank as f32 + 1.0);
-                fused
-                    .entry(hit.id.clone())
-                    .and_modify(|(_, f)| *f += share)
-                    .or_insert_with(|| ((*hit).clone(), share));
+        let mut shares = vec![0.0f32; hits.len()];
+        for ranking in [&by_vector, &by_words] {
+            for (rank, &h) in ranking.iter().enumerate() {
+                shares[h] += 1.0 / (k + rank as f32 + 1.0);
             }
-        };
-        add(&by_vector);
-        add(&by_words);
+        }
+        for (hit, share) in hits.into_iter().zip(shares) {
+            if share == 0.0 {
+                continue;
+            }
+            // Few hits: a scan finds a record already fused from an
+            // earlier search faster than hashing every id would.
+            match fused.iter_mut().find(|(h, _)| h.id == hit.id) {
+                Some((_, f)) => *f += share,
+                None => fused.push((hit, share)),
+            }
+        }
     }
     let best = if best > 0.0 { best } else { 1.0 / (k + 1.0) };
-    fused.into_values().map(|(hit, f)| (hit, f / best)).collect()
+    for (_, f) in &mut fused {
+        *f /= best;
+    }
+    fused
 }
 
 #[cfg(test)]

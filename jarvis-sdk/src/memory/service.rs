@@ -964,26 +964,30 @@ impl MemoryService {
     /// first, each with its relevance and score.
     fn rank(&self, answers: Vec<Vec<SearchHit>>, k: usize, latest: bool) -> Vec<Ranked> {
         let fused = fuse(answers, self.config.min_similarity, self.config.fusion_k);
-        let relevance_of: HashMap<&str, f32> = fused.iter().map(|(h, r)| (h.id.as_str(), *r)).collect();
         let share = self.config.context_share;
-        let mut ranked: Vec<Ranked> = fused
+        // A neighbour comes when it matched the query about as well itself.
+        let comes = |id: &String, relevance: f32| {
+            share <= 0.0 || fused.iter().any(|(h, r)| h.id == *id && *r >= share * relevance)
+        };
+        let neighbours: Vec<Vec<String>> = fused
             .iter()
-            .map(|(hit, relevance)| Ranked {
-                score: self.score(*relevance, hit.created_at, hit.rehearsal),
-                neighbours: hit
-                    .prev
+            .map(|(hit, relevance)| {
+                hit.prev
                     .iter()
                     .chain(&hit.next)
-                    .filter(|id| {
-                        share <= 0.0
-                            || relevance_of
-                                .get(id.as_str())
-                                .is_some_and(|r| *r >= share * relevance)
-                    })
+                    .filter(|id| comes(id, *relevance))
                     .cloned()
-                    .collect(),
-                hit: hit.clone(),
-                relevance: *relevance,
+                    .collect()
+            })
+            .collect();
+        let mut ranked: Vec<Ranked> = fused
+            .into_iter()
+            .zip(neighbours)
+            .map(|((hit, relevance), neighbours)| Ranked {
+                score: self.score(relevance, hit.created_at, hit.rehearsal),
+                neighbours,
+                hit,
+                relevance,
             })
             .collect();
         ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.hit.id.cmp(&b.hit.id)));
@@ -1008,14 +1012,17 @@ impl MemoryService {
         ranked
     }
 
-    /// The records of `ranked`, with their neighbouring turns when
-    /// [`MemoryConfig::context`] is on and `context` asks for them.
-    async fn fetch(&self, ranked: Vec<Ranked>, context: bool) -> Result<Vec<Recalled>, MemoryError> {
-        let context = context && self.config.context;
-        let mut ids: Vec<String> = ranked.iter().map(|r| r.hit.id.clone()).collect();
-        if context {
-            for r in &ranked {
-                ids.extend(r.neighbours.iter().cloned());
+    /// The records of each ranking, with their neighbouring turns where
+    /// [`MemoryConfig::context`] is on and the ranking asks for them (its
+    /// flag), read from the store in one call.
+    async fn fetch(&self, rankings: Vec<(Vec<Ranked>, bool)>) -> Result<Vec<Vec<Recalled>>, MemoryError> {
+        let mut ids: Vec<String> = Vec::new();
+        for (ranked, context) in &rankings {
+            for r in ranked {
+                ids.push(r.hit.id.clone());
+                if *context && self.config.context {
+                    ids.extend(r.neighbours.iter().cloned());
+                }
             }
         }
         let records: HashMap<String, MemoryRecord> = self
@@ -1025,28 +1032,43 @@ impl MemoryService {
             .into_iter()
             .map(|r| (r.id.clone(), r))
             .collect();
-        Ok(ranked
+        Ok(rankings
             .into_iter()
-            .filter_map(|r| {
-                let record = records.get(&r.hit.id)?.clone();
-                let neighbours = if context {
-                    r.neighbours
-                        .iter()
-                        .filter_map(|id| records.get(id).cloned())
-                        .collect()
-                } else {
-                    Vec::new()
-                };
-                Some(Recalled {
-                    record,
-                    similarity: r.hit.similarity,
-                    lexical: r.hit.lexical,
-                    relevance: r.relevance,
-                    score: r.score,
-                    context: neighbours,
-                })
+            .map(|(ranked, context)| {
+                let context = context && self.config.context;
+                ranked
+                    .into_iter()
+                    .filter_map(|r| {
+                        let record = records.get(&r.hit.id)?.clone();
+                        let neighbours = if context {
+                            r.neighbours
+                                .iter()
+                                .filter_map(|id| records.get(id).cloned())
+                                .collect()
+                        } else {
+                            Vec::new()
+                        };
+                        Some(Recalled {
+                            record,
+                            similarity: r.hit.similarity,
+                            lexical: r.hit.lexical,
+                            relevance: r.relevance,
+                            score: r.score,
+                            context: neighbours,
+                        })
+                    })
+                    .collect()
             })
             .collect())
+    }
+
+    /// The period `query` asks about, when it lies wholly before today: a
+    /// period still running ("this week") is what recency already favours,
+    /// and searching it again would only cost time.
+    fn past_period(&self, query: &str) -> Option<(Timestamp, Timestamp)> {
+        let now = self.now();
+        let (today, _) = self.config.time_zone.day_bounds(now);
+        period_of(query, now, &self.config.time_zone).filter(|(_, until)| *until <= today)
     }
 
     /// The query's embedding, or none (logged) when the embedder does not
@@ -1083,13 +1105,14 @@ impl MemoryService {
         let vector = self.query_vector(scope, query).await;
         let terms = SearchQuery::terms_of(query);
         let period = match layer {
-            Layer::Episodic => period_of(query, self.now(), &self.config.time_zone),
+            Layer::Episodic => self.past_period(query),
             _ => None,
         };
         let queries = self.queries(self.filter_for(scope, layer), &vector, &terms, k, period);
         let answers = self.store.search_many(&queries).await?;
         let ranked = self.rank(answers, k, asks_latest(query));
-        self.fetch(ranked, layer == Layer::Episodic).await
+        let mut found = self.fetch(vec![(ranked, layer == Layer::Episodic)]).await?;
+        Ok(found.pop().unwrap_or_default())
     }
 
     /// Like [`search`](Self::search), and what comes back is rehearsed.
@@ -1154,7 +1177,7 @@ impl MemoryService {
         self.sync_procedures(scope, Layer::Procedural).await;
         let vector = self.query_vector(scope, query).await;
         let terms = SearchQuery::terms_of(query);
-        let period = period_of(query, self.now(), &self.config.time_zone);
+        let period = self.past_period(query);
         let latest = asks_latest(query);
         let working = self.working(scope).await?;
         let k = self.config.recall_k;
@@ -1210,11 +1233,15 @@ impl MemoryService {
             queries.extend(q);
         }
         let mut answers = self.store.search_many(&queries).await?.into_iter();
-        let mut recalled: Vec<(SectionKind, Vec<Recalled>)> = Vec::with_capacity(sections.len());
+        let mut kinds = Vec::with_capacity(sections.len());
+        let mut rankings = Vec::with_capacity(sections.len());
         for ((kind, _, k, _), count) in sections.into_iter().zip(counts) {
             let ranked = self.rank(answers.by_ref().take(count).collect(), k, latest);
-            recalled.push((kind, self.fetch(ranked, kind == SectionKind::LongTerm).await?));
+            kinds.push(kind);
+            rankings.push((ranked, kind == SectionKind::LongTerm));
         }
+        let recalled: Vec<(SectionKind, Vec<Recalled>)> =
+            kinds.into_iter().zip(self.fetch(rankings).await?).collect();
 
         let mut touched: Vec<String> = Vec::new();
         let mut items_of: Vec<(SectionKind, Vec<String>)> = Vec::with_capacity(5);

@@ -142,28 +142,28 @@ fn patterns() -> &'static Patterns {
         let number = r"\d{1,2}|a|an|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|a few|a couple of";
         let re = |p: &str| Regex::new(p).expect("a valid pattern");
         Patterns {
-            iso: re(r"\b(\d{4})[-./](\d{1,2})[-./](\d{1,2})\b"),
+            iso: re(r"(?-u:\b)(\d{4})[-./](\d{1,2})[-./](\d{1,2})(?-u:\b)"),
             month_day: re(&format!(
-                r"\b({months})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?\b(?:,?\s+(\d{{4}}))?"
+                r"(?-u:\b)({months})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?(?-u:\b)(?:,?\s+(\d{{4}}))?"
             )),
             day_month: re(&format!(
-                r"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({months})\b(?:,?\s+(\d{{4}}))?"
+                r"(?-u:\b)(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({months})(?-u:\b)(?:,?\s+(\d{{4}}))?"
             )),
             relative_day: re(
-                r"\b(the day before yesterday|the day after tomorrow|yesterday|today|tonight|this morning|this afternoon|this evening|tomorrow)\b",
+                r"(?-u:\b)(the day before yesterday|the day after tomorrow|yesterday|today|tonight|this morning|this afternoon|this evening|tomorrow)(?-u:\b)",
             ),
-            weekday: re(&format!(r"\b(last|this|next|on|this coming)\s+({weekdays})\b")),
-            ago: re(&format!(r"\b({number})\s+(day|days|week|weeks)\s+(ago|from now|later)\b|\bin\s+({number})\s+(day|days|week|weeks)\b")),
+            weekday: re(&format!(r"(?-u:\b)(last|this|next|on|this coming)\s+({weekdays})(?-u:\b)")),
+            ago: re(&format!(r"(?-u:\b)({number})\s+(day|days|week|weeks)\s+(ago|from now|later)(?-u:\b)|(?-u:\b)in\s+({number})\s+(day|days|week|weeks)(?-u:\b)")),
             ko_date: re(r"(?:(\d{4})\s*년\s*)?(\d{1,2})\s*월\s*(\d{1,2})\s*일"),
             ko_relative: re(r"(그저께|그제|어제|오늘|내일|모레|글피)"),
             ko_weekday: re(r"(지난\s*주|저번\s*주|이번\s*주|다음\s*주|담주)\s*([월화수목금토일])요일"),
             ko_ago: re(r"(\d+|하루|이틀|사흘|나흘|일주일|한|두|세|네)\s*(일|주|주일)?\s*(전|후|뒤)"),
             period: re(
-                r"\b(last|this|past|previous)\s+(month|week|year|weekend)\b|\b(yesterday|today|earlier this year|earlier this month)\b",
+                r"(?-u:\b)(last|this|past|previous)\s+(month|week|year|weekend)(?-u:\b)|(?-u:\b)(yesterday|today|earlier this year|earlier this month)(?-u:\b)",
             ),
-            in_month: re(&format!(r"\b(?:in|during|back in|last|this)\s+({months})\b(?:\s+(\d{{4}}))?")),
-            season: re(r"\b(?:in|during|this|last)\s+(?:the\s+)?(spring|summer|fall|autumn|winter)\b"),
-            months_ago: re(&format!(r"\b({number})\s+(month|months|week|weeks)\s+ago\b")),
+            in_month: re(&format!(r"(?-u:\b)(?:in|during|back in|last|this)\s+({months})(?-u:\b)(?:\s+(\d{{4}}))?")),
+            season: re(r"(?-u:\b)(?:in|during|this|last)\s+(?:the\s+)?(spring|summer|fall|autumn|winter)(?-u:\b)"),
+            months_ago: re(&format!(r"(?-u:\b)({number})\s+(month|months|week|weeks)\s+ago(?-u:\b)")),
             ko_period: re(
                 r"(지난\s*달|저번\s*달|지난\s*주말|저번\s*주말|이번\s*주말|지난\s*주|저번\s*주|이번\s*주|이번\s*달|작년|올해|어제|오늘|연초)",
             ),
