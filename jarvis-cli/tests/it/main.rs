@@ -9,6 +9,7 @@ mod mcp;
 mod mcp_list;
 mod memory;
 mod otel;
+mod real_embedder;
 mod replay;
 mod usage;
 

@@ -15,14 +15,20 @@ const SCRIPT: &str = "fallback: { text: \"알겠습니다. Noted.\" }";
 /// header), or `""` when there was none. (`_when` only tells a reader which
 /// stretch of the person's life the turn belongs to.)
 fn ask(home: &TempHome, _when: &str, at: &str, prompt: &str) -> String {
+    ask_with(home, &[], at, prompt)
+}
+
+/// [`ask`] with more environment variables.
+pub(super) fn ask_with(home: &TempHome, env: &[(&str, String)], at: &str, prompt: &str) -> String {
     let requests = home.0.join(format!("requests-{}.jsonl", at.replace(':', "")));
-    let out = scripted(home, SCRIPT)
-        .env("JARVIS_CLOCK__START", at)
+    let mut cmd = scripted(home, SCRIPT);
+    cmd.env("JARVIS_CLOCK__START", at)
         .env("JARVIS_TIME__ZONE", "Asia/Seoul")
-        .env("JARVIS_FAUX__REQUEST_LOG", &requests)
-        .args(["ask", "--new", prompt])
-        .output()
-        .unwrap();
+        .env("JARVIS_FAUX__REQUEST_LOG", &requests);
+    for (name, value) in env {
+        cmd.env(name, value);
+    }
+    let out = cmd.args(["ask", "--new", prompt]).output().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     memory_message(&requests)
 }
@@ -41,7 +47,7 @@ fn memory_message(requests: &Path) -> String {
 }
 
 /// The `[장기 기억]` section of a memory message.
-fn long_term(message: &str) -> &str {
+pub(super) fn long_term(message: &str) -> &str {
     let Some(start) = message.find("[장기 기억]") else {
         return "";
     };
