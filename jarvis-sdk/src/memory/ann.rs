@@ -45,7 +45,7 @@ use std::sync::{Arc, Mutex, mpsc};
 /// How recall uses approximate nearest-neighbour graphs (feature `ann`,
 /// on by default; without it every search is an exact scan).
 ///
-/// The defaults were measured with `recall_bench` (see README.md, Memory):
+/// The defaults were measured with `recall_bench` (see docs/performance.md, Memory):
 /// from about 5,000 records a partition's graph search beats its exact
 /// scan, and with these settings the graphs' recall@10 against exact
 /// search at 100,000 records is above 0.95.
