@@ -936,6 +936,19 @@ impl Index {
         }
     }
 
+    /// Sets the rehearsal count of the record with `id`; false when there
+    /// is none.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn set_rehearsal(&mut self, id: &str, rehearsal: u32) -> bool {
+        match self.by_id.get(id) {
+            Some(&(part, row)) => {
+                self.partitions[part].rows[row].rehearsal = rehearsal;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Whether it holds a record with `id`.
     #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) fn contains(&self, id: &str) -> bool {

@@ -1025,9 +1025,10 @@ impl MemoryService {
                 }
             }
         }
+        // Always right after a search, which caught the store up.
         let records: HashMap<String, MemoryRecord> = self
             .store
-            .get_texts(&ids)
+            .get_texts_cached(&ids)
             .await?
             .into_iter()
             .map(|r| (r.id.clone(), r))
@@ -1179,7 +1180,14 @@ impl MemoryService {
         let terms = SearchQuery::terms_of(query);
         let period = self.past_period(query);
         let latest = asks_latest(query);
-        let working = self.working(scope).await?;
+        // The reads that need a shared database go together: the session's
+        // working memory, the user model and the store's catch-up, one
+        // round trip's wait between them; the searches then answer from
+        // what the catch-up brought.
+        let (working, user_model, caught_up) =
+            tokio::join!(self.working(scope), self.user_model(), self.store.catch_up());
+        let working = working?;
+        caught_up?;
         let k = self.config.recall_k;
         let user = || MemoryFilter::for_user(scope.user.clone());
         // With a user-model file, the file is the truth about the user
@@ -1232,7 +1240,7 @@ impl MemoryService {
             counts.push(q.len());
             queries.extend(q);
         }
-        let mut answers = self.store.search_many(&queries).await?.into_iter();
+        let mut answers = self.store.search_many_cached(&queries).await?.into_iter();
         let mut kinds = Vec::with_capacity(sections.len());
         let mut rankings = Vec::with_capacity(sections.len());
         for ((kind, _, k, _), count) in sections.into_iter().zip(counts) {
@@ -1245,11 +1253,12 @@ impl MemoryService {
 
         let mut touched: Vec<String> = Vec::new();
         let mut items_of: Vec<(SectionKind, Vec<String>)> = Vec::with_capacity(5);
+        let mut user_model = Some(user_model);
         for (kind, found) in recalled {
             // The user model opens the key facts; a user-model record that
             // repeats one of its lines is not shown twice.
             let mut items = if kind == SectionKind::KeyFacts {
-                self.user_model().await.lines()
+                user_model.take().map(|m| m.lines()).unwrap_or_default()
             } else {
                 Vec::new()
             };

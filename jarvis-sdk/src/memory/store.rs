@@ -57,6 +57,36 @@ pub trait MemoryStore: Send + Sync + Debug {
         Ok(out)
     }
 
+    /// Catches up with the writes of other processes sharing this store's
+    /// database, for the `_cached` reads that follow. A store that has no
+    /// one to catch up with has nothing to do (the default).
+    ///
+    /// A recall catches up once, at its start and alongside its other
+    /// reads, then searches and fetches with
+    /// [`search_many_cached`](Self::search_many_cached) and
+    /// [`get_texts_cached`](Self::get_texts_cached): it sees every write
+    /// committed before it began, in one round trip to the database
+    /// instead of one per read.
+    async fn catch_up(&self) -> Result<(), MemoryError> {
+        Ok(())
+    }
+
+    /// [`search_many`](Self::search_many) as of the last
+    /// [`catch_up`](Self::catch_up) (or any read that caught up), without
+    /// another round trip to a shared database; the default is
+    /// `search_many`.
+    async fn search_many_cached(&self, queries: &[SearchQuery]) -> Result<Vec<Vec<SearchHit>>, MemoryError> {
+        self.search_many(queries).await
+    }
+
+    /// [`get_texts`](Self::get_texts) as of the last
+    /// [`catch_up`](Self::catch_up), like
+    /// [`search_many_cached`](Self::search_many_cached); the default is
+    /// `get_texts`.
+    async fn get_texts_cached(&self, ids: &[String]) -> Result<Vec<MemoryRecord>, MemoryError> {
+        self.get_texts(ids).await
+    }
+
     /// Adds one rehearsal to each record named in `ids`, once however often
     /// it is named (unknown ids are ignored).
     async fn touch(&self, ids: &[String]) -> Result<(), MemoryError>;

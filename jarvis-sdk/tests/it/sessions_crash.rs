@@ -8,7 +8,10 @@
 //! reports each turn on its standard output after the turn (its sync
 //! included) returned. Prompts are large, so that many kills land in the
 //! middle of a write; the test counts them (a kill that left a torn line
-//! behind) and fails if there were none, since it would then prove nothing.
+//! behind). Where writes are fast next to the sync that follows them, few
+//! kills land inside one, so past [`KILLS`] it goes on killing until one
+//! has (up to [`MAX_KILLS`]), and fails if none did, since it would then
+//! prove nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
@@ -26,7 +29,10 @@ const HOME_ENV: &str = "JARVIS_CRASH_HOME";
 const SESSIONS_ENV: &str = "JARVIS_CRASH_SESSIONS";
 const SEED_ENV: &str = "JARVIS_CRASH_SEED";
 const DONE: &str = "jarvis-crash-done";
+/// Kills every run makes.
 const KILLS: usize = 60;
+/// Kills a run may make while none has yet landed in the middle of a write.
+const MAX_KILLS: usize = 600;
 
 /// xorshift64*: enough randomness for kill moments and sizes, reproducible
 /// from the printed seed.
@@ -196,7 +202,8 @@ fn sigkill_at_random_moments_loses_no_completed_turn() {
     let mut reported: BTreeMap<String, BTreeSet<usize>> = BTreeMap::new();
     let (mut torn_kills, mut mid_turn_kills, mut turns_done) = (0, 0, 0);
 
-    for kill in 0..KILLS {
+    let mut kill = 0;
+    while kill < KILLS || (torn_kills == 0 && kill < MAX_KILLS) {
         // Each session is written by two children in a row: the second
         // carries on from what the first left behind.
         let mut sessions = vec![format!("crash-{kill}")];
@@ -266,6 +273,7 @@ fn sigkill_at_random_moments_loses_no_completed_turn() {
         }
         torn_kills += usize::from(torn);
         mid_turn_kills += usize::from(mid_turn);
+        kill += 1;
     }
 
     // Finally every session once more, from a fresh open.
@@ -279,7 +287,7 @@ fn sigkill_at_random_moments_loses_no_completed_turn() {
         assert!(checked.turns.len() >= reported.get(sid).map_or(0, BTreeSet::len));
     }
     let summary = format!(
-        "crash test (seed {seed}): {KILLS} SIGKILLs, {torn_kills} landed in the middle of a write \
+        "crash test (seed {seed}): {kill} SIGKILLs, {torn_kills} landed in the middle of a write \
          (torn line cut off on reopen), {mid_turn_kills} in the middle of a turn; \
          {turns_done} turns reported complete, all present; {} sessions reopened",
         sessions.len()

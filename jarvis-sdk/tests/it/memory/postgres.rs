@@ -312,3 +312,41 @@ async fn an_unreachable_database_is_a_clear_error() {
     assert!(err.to_string().contains("could not be read"), "{err}");
     assert!(!format!("{err:?}").contains("secret"), "the password never shows");
 }
+
+/// A mirror catches up in pages of 10,000 rows of each table: an instance
+/// that starts beside more rows than one page, with tombstones after them,
+/// ends with every live row and none of the deleted ones.
+#[tokio::test]
+async fn a_mirror_catches_up_across_pages() {
+    let Some((url, schema)) = fresh_schema("memory store, paged catch-up").await else {
+        return;
+    };
+    let writer = PostgresMemoryStore::connect(&url).await.unwrap();
+    admin(TempPostgres::shared().unwrap())
+        .await
+        .batch_execute(&format!(
+            "INSERT INTO {schema}.jarvis_ltm_entries (id, user_id, agent_id, layer, kind, source, text, embedder) \
+             SELECT 'r' || n, 'u', 'main', 'episodic', 'note', 'note', 'row ' || n, '' \
+             FROM generate_series(1, 10050) AS n"
+        ))
+        .await
+        .unwrap();
+    let gone = ["r1".to_owned(), "r10000".to_owned(), "r10050".to_owned()];
+    assert_eq!(writer.delete(&gone).await.unwrap(), 3);
+
+    let reader = PostgresMemoryStore::connect(&url).await.unwrap();
+    let mut filter = MemoryFilter::for_user("u");
+    filter.limit = Some(20_000);
+    let ids: std::collections::HashSet<String> = reader
+        .list(&filter)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(ids.len(), 10_047);
+    for id in &gone {
+        assert!(!ids.contains(id), "{id} was deleted");
+    }
+    assert!(ids.contains("r9999") && ids.contains("r10001") && ids.contains("r10049"));
+}

@@ -239,6 +239,33 @@ async fn contract(backend: Backend) {
     s.reopen().await;
     assert_eq!(s.store.load_working("s").await.unwrap(), Some(wm));
 
+    // A record found by its words alone (its vector is far from the
+    // query's) is no longer found by them once it is deleted.
+    let mut f = record("f", "main", Layer::Episodic, "episode", unit(8, &[(6, 1.0)]), 6);
+    f.text = "the zebra crossing by the 횡단보도 school".into();
+    s.store.put(f).await.unwrap();
+    let by_words = SearchQuery {
+        terms: SearchQuery::terms_of("zebra 횡단보도"),
+        ..query(mains.clone(), unit(8, &[(7, 1.0)]), 5, 0.5)
+    };
+    let found = |hits: Vec<Vec<jarvis_sdk::SearchHit>>| -> Vec<String> {
+        hits.into_iter().flatten().map(|h| h.id).collect()
+    };
+    let hits = s
+        .store
+        .search_many(std::slice::from_ref(&by_words))
+        .await
+        .unwrap();
+    assert_eq!(found(hits), ["f"], "{backend:?}: found by its words");
+    assert_eq!(s.store.delete(&["f".into()]).await.unwrap(), 1);
+    s.reopen().await;
+    let hits = s
+        .store
+        .search_many(std::slice::from_ref(&by_words))
+        .await
+        .unwrap();
+    assert!(found(hits).is_empty(), "{backend:?}: its words are forgotten too");
+
     // delete: really gone, counted once, unknown ids ignored.
     let gone = s
         .store
@@ -350,4 +377,112 @@ async fn two_postgres_stores_on_one_database_see_each_others_writes() {
     let rehearsed = |id: &str| seen.iter().find(|r| r.id == id).unwrap().rehearsal;
     assert_eq!(rehearsed("x"), 1 + 40, "each rehearsal counted once");
     assert_eq!(rehearsed("c3"), 1);
+}
+
+/// A recall catches up once and then reads from that view: what another
+/// instance writes after the catch-up reaches the cached reads only at
+/// the next one, and the end of a turn (episode and working memory, one
+/// statement) reaches the other instance whole.
+#[tokio::test]
+async fn a_postgres_recall_reads_as_of_its_catch_up() {
+    let Some((url, _)) = crate::pg::fresh_schema("memory store, catch-up").await else {
+        return;
+    };
+    let writer = PostgresMemoryStore::connect(&url).await.unwrap();
+    let reader = PostgresMemoryStore::connect(&url).await.unwrap();
+    let v = unit(4, &[(1, 1.0)]);
+    let filter = MemoryFilter::for_user("u");
+    let search = || query(filter.clone(), v.clone(), 5, 0.5);
+
+    writer
+        .put(record("a", "main", Layer::Episodic, "episode", v.clone(), 1))
+        .await
+        .unwrap();
+    reader.catch_up().await.unwrap();
+    let mut wm = WorkingMemory::new("s", "u", "main");
+    wm.recent_episodes = vec!["b".into()];
+    writer
+        .put_with_working(record("b", "main", Layer::Episodic, "episode", v.clone(), 2), &wm)
+        .await
+        .unwrap();
+
+    let seen = |hits: Vec<Vec<jarvis_sdk::SearchHit>>| -> Vec<String> {
+        let mut ids: Vec<String> = hits.into_iter().flatten().map(|h| h.id).collect();
+        ids.sort();
+        ids
+    };
+    let cached = reader.search_many_cached(&[search()]).await.unwrap();
+    assert_eq!(seen(cached), ["a"], "the cached read answers as of the catch-up");
+    assert!(reader.get_texts_cached(&["b".into()]).await.unwrap().is_empty());
+
+    reader.catch_up().await.unwrap();
+    let cached = reader.search_many_cached(&[search()]).await.unwrap();
+    assert_eq!(seen(cached), ["a", "b"]);
+    let texts = reader.get_texts_cached(&["b".into()]).await.unwrap();
+    assert_eq!(texts.len(), 1);
+    assert_eq!(
+        reader.load_working("s").await.unwrap(),
+        Some(wm),
+        "the working memory came with it"
+    );
+}
+
+/// A rehearsal brings another instance only the new count: the mirror
+/// keeps the text and vector it holds, a fresh instance reads the whole
+/// row, and a record written again after its rehearsal comes back whole.
+#[tokio::test]
+async fn a_rehearsal_reaches_other_postgres_mirrors_without_losing_content() {
+    let Some((url, _)) = crate::pg::fresh_schema("memory store, light rehearsals").await else {
+        return;
+    };
+    let one = PostgresMemoryStore::connect(&url).await.unwrap();
+    let two = PostgresMemoryStore::connect(&url).await.unwrap();
+    let v = unit(4, &[(3, 1.0)]);
+    let filter = MemoryFilter::for_user("u");
+    let search = || query(filter.clone(), v.clone(), 5, 0.5);
+    one.put(record("x", "main", Layer::Semantic, "fact", v.clone(), 1))
+        .await
+        .unwrap();
+    two.catch_up().await.unwrap();
+    one.touch(&["x".into()]).await.unwrap();
+    one.touch(&["x".into()]).await.unwrap();
+
+    // Read from the mirror alone, after the catch-up.
+    let whole = |store: &PostgresMemoryStore| {
+        let store = store.clone();
+        let search = search();
+        async move {
+            store.catch_up().await.unwrap();
+            let texts = store.get_texts_cached(&["x".into()]).await.unwrap();
+            let hits = store.search_many_cached(&[search]).await.unwrap();
+            (
+                texts,
+                hits.into_iter().flatten().map(|h| h.id).collect::<Vec<_>>(),
+            )
+        }
+    };
+    for (name, store) in [
+        ("the mirror that held it", two.clone()),
+        (
+            "a fresh mirror",
+            PostgresMemoryStore::connect(&url).await.unwrap(),
+        ),
+    ] {
+        let (texts, hits) = whole(&store).await;
+        assert_eq!(texts.len(), 1, "{name}");
+        assert_eq!(texts[0].rehearsal, 2, "{name}: both rehearsals counted");
+        assert_eq!(texts[0].text, "text of x — 한글도", "{name}: the text kept");
+        assert_eq!(texts[0].metadata["n"], 1, "{name}: the metadata kept");
+        assert_eq!(hits, ["x"], "{name}: the vector kept");
+    }
+
+    // Written again after the rehearsals: the new content arrives.
+    let mut again = record("x", "main", Layer::Semantic, "fact", v.clone(), 2);
+    again.text = "x rewritten".into();
+    one.put(again).await.unwrap();
+    one.touch(&["x".into()]).await.unwrap();
+    let (texts, hits) = whole(&two).await;
+    assert_eq!(texts[0].text, "x rewritten");
+    assert_eq!(texts[0].rehearsal, 1);
+    assert_eq!(hits, ["x"]);
 }
