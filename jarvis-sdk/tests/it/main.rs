@@ -8,6 +8,7 @@ mod budgets;
 mod capture;
 mod continuity;
 mod deps;
+mod docs;
 mod dual;
 mod embed;
 mod eval;
