@@ -1,5 +1,5 @@
 //! `jarvis eval suite.yaml [--threshold X] [--cassette C]`: runs an eval
-//! suite (format in README.md, "Replay and evals") against the configured
+//! suite (format in docs/tracing-and-replay.md, "Replay and evals") against the configured
 //! model (or a cassette's recorded answers), each case
 //! in a temporary home, prints a table and the pass rate, and exits 0 when
 //! the pass rate reaches the threshold, 1 below it, 2 when the suite cannot

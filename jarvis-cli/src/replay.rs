@@ -1,5 +1,5 @@
 //! `jarvis replay <session_id|cassette> [--against current|model]`: runs a
-//! recorded session's prompts again through this build (see README.md,
+//! recorded session's prompts again through this build (see docs/tracing-and-replay.md,
 //! "Replay and evals"), prints a readable diff per turn, and exits 0 when
 //! every turn ran as recorded, 1 when one differs, 2 when the cassette
 //! cannot be read.

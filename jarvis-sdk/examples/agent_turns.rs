@@ -5,7 +5,7 @@
 //! KAREN's decision, KAREN's summary, JARVIS's summary — answer at once, and
 //! the program prints the framework's own time per delegation (wall time
 //! minus time inside the provider) over many runs. With a real model
-//! configured (`JARVIS_LLM__*`, see README "Choosing a model"), it runs the
+//! configured (`JARVIS_LLM__*`, see docs/configuration.md, "Choosing a model"), it runs the
 //! scenario three times and prints the seed's table: end-to-end time,
 //! whether `ask_agent` was used, and KAREN's `sh_notice` calls.
 //!

@@ -2,7 +2,7 @@
 //! set times, each as its agent (R-SCHED-1).
 //!
 //! - [`job`](Job): the job files `$JARVIS_HOME/schedules/*.yaml` (format in
-//!   README.md, "Schedules") and [`JobSpec`] for new ones;
+//!   docs/initiative.md, "Schedules") and [`JobSpec`] for new ones;
 //! - [`Trigger`]: cron, interval or one-shot, in the job's
 //!   [`TimeZone`](crate::common::TimeZone) (an IANA zone or a fixed
 //!   offset), yielding discrete slots; [`CronExpr`] is the cron part, and

@@ -5,7 +5,7 @@
 //! published as pages of its website (i-sh.co.kr), which public scrapers
 //! read as HTML. Rather than invent an endpoint or scrape pages whose
 //! layout may change without notice, this source reads a JSON feed in the
-//! simple format of the `feed` module (documented in the README), from an
+//! simple format of the `feed` module (documented in docs/tools.md), from an
 //! `http(s)://` URL or a local file named by `JARVIS_HOUSING__SH_URL`: a
 //! feed someone maintains, or an export of their own. Unconfigured, every
 //! look-up says so plainly ([`SH_NOT_CONFIGURED`]).
@@ -27,7 +27,7 @@ pub const SH_URL_ENV: &str = "JARVIS_HOUSING__SH_URL";
 /// What an unconfigured SH look-up answers.
 pub const SH_NOT_CONFIGURED: &str = "SH has no public API that could be verified (서울주택도시공사 publishes its \
      notices as web pages); configure a notice feed with JARVIS_HOUSING__SH_URL (a JSON feed URL or file, format \
-     in the README) or use the fixture source (JARVIS_HOUSING__MODE=fixture, sample data only)";
+     in docs/tools.md) or use the fixture source (JARVIS_HOUSING__MODE=fixture, sample data only)";
 
 const SERVICE: &str = "sh";
 #[cfg(feature = "http")]
