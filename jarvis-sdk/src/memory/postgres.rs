@@ -10,7 +10,7 @@ use deadpool_postgres::Pool;
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::SystemTime;
 use tokio_postgres::Row;
-use tokio_postgres::types::{Json, ToSql, Type};
+use tokio_postgres::types::{Json, ToSql};
 
 use super::error::{BoxError, MemoryError};
 use super::index::Index;
@@ -202,21 +202,21 @@ impl PostgresMemoryStore {
 
     /// Fetches the rows written since the last refresh into the mirror, in
     /// pages of [`REFRESH_PAGE`] rows of each table, each side in `seq`
-    /// order from the last row seen. The statement is sent unnamed
-    /// ([`query_typed`](tokio_postgres::Client::query_typed), one round
-    /// trip), so Postgres plans it for the values at hand: a plan cached
-    /// while the table was small scans the whole table, and no automatic
-    /// `ANALYZE` comes in time to replace it while a busy session grows the
-    /// table (measured: 1–6 ms per refresh at 10,000 records, against
-    /// tenths of a millisecond walking the `seq` index).
+    /// order from the last row seen, one round trip a page. The statement
+    /// is prepared once per connection and bounds `seq` on both sides
+    /// ([`refresh_statement`] says why), so its plan walks the `seq`
+    /// index whatever the table held when it was planned.
     async fn refresh(&self) -> Result<(), MemoryError> {
         let _one_at_a_time = self.refreshing.lock().await;
         let client = self.client().await?;
-        let query = refresh_statement();
+        let statement = client
+            .prepare_cached(refresh_statement())
+            .await
+            .map_err(db("read new memories"))?;
         loop {
             let since = self.mirror().last_seq;
             let rows = client
-                .query_typed(query, &[(&since, Type::INT8), (&REFRESH_PAGE, Type::INT8)])
+                .query(&statement, &[&since, &REFRESH_PAGE, &i64::MAX])
                 .await
                 .map_err(db("read new memories"))?;
             if rows.is_empty() {
@@ -369,6 +369,17 @@ const REFRESH_PAGE: i64 = 10_000;
 /// to the `seq` it had before) and has since only been rehearsed comes
 /// `light`: without text, metadata or vector, which the mirror already
 /// holds, so a turn's rehearsals come back as a few bytes each.
+///
+/// `$3` is always `i64::MAX`: bounded on both sides, `seq` is a range
+/// the planner takes for a small share of the table whatever the values,
+/// so the plan it caches for the prepared statement walks the `seq`
+/// index. With the lower bound alone, a plan made while the table was
+/// small scanned the whole table, and no automatic `ANALYZE`
+/// came in time to replace it while a busy session grew the table
+/// (measured: 1–6 ms per refresh at 10,000 records, against tenths of a
+/// millisecond walking the index). Sending the statement unnamed to have
+/// it planned for the values at hand avoided that but paid its parse and
+/// plan every turn (0.5–0.9 ms of the server's time at 1,000 records).
 fn refresh_statement() -> &'static str {
     const FRESH: &str = "COALESCE(written_seq, seq) > $1";
     static STATEMENT: LazyLock<String> = LazyLock::new(|| {
@@ -377,10 +388,10 @@ fn refresh_statement() -> &'static str {
                CASE WHEN {FRESH} THEN text ELSE '' END, \
                CASE WHEN {FRESH} THEN metadata ELSE '{{}}'::jsonb END, created_at, rehearsal, \
                CASE WHEN {FRESH} THEN embedding_f32 END, embedder, seq, false AS gone, NOT {FRESH} AS light \
-             FROM jarvis_ltm_entries WHERE seq > $1 ORDER BY seq LIMIT $2) \
+             FROM jarvis_ltm_entries WHERE seq > $1 AND seq <= $3 ORDER BY seq LIMIT $2) \
              UNION ALL \
              (SELECT id, '', '', '', '', '', '', '{{}}'::jsonb, now(), 0, NULL::real[], '', seq, true, false \
-             FROM jarvis_ltm_deleted WHERE seq > $1 ORDER BY seq LIMIT $2) \
+             FROM jarvis_ltm_deleted WHERE seq > $1 AND seq <= $3 ORDER BY seq LIMIT $2) \
              ORDER BY seq"
         )
     });
@@ -425,14 +436,15 @@ const UPSERT_WITH_WORKING: &str = concat!(
 );
 
 /// One rehearsal more for the records `$1` (`$2` the write lock's key), a
-/// statement of its own, sent unnamed for the reason
-/// [`PostgresMemoryStore::refresh`] gives (a cached generic plan of
-/// `id = ANY($1)` scanned the table).
+/// statement of its own, prepared once per connection. The ids are
+/// joined as a set (`IN (SELECT unnest(..))`, which the planner takes for
+/// a handful of rows) so the cached plan looks each one up by its key:
+/// a plan of `id = ANY($1)` cached while the table was small scanned it.
 const TOUCH: &str = concat!(
     locked!("$2"),
     "UPDATE jarvis_ltm_entries SET rehearsal = rehearsal + 1, written_seq = COALESCE(written_seq, seq), \
        seq = nextval('jarvis_ltm_entries_seq') \
-     WHERE id = ANY($1) AND EXISTS (SELECT 1 FROM write_lock)"
+     WHERE id IN (SELECT unnest($1::TEXT[])) AND EXISTS (SELECT 1 FROM write_lock)"
 );
 
 /// The values of a record's columns, `$1`–`$12` of [`UPSERT`] and
@@ -565,10 +577,12 @@ impl MemoryStore for PostgresMemoryStore {
         }
         // As `put`: one statement, caught up by the next read.
         let client = self.client().await?;
+        let op = "rehearse memories";
+        let statement = client.prepare_cached(TOUCH).await.map_err(db(op))?;
         client
-            .query_typed(TOUCH, &[(&ids, Type::TEXT_ARRAY), (&WRITE_LOCK, Type::INT8)])
+            .execute(&statement, &[&ids, &WRITE_LOCK])
             .await
-            .map_err(db("rehearse memories"))?;
+            .map_err(db(op))?;
         Ok(())
     }
 

@@ -1356,11 +1356,15 @@ impl MemoryService {
             "overflow": turn.overflows >= 1,
             "stop_reason": turn.stop_reason,
         });
-        let episode_vector = self.embed_one_or_defer(&text).await;
+        // The working memory's read goes out first and the embeddings run
+        // while it is on its way (a round trip for a shared database).
         // Without the embedder, the request becomes a working-memory item
         // of its own (similar to nothing), embedded when it is next loaded.
-        let prompt_vector = self.embed_prompt(prompt).await.unwrap_or_default();
-        let mut working = self.working(scope).await?;
+        let (working, (episode_vector, prompt_vector)) = tokio::join!(self.working(scope), async {
+            let episode = self.embed_one_or_defer(&text).await;
+            (episode, self.embed_prompt(prompt).await.unwrap_or_default())
+        });
+        let mut working = working?;
         if let (Some(prev), Some(map)) = (&working.last_episode, metadata.as_object_mut()) {
             map.insert(META_PREV.to_owned(), json!(prev));
         }
