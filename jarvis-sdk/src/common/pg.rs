@@ -36,10 +36,31 @@ pub(crate) enum PgSetupError {
 /// `host=… user=… dbname=…`; no TLS), and the description of its target.
 /// No connection is made yet.
 pub(crate) fn build_pool(url: &str, max_size: usize) -> Result<(Pool, Arc<str>), PgSetupError> {
+    build_pool_with(url, max_size, &[])
+}
+
+/// [`build_pool`] whose connections start with the server settings
+/// `settings` (`name`, `value`), after any the connection string's own
+/// `options` sets.
+pub(crate) fn build_pool_with(
+    url: &str,
+    max_size: usize,
+    settings: &[(&str, &str)],
+) -> Result<(Pool, Arc<str>), PgSetupError> {
     let mut config: tokio_postgres::Config = url.parse().map_err(|e| PgSetupError::Unreachable {
         target: "(the connection string could not be read)".into(),
         source: Box::new(e),
     })?;
+    if !settings.is_empty() {
+        let mut options = config.get_options().unwrap_or_default().to_owned();
+        for (name, value) in settings {
+            if !options.is_empty() {
+                options.push(' ');
+            }
+            options.push_str(&format!("-c {name}={value}"));
+        }
+        config.options(options);
+    }
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(Duration::from_secs(10));
     }

@@ -19,12 +19,22 @@ use super::rules::sql_case;
 use super::store::MemoryStore;
 use super::working::WorkingMemory;
 use crate::common::Timestamp;
-use crate::common::pg::{PgSetupError, build_pool, connection};
+use crate::common::pg::{PgSetupError, build_pool_with, connection};
 
 /// Key of the advisory lock migrations hold (`jarvis` in ASCII, then 2).
 const MIGRATION_LOCK: i64 = 0x6a61_7276_6973_0002;
 /// Key of the advisory lock every write holds (`jarvis`, then 3).
 const WRITE_LOCK: i64 = 0x6a61_7276_6973_0003;
+
+/// Server settings of the store's connections. Every statement a turn
+/// sends is prepared once per connection, and Postgres keeps the plan it
+/// makes for it: a plan made while the table was small is a sequential
+/// scan (measured: the rehearsal's plan scanned the table to update four
+/// rows), and no automatic `ANALYZE` comes in time to replace it while a
+/// busy session grows the table. Every statement of the store finds its
+/// rows by an index (`id`, `seq`, `session_id`), so the planner is told to
+/// take one; statements no index serves (the backfill) still scan.
+const PLANNER_SETTINGS: &[(&str, &str)] = &[("enable_seqscan", "off")];
 
 /// The schema and the backfill, in order.
 fn migrations() -> String {
@@ -162,7 +172,7 @@ impl PostgresMemoryStore {
     /// Fails with [`MemoryError::Unreachable`], naming host, port and
     /// database (never the password), when no connection can be made.
     pub async fn connect(url: &str) -> Result<Self, MemoryError> {
-        let (pool, target) = build_pool(url, 8).map_err(setup_error)?;
+        let (pool, target) = build_pool_with(url, 8, PLANNER_SETTINGS).map_err(setup_error)?;
         let store = Self {
             pool,
             target,
@@ -203,9 +213,8 @@ impl PostgresMemoryStore {
     /// Fetches the rows written since the last refresh into the mirror, in
     /// pages of [`REFRESH_PAGE`] rows of each table, each side in `seq`
     /// order from the last row seen, one round trip a page. The statement
-    /// is prepared once per connection and bounds `seq` on both sides
-    /// ([`refresh_statement`] says why), so its plan walks the `seq`
-    /// index whatever the table held when it was planned.
+    /// is prepared once per connection, and its plan walks the `seq` index
+    /// whatever the table held when it was made ([`refresh_statement`]).
     async fn refresh(&self) -> Result<(), MemoryError> {
         let _one_at_a_time = self.refreshing.lock().await;
         let client = self.client().await?;
@@ -372,14 +381,13 @@ const REFRESH_PAGE: i64 = 10_000;
 ///
 /// `$3` is always `i64::MAX`: bounded on both sides, `seq` is a range
 /// the planner takes for a small share of the table whatever the values,
-/// so the plan it caches for the prepared statement walks the `seq`
-/// index. With the lower bound alone, a plan made while the table was
-/// small scanned the whole table, and no automatic `ANALYZE`
-/// came in time to replace it while a busy session grew the table
-/// (measured: 1–6 ms per refresh at 10,000 records, against tenths of a
-/// millisecond walking the index). Sending the statement unnamed to have
-/// it planned for the values at hand avoided that but paid its parse and
-/// plan every turn (0.5–0.9 ms of the server's time at 1,000 records).
+/// so the plan it keeps for the prepared statement walks the `seq` index
+/// in order (with [`PLANNER_SETTINGS`]) rather than collecting and sorting
+/// a third of the table. A plan that scanned the table cost 1–6 ms per
+/// refresh at 10,000 records, against tenths of a millisecond walking the
+/// index; sending the statement unnamed to have it planned for the values
+/// at hand avoided that but paid its parse and plan every turn (0.5–0.9
+/// ms of the server's time at 1,000 records).
 fn refresh_statement() -> &'static str {
     const FRESH: &str = "COALESCE(written_seq, seq) > $1";
     static STATEMENT: LazyLock<String> = LazyLock::new(|| {
@@ -436,15 +444,13 @@ const UPSERT_WITH_WORKING: &str = concat!(
 );
 
 /// One rehearsal more for the records `$1` (`$2` the write lock's key), a
-/// statement of its own, prepared once per connection. The ids are
-/// joined as a set (`IN (SELECT unnest(..))`, which the planner takes for
-/// a handful of rows) so the cached plan looks each one up by its key:
-/// a plan of `id = ANY($1)` cached while the table was small scanned it.
+/// statement of its own, prepared once per connection; its plan looks
+/// each record up by its key ([`PLANNER_SETTINGS`]).
 const TOUCH: &str = concat!(
     locked!("$2"),
     "UPDATE jarvis_ltm_entries SET rehearsal = rehearsal + 1, written_seq = COALESCE(written_seq, seq), \
        seq = nextval('jarvis_ltm_entries_seq') \
-     WHERE id IN (SELECT unnest($1::TEXT[])) AND EXISTS (SELECT 1 FROM write_lock)"
+     WHERE id = ANY($1) AND EXISTS (SELECT 1 FROM write_lock)"
 );
 
 /// The values of a record's columns, `$1`–`$12` of [`UPSERT`] and
@@ -666,5 +672,81 @@ impl MemoryStore for PostgresMemoryStore {
             .await
             .map_err(db("write working memory"))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::TempPostgres;
+
+    /// The plans Postgres keeps for the store's prepared statements, made
+    /// while the table is small (where scanning it is the cheapest plan),
+    /// still find rows by an index: the plans a busy session keeps while
+    /// its table grows.
+    #[tokio::test]
+    async fn kept_plans_find_rows_by_an_index_even_when_made_on_a_small_table() {
+        let Some(cluster) = TempPostgres::shared_or_skip("memory store, kept plans") else {
+            return;
+        };
+        let (admin, connection) = tokio_postgres::connect(&cluster.url(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        admin
+            .batch_execute("CREATE SCHEMA IF NOT EXISTS kept_plans")
+            .await
+            .unwrap();
+        let url = format!("{} options='-c search_path=kept_plans'", cluster.url());
+        let store = PostgresMemoryStore::connect(&url).await.unwrap();
+        let client = store.client().await.unwrap();
+        client
+            .batch_execute(
+                "INSERT INTO jarvis_ltm_entries (id, layer, kind, text) \
+                 SELECT 'm' || n, 'episodic', 'episode', repeat('words ', 40) FROM generate_series(1, 150) AS n; \
+                 ANALYZE jarvis_ltm_entries; SET plan_cache_mode = force_generic_plan",
+            )
+            .await
+            .unwrap();
+        let plan = |sql: String| {
+            let client = &client;
+            async move {
+                let rows = client.query(&sql, &[]).await.unwrap();
+                rows.iter()
+                    .map(|r| r.get::<_, String>(0))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            }
+        };
+        client
+            .batch_execute(&format!(
+                "PREPARE touch (TEXT[], BIGINT) AS {TOUCH}; PREPARE refresh (BIGINT, BIGINT, BIGINT) AS {}",
+                refresh_statement()
+            ))
+            .await
+            .unwrap();
+        let touch = plan("EXPLAIN EXECUTE touch('{a,b}', 1)".into()).await;
+        let refresh = plan(format!(
+            "EXPLAIN EXECUTE refresh(0, {REFRESH_PAGE}, {})",
+            i64::MAX
+        ))
+        .await;
+        for (name, plan) in [("touch", &touch), ("refresh", &refresh)] {
+            assert!(
+                !plan.contains("Seq Scan on jarvis_ltm"),
+                "{name} scans the table:\n{plan}"
+            );
+            assert!(plan.contains("Index"), "{name} uses no index:\n{plan}");
+        }
+        // Without the store's settings the same statement on the same small
+        // table is planned as a scan: the check above can fail.
+        client
+            .batch_execute(&format!(
+                "SET enable_seqscan = on; DEALLOCATE touch; PREPARE touch (TEXT[], BIGINT) AS {TOUCH}"
+            ))
+            .await
+            .unwrap();
+        let unset = plan("EXPLAIN EXECUTE touch('{a,b}', 1)".into()).await;
+        assert!(unset.contains("Seq Scan on jarvis_ltm_entries"), "{unset}");
     }
 }
