@@ -93,6 +93,9 @@ ALTER TABLE jarvis_working_memory ADD COLUMN IF NOT EXISTS updated_at TIMESTAMPT
     )
 }
 
+/// A rehearsal on its way ([`MemoryStore::touch_soon`]).
+type Rehearsal = tokio::task::JoinHandle<Result<(), MemoryError>>;
+
 #[derive(Debug, Default)]
 struct Mirror {
     index: Index,
@@ -146,6 +149,9 @@ pub struct PostgresMemoryStore {
     target: Arc<str>,
     mirror: Arc<Mutex<Mirror>>,
     refreshing: Arc<tokio::sync::Mutex<()>>,
+    /// The rehearsals [`MemoryStore::touch_soon`] sent in the background,
+    /// which the store's next read or write waits for.
+    rehearsing: Arc<Mutex<Vec<Rehearsal>>>,
 }
 
 impl std::fmt::Debug for PostgresMemoryStore {
@@ -178,6 +184,7 @@ impl PostgresMemoryStore {
             target,
             mirror: Arc::new(Mutex::new(Mirror::default())),
             refreshing: Arc::new(tokio::sync::Mutex::new(())),
+            rehearsing: Arc::new(Mutex::new(Vec::new())),
         };
         store.migrate().await?;
         store.refresh().await?;
@@ -206,6 +213,35 @@ impl PostgresMemoryStore {
         connection(&self.pool, &self.target).await.map_err(setup_error)
     }
 
+    /// Waits for the rehearsals sent in the background, if any are on
+    /// their way, so what comes next comes after them. A failure is
+    /// logged: the recall that sent it has long answered.
+    async fn settle(&self) {
+        let pending = std::mem::take(&mut *self.rehearsing.lock().unwrap_or_else(|e| e.into_inner()));
+        for rehearsal in pending {
+            match rehearsal.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!("memory store (postgres): a recall's rehearsal was not written: {e}")
+                }
+                Err(e) => tracing::warn!("memory store (postgres): a recall's rehearsal stopped: {e}"),
+            }
+        }
+    }
+
+    /// One rehearsal more for `ids`: one statement ([`TOUCH`]), caught up
+    /// by the next read.
+    async fn rehearse(&self, ids: &[String]) -> Result<(), MemoryError> {
+        let client = self.client().await?;
+        let op = "rehearse memories";
+        let statement = client.prepare_cached(TOUCH).await.map_err(db(op))?;
+        client
+            .execute(&statement, &[&ids, &WRITE_LOCK])
+            .await
+            .map_err(db(op))?;
+        Ok(())
+    }
+
     fn mirror(&self) -> MutexGuard<'_, Mirror> {
         self.mirror.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -216,6 +252,7 @@ impl PostgresMemoryStore {
     /// is prepared once per connection, and its plan walks the `seq` index
     /// whatever the table held when it was made ([`refresh_statement`]).
     async fn refresh(&self) -> Result<(), MemoryError> {
+        self.settle().await;
         let _one_at_a_time = self.refreshing.lock().await;
         let client = self.client().await?;
         let statement = client
@@ -292,6 +329,7 @@ impl PostgresMemoryStore {
             &'t deadpool_postgres::Transaction<'t>,
         ) -> futures::future::BoxFuture<'t, Result<T, tokio_postgres::Error>>,
     {
+        self.settle().await;
         let out = {
             let mut client = self.client().await?;
             let tx = client.transaction().await.map_err(db(op))?;
@@ -509,6 +547,7 @@ impl MemoryStore for PostgresMemoryStore {
     // One statement, and no refresh after it: every read catches the
     // mirror up first.
     async fn put(&self, record: MemoryRecord) -> Result<(), MemoryError> {
+        self.settle().await;
         let client = self.client().await?;
         upsert(&client, &record).await.map_err(db("write a memory"))
     }
@@ -519,6 +558,7 @@ impl MemoryStore for PostgresMemoryStore {
         record: MemoryRecord,
         memory: &WorkingMemory,
     ) -> Result<(), MemoryError> {
+        self.settle().await;
         let client = self.client().await?;
         let op = "write a turn's memory";
         let stmt = client.prepare_cached(UPSERT_WITH_WORKING).await.map_err(db(op))?;
@@ -581,14 +621,24 @@ impl MemoryStore for PostgresMemoryStore {
         if ids.is_empty() {
             return Ok(());
         }
-        // As `put`: one statement, caught up by the next read.
-        let client = self.client().await?;
-        let op = "rehearse memories";
-        let statement = client.prepare_cached(TOUCH).await.map_err(db(op))?;
-        client
-            .execute(&statement, &[&ids, &WRITE_LOCK])
-            .await
-            .map_err(db(op))?;
+        self.settle().await;
+        self.rehearse(ids).await
+    }
+
+    // Sent in the background, after the one before it: the turn goes on
+    // while it travels, and the store's next read or write waits for it.
+    async fn touch_soon(&self, ids: &[String]) -> Result<(), MemoryError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        self.settle().await;
+        let store = self.clone();
+        let ids = ids.to_vec();
+        let pending = tokio::spawn(async move { store.rehearse(&ids).await });
+        self.rehearsing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(pending);
         Ok(())
     }
 
@@ -654,6 +704,7 @@ impl MemoryStore for PostgresMemoryStore {
     }
 
     async fn save_working(&self, memory: &WorkingMemory) -> Result<(), MemoryError> {
+        self.settle().await;
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(

@@ -386,6 +386,11 @@ pub struct MemoryService {
     /// The last prompt embedded by `observe`, which `record_turn` embeds
     /// again at the end of the same turn.
     last_prompt: Mutex<Option<(String, Vec<f32>)>>,
+    /// The working memory `observe` read for a session's prompt (session,
+    /// prompt, memory), which `record_turn` of the same turn updates
+    /// instead of reading it again: only `record_turn` writes working
+    /// memory, and a session has one turn at a time.
+    last_working: Mutex<Option<(String, String, WorkingMemory)>>,
     /// What was forgotten, when there is no user-model file to keep it in.
     pub(super) forgotten_here: Mutex<Vec<ForgottenSecret>>,
     /// Orders user-profile writes and forgetting: a profile write (its
@@ -430,6 +435,7 @@ impl MemoryService {
             procedures: None,
             synced: Mutex::new(HashSet::new()),
             last_prompt: Mutex::new(None),
+            last_working: Mutex::new(None),
             forgotten_here: Mutex::new(Vec::new()),
             profile_lock: tokio::sync::RwLock::new(()),
             reembed: watch::Sender::new(ReembedStatus::default()),
@@ -1188,6 +1194,8 @@ impl MemoryService {
             tokio::join!(self.working(scope), self.user_model(), self.store.catch_up());
         let working = working?;
         caught_up?;
+        *self.last_working.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((scope.session_id.clone(), query.trim().to_owned(), working.clone()));
         let k = self.config.recall_k;
         let user = || MemoryFilter::for_user(scope.user.clone());
         // With a user-model file, the file is the truth about the user
@@ -1291,7 +1299,7 @@ impl MemoryService {
                 .collect(),
         ));
         if !touched.is_empty() {
-            self.store.touch(&touched).await?;
+            self.store.touch_soon(&touched).await?;
         }
         Ok(MemoryContext::new(
             items_of,
@@ -1356,11 +1364,24 @@ impl MemoryService {
             "overflow": turn.overflows >= 1,
             "stop_reason": turn.stop_reason,
         });
-        // The working memory's read goes out first and the embeddings run
-        // while it is on its way (a round trip for a shared database).
-        // Without the embedder, the request becomes a working-memory item
-        // of its own (similar to nothing), embedded when it is next loaded.
-        let (working, (episode_vector, prompt_vector)) = tokio::join!(self.working(scope), async {
+        // The working memory `observe` read for this prompt, or a read
+        // that goes out first while the embeddings run (a round trip for
+        // a shared database). Without the embedder, the request becomes a
+        // working-memory item of its own (similar to nothing), embedded
+        // when it is next loaded.
+        let carried = self
+            .last_working
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take_if(|(session, asked, _)| *session == scope.session_id && asked == prompt)
+            .map(|(_, _, memory)| memory);
+        let working = async {
+            match carried {
+                Some(memory) => Ok(memory),
+                None => self.working(scope).await,
+            }
+        };
+        let (working, (episode_vector, prompt_vector)) = tokio::join!(working, async {
             let episode = self.embed_one_or_defer(&text).await;
             (episode, self.embed_prompt(prompt).await.unwrap_or_default())
         });

@@ -91,6 +91,16 @@ pub trait MemoryStore: Send + Sync + Debug {
     /// it is named (unknown ids are ignored).
     async fn touch(&self, ids: &[String]) -> Result<(), MemoryError>;
 
+    /// [`touch`](Self::touch) when nobody waits for it: a recall's
+    /// rehearsals. A store whose writes cross a network may send it in the
+    /// background, so the turn does not wait for its round trip, as long as
+    /// every later read and write of the same store comes after it (other
+    /// instances see it once it lands; a failure is logged, not answered).
+    /// The default is `touch`.
+    async fn touch_soon(&self, ids: &[String]) -> Result<(), MemoryError> {
+        self.touch(ids).await
+    }
+
     /// Removes the records named in `ids` for good (unknown ids are
     /// ignored) and answers how many were removed. Forgetting
     /// ([`MemoryService::forget`](super::MemoryService::forget)) relies on

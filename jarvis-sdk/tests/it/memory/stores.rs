@@ -486,3 +486,130 @@ async fn a_rehearsal_reaches_other_postgres_mirrors_without_losing_content() {
     assert_eq!(texts[0].rehearsal, 1);
     assert_eq!(hits, ["x"]);
 }
+
+/// A recall's rehearsals go out in the background (`touch_soon`): the
+/// same store's next read counts every one of them, however many recalls
+/// sent them at once, and another instance sees them once they landed.
+#[tokio::test]
+async fn rehearsals_sent_in_the_background_come_before_the_stores_next_read() {
+    let Some((url, _)) = crate::pg::fresh_schema("memory store, background rehearsals").await else {
+        return;
+    };
+    let one = PostgresMemoryStore::connect(&url).await.unwrap();
+    let two = PostgresMemoryStore::connect(&url).await.unwrap();
+    let v = unit(4, &[(0, 1.0)]);
+    one.put(record("x", "main", Layer::Semantic, "fact", v.clone(), 1))
+        .await
+        .unwrap();
+    one.touch_soon(&["x".into()]).await.unwrap();
+    assert_eq!(one.get(&["x".into()]).await.unwrap()[0].rehearsal, 1);
+
+    let recalls = (0..10).map(|_| {
+        let one = one.clone();
+        async move { one.touch_soon(&["x".into()]).await }
+    });
+    for sent in futures::future::join_all(recalls).await {
+        sent.unwrap();
+    }
+    let rehearsal = |records: Vec<jarvis_sdk::MemoryRecord>| records[0].rehearsal;
+    assert_eq!(
+        rehearsal(one.list(&MemoryFilter::for_user("u")).await.unwrap()),
+        11
+    );
+    assert_eq!(rehearsal(two.get(&["x".into()]).await.unwrap()), 11);
+    // A write waits for them too: a rewrite after a recall's rehearsal
+    // is the last word (its count, not one more).
+    one.touch_soon(&["x".into()]).await.unwrap();
+    one.put(record("x", "main", Layer::Semantic, "fact", v.clone(), 2))
+        .await
+        .unwrap();
+    assert_eq!(rehearsal(two.get(&["x".into()]).await.unwrap()), 0);
+}
+
+/// An in-memory store that counts its working-memory reads.
+#[derive(Debug, Default)]
+struct CountingReads {
+    inner: InMemoryMemoryStore,
+    working_reads: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl MemoryStore for CountingReads {
+    async fn put(&self, record: MemoryRecord) -> Result<(), jarvis_sdk::MemoryError> {
+        self.inner.put(record).await
+    }
+    async fn get(&self, ids: &[String]) -> Result<Vec<MemoryRecord>, jarvis_sdk::MemoryError> {
+        self.inner.get(ids).await
+    }
+    async fn list(&self, filter: &MemoryFilter) -> Result<Vec<MemoryRecord>, jarvis_sdk::MemoryError> {
+        self.inner.list(filter).await
+    }
+    async fn search(
+        &self,
+        query: &SearchQuery,
+    ) -> Result<Vec<jarvis_sdk::SearchHit>, jarvis_sdk::MemoryError> {
+        self.inner.search(query).await
+    }
+    async fn touch(&self, ids: &[String]) -> Result<(), jarvis_sdk::MemoryError> {
+        self.inner.touch(ids).await
+    }
+    async fn delete(&self, ids: &[String]) -> Result<usize, jarvis_sdk::MemoryError> {
+        self.inner.delete(ids).await
+    }
+    async fn stale(
+        &self,
+        embedder: &str,
+        limit: usize,
+    ) -> Result<Vec<MemoryRecord>, jarvis_sdk::MemoryError> {
+        self.inner.stale(embedder, limit).await
+    }
+    async fn load_working(&self, session_id: &str) -> Result<Option<WorkingMemory>, jarvis_sdk::MemoryError> {
+        self.working_reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.load_working(session_id).await
+    }
+    async fn save_working(&self, memory: &WorkingMemory) -> Result<(), jarvis_sdk::MemoryError> {
+        self.inner.save_working(memory).await
+    }
+}
+
+/// A turn reads its session's working memory once: `record_turn` updates
+/// what `observe` read for the same prompt, and reads afresh for any other
+/// prompt or session; what it writes is the same either way.
+#[tokio::test]
+async fn a_turn_reads_its_working_memory_once() {
+    use jarvis_sdk::{HashEmbedder, MemoryScope, MemoryService, TurnRecord};
+    let store = Arc::new(CountingReads::default());
+    let memory = MemoryService::new(store.clone(), Arc::new(HashEmbedder::default()));
+    let reads = || store.working_reads.load(std::sync::atomic::Ordering::Relaxed);
+    let scope = MemoryScope::new("u", "main", "s1");
+    for (n, prompt) in ["첫 번째 질문", "second question", "세 번째"]
+        .into_iter()
+        .enumerate()
+    {
+        memory.observe(&scope, prompt).await.unwrap();
+        memory
+            .record_turn(&scope, TurnRecord::new(prompt, "answer"))
+            .await
+            .unwrap();
+        assert_eq!(reads(), n + 1, "turn {n}: one read");
+    }
+    // Another prompt than the one recalled for, or another session: read.
+    memory.observe(&scope, "asked").await.unwrap();
+    memory
+        .record_turn(&scope, TurnRecord::new("told", "answer"))
+        .await
+        .unwrap();
+    let other = MemoryScope::new("u", "main", "s2");
+    memory
+        .record_turn(&other, TurnRecord::new("asked", "answer"))
+        .await
+        .unwrap();
+    assert_eq!(reads(), 3 + 2 + 1);
+    let working = store.inner.load_working("s1").await.unwrap().unwrap();
+    let texts: Vec<&str> = working.items.iter().map(|i| i.text.as_str()).collect();
+    for prompt in ["첫 번째 질문", "second question", "세 번째", "told"] {
+        assert!(texts.contains(&prompt), "{prompt} kept: {texts:?}");
+    }
+    assert!(!working.recent_episodes.is_empty());
+}
