@@ -18,7 +18,7 @@
 //!
 //! The weights were set by hand on the labelled table in the router's tests.
 
-use unicode_normalization::UnicodeNormalization;
+use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfc_quick};
 
 /// The default threshold.
 pub const DEFAULT_THINK_THRESHOLD: f32 = 0.5;
@@ -159,7 +159,12 @@ impl ThoughtRouter {
 
     /// The features of `prompt`.
     pub fn features(prompt: &str) -> RouteFeatures {
-        let text: String = prompt.nfc().flat_map(char::to_lowercase).collect();
+        // Text already in NFC (nearly every prompt) skips normalising.
+        let text: String = if is_nfc_quick(prompt.chars()) == IsNormalized::Yes {
+            prompt.chars().flat_map(char::to_lowercase).collect()
+        } else {
+            prompt.nfc().flat_map(char::to_lowercase).collect()
+        };
         let chars = text.chars().count();
         let padded = format!("{text} ");
         RouteFeatures {
