@@ -625,13 +625,13 @@ impl MemoryStore for PostgresMemoryStore {
         self.rehearse(ids).await
     }
 
-    // Sent in the background, after the one before it: the turn goes on
-    // while it travels, and the store's next read or write waits for it.
+    // Sent in the background: the turn goes on while it travels, and the
+    // store's next read or write waits for it. Rehearsals add up in any
+    // order, so one on its way does not hold up the next.
     async fn touch_soon(&self, ids: &[String]) -> Result<(), MemoryError> {
         if ids.is_empty() {
             return Ok(());
         }
-        self.settle().await;
         let store = self.clone();
         let ids = ids.to_vec();
         let pending = tokio::spawn(async move { store.rehearse(&ids).await });

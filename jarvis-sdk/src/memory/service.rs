@@ -1194,8 +1194,6 @@ impl MemoryService {
             tokio::join!(self.working(scope), self.user_model(), self.store.catch_up());
         let working = working?;
         caught_up?;
-        *self.last_working.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some((scope.session_id.clone(), query.trim().to_owned(), working.clone()));
         let k = self.config.recall_k;
         let user = || MemoryFilter::for_user(scope.user.clone());
         // With a user-model file, the file is the truth about the user
@@ -1298,6 +1296,8 @@ impl MemoryService {
                 })
                 .collect(),
         ));
+        *self.last_working.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((scope.session_id.clone(), query.trim().to_owned(), working));
         if !touched.is_empty() {
             self.store.touch_soon(&touched).await?;
         }
