@@ -15,6 +15,8 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
+
+use foldhash::fast::RandomState;
 use unicode_normalization::char::is_combining_mark;
 use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfkc_quick};
 
@@ -132,7 +134,18 @@ pub(crate) fn normalize_text(text: &str, out: &mut String) {
         return;
     }
     let keep = |c: char| {
-        if c.is_alphanumeric() || is_combining_mark(c) {
+        // Precomposed Hangul and ASCII first: most characters of a Korean
+        // or English memory, and the general tests below are table
+        // lookups (a record's words are taken at every start).
+        if ('\u{AC00}'..='\u{D7A3}').contains(&c) {
+            out.push(c);
+        } else if c.is_ascii() {
+            out.push(if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                ' '
+            });
+        } else if c.is_alphanumeric() || is_combining_mark(c) {
             out.extend(c.to_lowercase());
         } else {
             out.push(' ');
@@ -178,19 +191,21 @@ const ENDINGS: &str = concat!(
     "었던 는다 니다 세요 아서 어서 으면 려고 해 할 한 줘 죠 요 다 고 기 게 지 면 ",
 );
 
-/// The word lists as sets, built once.
+/// The word lists as sets, built once (looked up for every word of every
+/// text embedded or indexed, a store's records at each start: a fast
+/// hash, seeded per map).
 struct Lexicon {
     /// Particles and endings by their last syllable, longest first, with
     /// whether each is a particle.
-    suffixes: HashMap<char, Vec<(Vec<char>, bool)>>,
-    particles: HashSet<Vec<char>>,
-    stopwords: HashSet<Vec<char>>,
+    suffixes: HashMap<char, Vec<(Vec<char>, bool)>, RandomState>,
+    particles: HashSet<Vec<char>, RandomState>,
+    stopwords: HashSet<Vec<char>, RandomState>,
 }
 
 fn lexicon() -> &'static Lexicon {
     static LEXICON: OnceLock<Lexicon> = OnceLock::new();
     LEXICON.get_or_init(|| {
-        let mut suffixes: HashMap<char, Vec<(Vec<char>, bool)>> = HashMap::new();
+        let mut suffixes: HashMap<char, Vec<(Vec<char>, bool)>, RandomState> = HashMap::default();
         let tagged = PARTICLES
             .split_whitespace()
             .map(|p| (p, true))

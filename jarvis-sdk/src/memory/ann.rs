@@ -33,7 +33,14 @@
 //! live node nobody links to any more cannot be found). Once the removals
 //! since the last build pass a quarter of the partition, a new graph is
 //! built in the background while the old one keeps answering.
-// ponytail: graphs are rebuilt at every start (not persisted to disk).
+//!
+//! **Kept between runs.** A store with a file (SQLite) gives each
+//! partition a graph file (`graph_file.rs`): a graph is saved in the
+//! background when first built and whenever it has grown by a quarter since
+//! it was last saved, and at a clean close; a store that reopens takes the
+//! saved graph back instead of building it again. While a save reads the
+//! graph, no addition runs and removals wait (searches skip removed keys
+//! anyway, since only keys mapped to a row are accepted).
 
 #[cfg(feature = "ann")]
 use std::collections::HashMap;
@@ -41,6 +48,10 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 #[cfg(feature = "ann")]
 use std::sync::{Arc, Mutex, mpsc};
+
+#[cfg(feature = "ann")]
+use super::graph_file::{self, Node, Shape};
+use super::graph_file::{GraphFile, Saved};
 
 /// How recall uses approximate nearest-neighbour graphs (feature `ann`,
 /// on by default; without it every search is an exact scan).
@@ -101,6 +112,8 @@ pub(super) trait Rows {
     fn key(&self, row: usize) -> u64;
     /// Writes the vector of `row` into `out` (`dims` values).
     fn vector_into(&self, row: usize, out: &mut [f32]);
+    /// The record id of `row`.
+    fn id(&self, row: usize) -> std::sync::Arc<str>;
 }
 
 /// A partition's approximate index; a no-op without the `ann` feature.
@@ -146,10 +159,21 @@ impl PartAnn {
     pub(super) fn memory_bytes(&self) -> usize {
         0
     }
+    pub(super) fn set_file(&mut self, _file: GraphFile) {}
+    pub(super) fn file(&self) -> Option<&GraphFile> {
+        None
+    }
+    pub(super) fn restore(&mut self, _saved: Saved, _dims: usize, _options: &AnnOptions) {}
+    pub(super) fn save_now<R: Rows + Send + Sync + 'static>(&self, _snapshot: impl Fn() -> R) {}
 }
 
 #[cfg(feature = "ann")]
 type Graph = usearch::Index;
+
+/// How much a graph grows past its last save before it is saved again: a
+/// quarter, and at least this many nodes.
+#[cfg(feature = "ann")]
+const SAVE_MIN_GROWTH: usize = ADD_BATCH;
 
 /// Tail rows an adder takes at most at once.
 #[cfg(feature = "ann")]
@@ -183,6 +207,15 @@ struct State {
     churn: usize,
     /// Building or updating failed: exact scan from now on.
     failed: bool,
+    /// `graph` being written to the partition's file.
+    saver: Option<Saver>,
+    /// The size of `graph` when it was last saved (0: not saved since it
+    /// was built or changed by a removal).
+    saved: usize,
+    /// The partition's file may exist (saved, being saved, or loaded).
+    written: bool,
+    /// Saving failed once: not tried again for this partition.
+    save_failed: bool,
 }
 
 #[cfg(feature = "ann")]
@@ -191,6 +224,17 @@ struct Build {
     /// Keys at or above it were written after the snapshot.
     from_key: u64,
     /// Keys removed since the snapshot.
+    removed: Vec<u64>,
+}
+
+/// A graph being written to its file on a background thread.
+#[cfg(feature = "ann")]
+struct Saver {
+    /// Answers the size of the graph it saved.
+    done: mpsc::Receiver<Result<usize, String>>,
+    /// The graph it reads.
+    graph: Arc<Graph>,
+    /// Keys removed while it ran: removed from `graph` once it is done.
     removed: Vec<u64>,
 }
 
@@ -239,6 +283,8 @@ impl Hasher for KeyHasher {
 pub(super) struct PartAnn {
     rows: HashMap<u64, u32, BuildHasherDefault<KeyHasher>>,
     state: Mutex<State>,
+    /// Where the graph is kept between runs (stores with a file).
+    file: Option<GraphFile>,
 }
 
 #[cfg(feature = "ann")]
@@ -253,6 +299,8 @@ impl std::fmt::Debug for PartAnn {
             .field("adding", &state.adder.is_some())
             .field("churn", &state.churn)
             .field("failed", &state.failed)
+            .field("saving", &state.saver.is_some())
+            .field("saved", &state.saved)
             .finish()
     }
 }
@@ -304,6 +352,22 @@ fn build(rows: &(dyn Rows + Sync), options: &AnnOptions) -> Result<Graph, String
     }
 }
 
+/// A graph from a saved file's bytes, ready to be searched and added to.
+#[cfg(feature = "ann")]
+fn load_graph(saved: &Saved, options: &AnnOptions) -> Result<Graph, String> {
+    let threads = options.build_threads.clamp(1, 64) + 1;
+    let graph = new_graph(saved.shape.dims, options, 0, threads)?;
+    graph.load_from_buffer(&saved.graph).map_err(|e| e.to_string())?;
+    if graph.dimensions() != saved.shape.dims || graph.size() > saved.nodes.len() {
+        return Err("the graph does not match its nodes".into());
+    }
+    let size = graph.size();
+    graph
+        .reserve_capacity_and_threads((size + size / 8).max(64), threads.max(2))
+        .map_err(|e| e.to_string())?;
+    Ok(graph)
+}
+
 #[cfg(feature = "ann")]
 fn spawn<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, String> + Send + 'static,
@@ -342,6 +406,7 @@ impl State {
         );
         *self = State {
             failed: true,
+            written: self.written,
             ..State::default()
         };
     }
@@ -372,7 +437,8 @@ impl PartAnn {
         self.rows.insert(key, row as u32);
     }
 
-    /// The row with `key` is gone.
+    /// The row with `key` is gone. When the graph held it, the
+    /// partition's file goes too (see `graph_file.rs`, Forgetting).
     pub(super) fn removed(&mut self, key: u64) {
         self.rows.remove(&key);
         let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
@@ -386,6 +452,22 @@ impl PartAnn {
             && let Some(at) = state.tail.iter().position(|&k| k == key)
         {
             state.tail.swap_remove(at);
+        }
+        if key < state.covered || state.saver.is_some() {
+            state.saved = 0;
+            if state.written
+                && let Some(file) = &self.file
+            {
+                file.remove();
+                state.written = false;
+            }
+        }
+        if let Some(saver) = &mut state.saver {
+            saver.removed.push(key);
+            if state.graph.as_ref().is_some_and(|g| Arc::ptr_eq(g, &saver.graph)) {
+                // Removed once the save has read the graph.
+                return;
+            }
         }
         if let Some(graph) = &state.graph {
             // Churn counts what leaves the graph, not tail rows it never held.
@@ -424,7 +506,7 @@ impl PartAnn {
         let mut state = self.state();
         loop {
             self.step(&mut state, rows, &snapshot, next_key, options, true);
-            if state.failed || (state.build.is_none() && state.adder.is_none()) {
+            if state.failed || (state.build.is_none() && state.adder.is_none() && state.saver.is_none()) {
                 return;
             }
         }
@@ -451,10 +533,10 @@ impl PartAnn {
                 None => return,
             }
         }
-        if !self.finish_adder(state, block) {
+        if !self.finish_adder(state, block) || state.failed {
             return;
         }
-        if state.failed {
+        if !self.finish_saver(state, block) || state.failed {
             return;
         }
         let len = rows.len();
@@ -485,6 +567,196 @@ impl PartAnn {
         if state.tail.len() >= ADD_MIN || (block && !state.tail.is_empty()) {
             self.start_adder(state, rows, next_key);
         }
+        if state.adder.is_none() && self.save_due(state, true) {
+            self.start_saver(state, snapshot());
+        }
+    }
+
+    /// Whether the graph should be written to the partition's file: it
+    /// has not been since it was built or lost a row, or it grew by a
+    /// quarter (with `growth` false, as at a clean close, by any amount).
+    fn save_due(&self, state: &State, growth: bool) -> bool {
+        let Some(graph) = &state.graph else {
+            return false;
+        };
+        if self.file.is_none() || state.save_failed || state.saver.is_some() {
+            return false;
+        }
+        let size = graph.size();
+        match growth {
+            true => state.saved == 0 || size >= state.saved + (state.saved / 4).max(SAVE_MIN_GROWTH),
+            false => state.saved != size,
+        }
+    }
+
+    /// Starts writing the graph to the partition's file on a background
+    /// thread, with the id and vector fingerprint of every row it covers
+    /// (from `snapshot`, taken now). Until it is done no adder starts and
+    /// removals from this graph wait.
+    fn start_saver<R: Rows + Send + Sync + 'static>(&self, state: &mut State, snapshot: R) {
+        let (Some(graph), Some(file)) = (state.graph.clone(), self.file.clone()) else {
+            return;
+        };
+        let covered = state.covered;
+        let shape = Shape {
+            dims: snapshot.dims(),
+            connectivity: graph.connectivity(),
+            expansion_add: graph.expansion_add(),
+        };
+        let saving = graph.clone();
+        let work = move || {
+            let mut vector = vec![0.0f32; shape.dims];
+            let mut nodes: Vec<Node> = Vec::with_capacity(snapshot.len());
+            for row in 0..snapshot.len() {
+                let key = snapshot.key(row);
+                if key < covered {
+                    snapshot.vector_into(row, &mut vector);
+                    nodes.push((key, graph_file::fingerprint(&vector), snapshot.id(row)));
+                }
+            }
+            let size = saving.size();
+            file.write(shape, covered, &nodes, saving.serialized_length(), |out| {
+                saving.save_to_buffer(out).map_err(|e| e.to_string())
+            })?;
+            Ok(size)
+        };
+        match spawn(work) {
+            Ok(done) => {
+                state.written = true;
+                state.saver = Some(Saver {
+                    done,
+                    graph,
+                    removed: Vec::new(),
+                });
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "memory: could not start saving a recall graph");
+                state.save_failed = true;
+            }
+        }
+    }
+
+    /// Takes in the save under way once it has finished (with `block`,
+    /// waits for it): removes what was removed meanwhile, and deletes the
+    /// file it wrote when that held a removed row. False while it runs.
+    fn finish_saver(&self, state: &mut State, block: bool) -> bool {
+        let Some(saver) = &state.saver else {
+            return true;
+        };
+        let Some(result) = outcome(&saver.done, block) else {
+            return false;
+        };
+        let Some(saver) = state.saver.take() else {
+            return true;
+        };
+        let same = state.graph.as_ref().is_some_and(|g| Arc::ptr_eq(g, &saver.graph));
+        if same {
+            for &key in &saver.removed {
+                match saver.graph.remove(key) {
+                    Ok(removed) => state.churn += removed,
+                    Err(e) => {
+                        state.fail("the recall graph could not remove a record", &e.to_string());
+                        break;
+                    }
+                }
+            }
+        }
+        match result {
+            Ok(_) if !saver.removed.is_empty() => {
+                if let Some(file) = &self.file {
+                    file.remove();
+                }
+                state.written = false;
+                state.saved = 0;
+            }
+            Ok(size) if same => state.saved = size,
+            Ok(_) => {}
+            Err(e) => {
+                let path = self.file.as_ref().map(|f| f.path().display().to_string());
+                tracing::warn!(error = %e, path, "memory: a recall graph could not be saved; it will be built again at the next start");
+                state.save_failed = true;
+            }
+        }
+        true
+    }
+
+    /// The partition's file, where its graph is kept between runs.
+    pub(super) fn set_file(&mut self, file: GraphFile) {
+        self.file = Some(file);
+    }
+
+    /// The partition's file, if it has one.
+    pub(super) fn file(&self) -> Option<&GraphFile> {
+        self.file.as_ref()
+    }
+
+    /// Takes back a graph saved by an earlier run, once every row has its
+    /// key (the rows that matched a node have the node's key): nodes no
+    /// row has any more leave the graph (and the file, when any did, is
+    /// deleted, to be saved again without them), rows at or above what it
+    /// covered are its tail. A file saved with other settings, or one the
+    /// graph library refuses, is left unused.
+    pub(super) fn restore(&mut self, saved: Saved, dims: usize, options: &AnnOptions) {
+        let shape = Shape {
+            dims,
+            connectivity: options.connectivity,
+            expansion_add: options.expansion_add,
+        };
+        if saved.shape != shape {
+            tracing::info!(
+                "memory: a saved recall graph has other settings ({:?}, now {shape:?}); building it again",
+                saved.shape
+            );
+            return;
+        }
+        let graph = match load_graph(&saved, options) {
+            Ok(graph) => graph,
+            Err(e) => {
+                tracing::warn!(error = %e, "memory: a saved recall graph could not be loaded; building it again");
+                return;
+            }
+        };
+        let mut removed = 0;
+        for &(key, _) in saved.nodes.values() {
+            if !self.rows.contains_key(&key) {
+                match graph.remove(key) {
+                    Ok(n) => removed += n,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "memory: a saved recall graph could not be brought up to date; building it again");
+                        return;
+                    }
+                }
+            }
+        }
+        if removed > 0
+            && let Some(file) = &self.file
+        {
+            file.remove();
+        }
+        let covered = saved.covered;
+        let size = graph.size();
+        *self.state.get_mut().unwrap_or_else(|e| e.into_inner()) = State {
+            graph: Some(Arc::new(graph)),
+            covered,
+            tail: self.rows.keys().copied().filter(|&k| k >= covered).collect(),
+            churn: removed,
+            saved: if removed == 0 { size } else { 0 },
+            written: removed == 0,
+            ..State::default()
+        };
+    }
+
+    /// Writes the graph to the partition's file now if it changed since
+    /// it was last saved (a clean close), after the work under way.
+    pub(super) fn save_now<R: Rows + Send + Sync + 'static>(&self, snapshot: impl Fn() -> R) {
+        let mut state = self.state();
+        if state.failed || !self.finish_adder(&mut state, true) || !self.finish_saver(&mut state, true) {
+            return;
+        }
+        if self.save_due(&state, false) {
+            self.start_saver(&mut state, snapshot());
+            self.finish_saver(&mut state, true);
+        }
     }
 
     /// Makes a finished build the graph searches walk: removes what was
@@ -511,6 +783,7 @@ impl PartAnn {
             .filter(|&k| k >= build.from_key)
             .collect();
         state.churn = 0;
+        state.saved = 0;
         // An adder of the old graph no longer matters.
         state.adder = None;
     }

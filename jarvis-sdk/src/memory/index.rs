@@ -50,10 +50,12 @@
 use serde_json::Value;
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{self, AtomicBool};
 
 use super::ann::{AnnOptions, PartAnn, Rows};
+use super::graph_file::{GraphFile, Saved, fingerprint};
 use super::lexical::{Postings, terms};
 use super::record::{
     Layer, META_PREV, META_WHEN, MemoryFilter, MemoryRecord, SearchHit, SearchQuery, metadata_days,
@@ -467,6 +469,7 @@ fn interleaved_dots<const N: usize>(rows: &[(&[f32], usize, usize); N], sparse: 
 struct Snapshot {
     tiles: Tiles,
     keys: Vec<u64>,
+    ids: Vec<Arc<str>>,
 }
 
 impl Rows for Snapshot {
@@ -481,6 +484,9 @@ impl Rows for Snapshot {
     }
     fn vector_into(&self, row: usize, out: &mut [f32]) {
         self.tiles.read_into(row, out);
+    }
+    fn id(&self, row: usize) -> Arc<str> {
+        self.ids[row].clone()
     }
 }
 
@@ -504,6 +510,9 @@ impl Rows for Live<'_> {
     fn vector_into(&self, row: usize, out: &mut [f32]) {
         self.tiles.read_into(row, out);
     }
+    fn id(&self, row: usize) -> Arc<str> {
+        self.rows[row].id.clone()
+    }
 }
 
 #[derive(Debug)]
@@ -517,13 +526,28 @@ struct Partition {
 }
 
 impl Partition {
-    fn new(key: PartKey) -> Self {
+    /// An empty partition; with `graphs`, its graph is kept in a file
+    /// there between runs.
+    fn new(key: PartKey, graphs: Option<&Path>) -> Self {
+        let mut ann = PartAnn::default();
+        if let Some(dir) = graphs.filter(|_| key.dims > 0) {
+            let spelt = format!(
+                "{}\0{}\0{}\0{}\0{}\0{}",
+                key.user,
+                key.agent_id,
+                key.layer.as_str(),
+                key.kind,
+                key.embedder,
+                key.dims
+            );
+            ann.set_file(GraphFile::new(dir, spelt));
+        }
         Self {
             tiles: Tiles::new(key.dims),
             key,
             rows: Vec::new(),
             lexical: Postings::default(),
-            ann: PartAnn::default(),
+            ann,
         }
     }
 
@@ -532,8 +556,14 @@ impl Partition {
     }
 
     fn push(&mut self, row: Row, vector: &[f32]) -> usize {
+        let terms = terms(&row.text);
+        self.push_with_terms(row, vector, &terms)
+    }
+
+    /// [`push`](Self::push) of a row whose terms are already taken.
+    fn push_with_terms(&mut self, row: Row, vector: &[f32], terms: &[(String, u32)]) -> usize {
         let index = self.rows.len();
-        self.lexical.push(&terms(&row.text));
+        self.lexical.push(terms);
         self.tiles.grow_to(index + 1);
         self.tiles.write(index, vector);
         if self.key.dims > 0 {
@@ -608,6 +638,11 @@ impl Partition {
         self.ann.wait(&self.live(), || self.snapshot(), next_key, options);
     }
 
+    /// Writes its graph to its file if that changed since the last save.
+    fn save_graph(&self) {
+        self.ann.save_now(|| self.snapshot());
+    }
+
     fn live(&self) -> Live<'_> {
         Live {
             rows: &self.rows,
@@ -619,6 +654,7 @@ impl Partition {
         Snapshot {
             tiles: self.tiles.clone(),
             keys: self.rows.iter().map(|r| r.key).collect(),
+            ids: self.rows.iter().map(|r| r.id.clone()).collect(),
         }
     }
 
@@ -688,6 +724,9 @@ pub(crate) struct Index {
     /// The key the next written row gets (see [`Row::key`]).
     next_key: u64,
     ann: AnnOptions,
+    /// Where partitions keep their graphs between runs (`graph_file.rs`),
+    /// for a store with a file.
+    graphs: Option<Arc<Path>>,
 }
 
 /// The cores this process may use, read once (on Linux the standard
@@ -776,6 +815,15 @@ impl Index {
         }
     }
 
+    /// Writes every graph that changed since it was last saved to its
+    /// partition's file (a clean close of a store with a file), after the
+    /// work under way; a graph still being built is not waited for.
+    pub(crate) fn save_graphs(&self) {
+        for partition in &self.partitions {
+            partition.save_graph();
+        }
+    }
+
     /// Spends [`SETTLE_CHUNKS`] chunk rewrites after a write to partition
     /// `part`: on it first, then on any other partition whose graph is
     /// ready, so one that is only read (a profile after a restart) is
@@ -792,8 +840,10 @@ impl Index {
     }
 
     /// How many records are searched through a graph, and the graphs'
-    /// memory in bytes.
+    /// memory in bytes (graphs whose build has finished are taken in
+    /// first, as the partition's next search would).
     pub(crate) fn graph_stats(&self) -> (usize, usize) {
+        self.poll_all();
         self.partitions
             .iter()
             .filter(|p| p.ann.is_ready())
@@ -883,7 +933,8 @@ impl Index {
         let part = match self.by_key.get(&key) {
             Some(&p) => p,
             None => {
-                self.partitions.push(Partition::new(key.clone()));
+                self.partitions
+                    .push(Partition::new(key.clone(), self.graphs.as_deref()));
                 self.by_key.insert(key, self.partitions.len() - 1);
                 self.partitions.len() - 1
             }
@@ -1323,6 +1374,9 @@ pub(crate) struct LoadedRow {
     pub(crate) key: usize,
     pub(crate) source: String,
     pub(crate) text: String,
+    /// The terms of `text` for the word index (`lexical::terms`), taken
+    /// by the reader so that the two loading threads share the work.
+    pub(crate) terms: Vec<(String, u32)>,
     /// The metadata as JSON text, checked to parse; parsed again only when
     /// the record is handed out (most never are).
     pub(crate) metadata: Box<str>,
@@ -1345,12 +1399,25 @@ pub(crate) struct LoadBatch {
 
 /// Builds an index from [`LoadBatch`]es, the fast way to rebuild it from a
 /// database at start: no per-row key hashing or interning, vectors copied
-/// straight into the tiles, metadata left as text.
-#[derive(Debug, Default)]
+/// straight into the tiles, metadata left as text. With a folder of saved
+/// graphs (`with_graphs`), a record whose id and vector match a saved
+/// node gets the node's key, so the saved graph serves at once.
+#[derive(Default)]
 pub(crate) struct IndexLoader {
     index: Index,
     /// Partition of each key, in the order the batches introduced them.
     parts: Vec<usize>,
+    /// By partition: the graph its file held, until `finish`.
+    saved: Vec<Option<Saved>>,
+}
+
+impl std::fmt::Debug for IndexLoader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IndexLoader")
+            .field("index", &self.index)
+            .field("saved", &self.saved.iter().filter(|s| s.is_some()).count())
+            .finish()
+    }
 }
 
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
@@ -1363,7 +1430,16 @@ impl IndexLoader {
                 ..Index::default()
             },
             parts: Vec::new(),
+            saved: Vec::new(),
         }
+    }
+
+    /// Partitions keep their graphs in `dir` between runs, and the graphs
+    /// saved there are taken back (see `graph_file.rs`).
+    pub(crate) fn with_graphs(mut self, dir: &Path) -> Self {
+        super::graph_file::clean(dir);
+        self.index.graphs = Some(Arc::from(dir));
+        self
     }
 
     /// Adds the batch's records (a record with an id already loaded
@@ -1382,7 +1458,21 @@ impl IndexLoader {
             let part = match index.by_key.get(&key) {
                 Some(&p) => p,
                 None => {
-                    index.partitions.push(Partition::new(key.clone()));
+                    let partition = Partition::new(key.clone(), index.graphs.as_deref());
+                    let saved = partition.ann.file().and_then(|file| match file.read() {
+                        Ok(saved) => saved,
+                        Err(e) => {
+                            tracing::warn!(path = %file.path().display(), error = %e, "memory: a saved recall graph is not usable; building it again");
+                            None
+                        }
+                    });
+                    if let Some(saved) = &saved {
+                        // Keys handed out from now on are above every key
+                        // the graph holds: new rows are its tail.
+                        index.next_key = index.next_key.max(saved.covered);
+                    }
+                    index.partitions.push(partition);
+                    self.saved.push(saved);
                     index.by_key.insert(key, index.partitions.len() - 1);
                     index.partitions.len() - 1
                 }
@@ -1397,8 +1487,13 @@ impl IndexLoader {
             let Some(vector) = batch.vectors.get(row.vector..row.vector + dims) else {
                 continue;
             };
-            let id = row.id;
-            let key = index.take_key();
+            let (id, terms) = (row.id, row.terms);
+            let saved_key = self.saved[part]
+                .as_ref()
+                .and_then(|saved| saved.nodes.get(&*id))
+                .filter(|&&(_, print)| print == fingerprint(vector))
+                .map(|&(key, _)| key);
+            let key = saved_key.unwrap_or_else(|| index.take_key());
             let metadata = Metadata::from_json(row.metadata);
             let row = Row {
                 id: id.clone(),
@@ -1411,7 +1506,7 @@ impl IndexLoader {
                 rehearsal: row.rehearsal,
             };
             index.link(&row);
-            let at = index.partitions[part].push(row, vector);
+            let at = index.partitions[part].push_with_terms(row, vector, &terms);
             if let Some((p, i)) = index.by_id.insert(id, (part, at)) {
                 // The same id twice: the later row wins.
                 if let Some(moved) = index.partitions[p].swap_remove(i) {
@@ -1421,9 +1516,15 @@ impl IndexLoader {
         }
     }
 
-    /// The index, its large partitions' graphs starting to build as `ann`
-    /// says.
+    /// The index, saved graphs taken back and its large partitions' graphs
+    /// starting to build as `ann` says.
     pub(crate) fn finish(mut self, ann: AnnOptions) -> Index {
+        for (partition, saved) in self.index.partitions.iter_mut().zip(self.saved) {
+            if let Some(saved) = saved {
+                let dims = partition.key.dims;
+                partition.ann.restore(saved, dims, &ann);
+            }
+        }
         self.index.set_ann(ann);
         self.index
     }
@@ -2275,6 +2376,203 @@ mod tests {
                     "round {round}"
                 );
             }
+        }
+
+        /// The records as a database would hand them to the loader.
+        fn batch(records: &[MemoryRecord]) -> LoadBatch {
+            let mut batch = LoadBatch::default();
+            for r in records {
+                let key = LoadKey {
+                    user: r.user.clone(),
+                    agent_id: r.agent_id.clone(),
+                    layer: r.layer,
+                    kind: r.kind.clone(),
+                    embedder: r.embedder.clone(),
+                    dims: r.embedding.len(),
+                };
+                let at = match batch.new_keys.iter().position(|k| *k == key) {
+                    Some(at) => at,
+                    None => {
+                        batch.new_keys.push(key);
+                        batch.new_keys.len() - 1
+                    }
+                };
+                batch.rows.push(LoadedRow {
+                    id: Arc::from(r.id.as_str()),
+                    key: at,
+                    source: r.source.clone(),
+                    text: r.text.clone(),
+                    terms: terms(&r.text),
+                    metadata: "null".into(),
+                    created_at: r.created_at,
+                    rehearsal: r.rehearsal,
+                    vector: batch.vectors.len(),
+                });
+                batch.vectors.extend_from_slice(&r.embedding);
+            }
+            batch
+        }
+
+        fn reopen(dir: &Path, records: &[MemoryRecord], options: AnnOptions) -> Index {
+            let mut loader = IndexLoader::with_capacity(records.len()).with_graphs(dir);
+            loader.add(batch(records));
+            loader.finish(options)
+        }
+
+        fn graph_files(dir: &Path) -> Vec<String> {
+            let mut names: Vec<String> = std::fs::read_dir(dir)
+                .map(|entries| {
+                    entries
+                        .flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            names.sort();
+            names
+        }
+
+        /// A graph saved by one run serves the next at once: records that
+        /// match its nodes keep their place, a record deleted or changed
+        /// since the save leaves the graph (and never comes back from it),
+        /// records written since are its tail, and the file is written
+        /// again without what left.
+        #[test]
+        fn a_saved_graph_serves_the_next_run_at_once_and_only_what_the_database_holds() {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let graphs = dir.path().join("memory.sqlite3-graphs");
+            let (dims, options) = (24, small(200));
+            let mut records: Vec<MemoryRecord> = (0..600u64)
+                .map(|i| record(&format!("r{i}"), "main", Layer::Episodic, dense(i, dims)))
+                .collect();
+            let mut first = IndexLoader::with_capacity(0).with_graphs(&graphs).finish(options);
+            for r in &records {
+                first.upsert(r.clone());
+            }
+            first.wait_for_graphs();
+            assert_eq!(graph_files(&graphs).len(), 1, "the built graph is saved");
+            // A restart finds the graph built again only in the background.
+            let cold = reopen(&dir.path().join("none"), &records, options);
+            assert!(!cold.partitions[0].ann.is_ready(), "no file, no graph at once");
+            drop(first);
+
+            // What happened after the save: one record deleted, one changed,
+            // five written.
+            let deleted = records.remove(7);
+            records[0].embedding = dense(5_000, dims);
+            records.extend(
+                (600..605u64).map(|i| record(&format!("r{i}"), "main", Layer::Episodic, dense(i, dims))),
+            );
+            let index = reopen(&graphs, &records, options);
+            let part = &index.partitions[0];
+            assert!(part.ann.is_ready(), "the saved graph walks without a build");
+            assert_eq!(
+                part.ann.graph_size(),
+                Some(598),
+                "the deleted and the changed record left it"
+            );
+            assert_eq!(
+                part.ann.holds(part.rows[0].key),
+                Some(false),
+                "the changed record is in the tail"
+            );
+            assert_eq!(index.graph_stats().0, 604);
+            let filter =
+                MemoryFilter::for_user("u").layer(Layer::Episodic, crate::memory::record::Agents::Any);
+            let hits = index.search(&query(filter.clone(), deleted.embedding.clone(), 10));
+            assert!(
+                hits.iter().all(|h| h.id != deleted.id),
+                "a deleted record never comes back"
+            );
+            for r in [&records[0], &records[3], &records[602]] {
+                let hits = index.search(&query(filter.clone(), r.embedding.clone(), 1));
+                assert_eq!(hits[0].id, r.id);
+                assert!((hits[0].similarity - 1.0).abs() < 1e-4, "{}: exact scores", r.id);
+            }
+            // A file that held a record the database no longer has is gone
+            // at once and written again, without it, in the background.
+            drop(index);
+            let mut index = reopen(&graphs, &records, options);
+            index.wait_for_graphs();
+            let saved = index.partitions[0]
+                .ann
+                .file()
+                .expect("a file")
+                .read()
+                .expect("read")
+                .expect("saved");
+            assert!(!saved.nodes.contains_key(&*deleted.id));
+            assert_eq!(
+                saved.nodes.len(),
+                604,
+                "the tail went into the graph and the graph into the file"
+            );
+        }
+
+        /// A removed record takes its partition's file with it at once
+        /// (forgetting leaves nothing of it on disk); the graph is saved
+        /// again without it.
+        #[test]
+        fn a_removal_deletes_the_partitions_file_until_it_is_saved_again() {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let (dims, options) = (16, small(100));
+            let mut index = IndexLoader::with_capacity(0)
+                .with_graphs(dir.path())
+                .finish(options);
+            for i in 0..300u64 {
+                index.upsert(record(&format!("r{i}"), "main", Layer::Episodic, dense(i, dims)));
+            }
+            index.wait_for_graphs();
+            let file = index.partitions[0].ann.file().expect("a file").clone();
+            assert!(file.path().exists());
+            assert!(index.remove("r5"));
+            assert!(!file.path().exists(), "deleted with the record");
+            index.wait_for_graphs();
+            let saved = file.read().expect("read").expect("saved again");
+            assert_eq!(saved.nodes.len(), 299);
+            assert!(!saved.nodes.contains_key("r5"));
+        }
+
+        /// A damaged file, or one saved with other graph settings, is not
+        /// used: the store opens and builds the graph again.
+        #[test]
+        fn damaged_or_foreign_files_are_built_again() {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let (dims, options) = (16, small(100));
+            let records: Vec<MemoryRecord> = (0..300u64)
+                .map(|i| record(&format!("r{i}"), "main", Layer::Episodic, dense(i, dims)))
+                .collect();
+            let mut index = reopen(dir.path(), &records, options);
+            index.wait_for_graphs();
+            let path = index.partitions[0].ann.file().expect("a file").path().to_owned();
+            drop(index);
+            let other = AnnOptions {
+                connectivity: 12,
+                ..options
+            };
+            assert!(!reopen(dir.path(), &records, other).partitions[0].ann.is_ready());
+            let mut bytes = std::fs::read(&path).expect("read");
+            let at = bytes.len() / 2;
+            bytes[at] ^= 1;
+            std::fs::write(&path, &bytes).expect("write");
+            std::fs::write(dir.path().join(".x.graph.1.2.tmp"), b"half").expect("write");
+            let mut index = reopen(dir.path(), &records, options);
+            assert!(!index.partitions[0].ann.is_ready(), "a damaged file is not used");
+            assert!(
+                !dir.path().join(".x.graph.1.2.tmp").exists(),
+                "a crash's leftovers are removed"
+            );
+            index.wait_for_graphs();
+            let hits = index.search(&query(
+                MemoryFilter::for_user("u").layer(Layer::Episodic, crate::memory::record::Agents::Any),
+                records[42].embedding.clone(),
+                1,
+            ));
+            assert_eq!(hits[0].id, "r42");
+            assert!(
+                reopen(dir.path(), &records, options).partitions[0].ann.is_ready(),
+                "saved again"
+            );
         }
 
         #[derive(Debug, Clone)]

@@ -27,6 +27,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use foldhash::fast::RandomState;
+
 use crate::common::words::{Script, TokenScratch, for_each_token};
 
 /// BM25's term-frequency saturation.
@@ -55,12 +57,18 @@ const UBIQUITOUS_ROWS: usize = 64;
 pub(crate) fn terms(text: &str) -> Vec<(String, u32)> {
     let mut scratch = TokenScratch::default();
     let mut out: Vec<(String, u32)> = Vec::new();
-    let mut at: HashMap<String, usize> = HashMap::new();
-    let mut add = |term: String| match at.get(&term) {
-        Some(&i) => out[i].1 += 1,
-        None => {
-            at.insert(term.clone(), out.len());
-            out.push((term, 1));
+    let mut at: HashMap<String, usize, RandomState> = HashMap::default();
+    // A term is spelt into `term` and allocated only the first time.
+    let mut term = String::new();
+    let mut add = |chars: &[char]| {
+        term.clear();
+        term.extend(chars);
+        match at.get(term.as_str()) {
+            Some(&i) => out[i].1 += 1,
+            None => {
+                at.insert(term.clone(), out.len());
+                out.push((term.clone(), 1));
+            }
         }
     };
     for_each_token(text, &mut scratch, |token| {
@@ -68,14 +76,14 @@ pub(crate) fn terms(text: &str) -> Vec<(String, u32)> {
             return;
         }
         match token.script {
-            Script::Alnum => add(token.stem.iter().collect()),
+            Script::Alnum => add(token.stem),
             Script::Hangul | Script::Dense => {
                 let stem = token.stem;
                 if stem.len() == 1 {
-                    add(stem.iter().collect());
+                    add(stem);
                 } else {
                     for pair in stem.windows(2) {
-                        add(pair.iter().collect());
+                        add(pair);
                     }
                 }
             }
@@ -102,7 +110,7 @@ struct Posting {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Postings {
     /// Term → its id (an index into `lists`).
-    ids: HashMap<Arc<str>, u32>,
+    ids: HashMap<Arc<str>, u32, RandomState>,
     /// By term id: its name (`None` once no row holds it).
     names: Vec<Option<Arc<str>>>,
     /// By term id: the rows holding it (in no particular order).
@@ -298,7 +306,7 @@ impl Postings {
                 .map(|row| (row, scores[row as usize]))
                 .collect()
         } else {
-            let mut scores: HashMap<u32, f32> = HashMap::new();
+            let mut scores: HashMap<u32, f32, RandomState> = HashMap::default();
             for &(term, idf) in &leading {
                 for p in &self.lists[term as usize] {
                     let length = self.lengths[p.row as usize];

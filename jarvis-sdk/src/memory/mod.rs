@@ -19,6 +19,7 @@
 //! | `recall.rs` | fusing the vector and word rankings |
 //! | `when.rs` | days a text states, periods a question names |
 //! | `ann.rs` | [`AnnOptions`]: the approximate (HNSW) index of large partitions, built in the background |
+//! | `graph_file.rs` | a partition's graph kept on disk between runs (`<database>-graphs/`) |
 //! | `sqlite.rs` | [`SqliteMemoryStore`] (feature `sqlite`, default): `$JARVIS_HOME/memory.sqlite3` |
 //! | `postgres.rs` | [`PostgresMemoryStore`] (feature `postgres`) |
 //! | `working.rs` | [`WorkingMemory`] and its rule |
@@ -33,6 +34,7 @@
 mod ann;
 mod error;
 mod forget;
+mod graph_file;
 mod index;
 mod inject;
 mod learn;

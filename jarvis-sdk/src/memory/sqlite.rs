@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use super::ann::AnnOptions;
 use super::error::MemoryError;
+use super::graph_file::graphs_dir;
 use super::index::{Index, IndexLoader, LoadBatch, LoadKey, LoadedRow};
 use super::record::{Layer, MemoryFilter, MemoryRecord, SearchHit, SearchQuery};
 use super::store::MemoryStore;
@@ -83,6 +84,10 @@ pub struct SqliteOpenReport {
     pub skipped: usize,
     /// How long the open took, the index rebuilt included.
     pub elapsed: Duration,
+    /// Records in partitions whose recall graph was taken back from the
+    /// graphs the last run saved, so recall walks it from the start
+    /// (other large partitions are scanned exactly while theirs builds).
+    pub graph_records: usize,
 }
 
 struct Inner {
@@ -375,6 +380,7 @@ fn load_row(row: &rusqlite::Row<'_>, keys: &mut Vec<LoadKey>, batch: &mut LoadBa
         key,
         source: source.to_owned(),
         text: text.to_owned(),
+        terms: super::lexical::terms(text),
         metadata,
         created_at: Timestamp::from_millis(created_at),
         rehearsal: u32::try_from(rehearsal.max(0)).unwrap_or(u32::MAX),
@@ -533,7 +539,7 @@ const LOAD_MMAP_BYTES: i64 = 1 << 34;
 /// Two threads share the work: this one steps through the table in one
 /// sequential scan (the file mapped into memory) and decodes rows into
 /// batches, a second one puts them into the index, so the two overlap.
-fn load(path: &Path, conn: &Connection) -> Result<(Index, usize), MemoryError> {
+fn load(path: &Path, conn: &Connection, ann: AnnOptions) -> Result<(Index, usize), MemoryError> {
     let err = |e| sqlite_error("read the memories of", path, e);
     let estimate: i64 = conn
         .query_row("SELECT coalesce(max(rowid), 0) FROM ltm_entries", [], |r| {
@@ -543,13 +549,15 @@ fn load(path: &Path, conn: &Connection) -> Result<(Index, usize), MemoryError> {
     conn.pragma_update(None, "mmap_size", LOAD_MMAP_BYTES)
         .map_err(err)?;
     let (batches, received) = std::sync::mpsc::sync_channel::<LoadBatch>(16);
+    let graphs = graphs_dir(path);
     let loaded = std::thread::scope(|s| {
         let builder = s.spawn(move || {
-            let mut loader = IndexLoader::with_capacity(usize::try_from(estimate).unwrap_or(0));
+            let mut loader =
+                IndexLoader::with_capacity(usize::try_from(estimate).unwrap_or(0)).with_graphs(&graphs);
             for batch in received {
                 loader.add(batch);
             }
-            loader.finish(AnnOptions::default())
+            loader.finish(ann)
         });
         let started = Instant::now();
         let scanned = scan(path, conn, |batch| batches.send(batch).is_ok());
@@ -624,21 +632,37 @@ impl SqliteMemoryStore {
         Self::open(home.join(MEMORY_DB_FILE)).await
     }
 
+    /// [`open`](Self::open) with graphs made as `ann` says from the start
+    /// (a later [`set_ann`](Self::set_ann) also works, but graphs saved by
+    /// the last run under other options would be dropped and built again).
+    pub async fn open_with_ann(path: impl Into<PathBuf>, ann: AnnOptions) -> Result<Self, MemoryError> {
+        let path = path.into();
+        let at = path.clone();
+        blocking("open", &at, move || Self::open_blocking_with_ann(path, ann)).await
+    }
+
     /// [`open`](Self::open) on the calling thread, for callers outside an
     /// async runtime.
     pub fn open_blocking(path: impl Into<PathBuf>) -> Result<Self, MemoryError> {
+        Self::open_blocking_with_ann(path, AnnOptions::default())
+    }
+
+    /// [`open_with_ann`](Self::open_with_ann) on the calling thread.
+    pub fn open_blocking_with_ann(path: impl Into<PathBuf>, ann: AnnOptions) -> Result<Self, MemoryError> {
         let path = path.into();
         let started = Instant::now();
         let conn = connect(&path)?;
-        let (index, skipped) = load(&path, &conn)?;
+        let (index, skipped) = load(&path, &conn, ann)?;
         let report = SqliteOpenReport {
             records: index.len(),
             skipped,
             elapsed: started.elapsed(),
+            graph_records: index.graph_stats().0,
         };
         tracing::debug!(
             path = %path.display(),
             records = report.records,
+            graph_records = report.graph_records,
             ms = report.elapsed.as_secs_f64() * 1e3,
             "memory store (sqlite): opened"
         );
@@ -703,6 +727,14 @@ impl SqliteMemoryStore {
     /// those indexes' memory in bytes.
     pub fn graph_stats(&self) -> (usize, usize) {
         self.index().graph_stats()
+    }
+
+    /// The folder where the recall graphs of large partitions are kept
+    /// between runs (`<database>-graphs`, beside the database). It is a
+    /// cache: deleting it while the store is closed only costs the next
+    /// open a rebuild in the background.
+    pub fn graphs_path(&self) -> PathBuf {
+        graphs_dir(&self.inner.path)
     }
 
     fn index(&self) -> MutexGuard<'_, Index> {
@@ -809,8 +841,9 @@ fn write_rehearsals(conn: &Connection, rehearsals: &HashMap<String, u32>) -> rus
 
 impl Drop for Inner {
     /// Writes the rehearsals no write has carried yet (a clean close loses
-    /// none).
+    /// none), and the recall graphs that changed since they were saved.
     fn drop(&mut self) {
+        self.index().save_graphs();
         let rehearsals = std::mem::take(&mut *self.rehearsals());
         if rehearsals.is_empty() {
             return;

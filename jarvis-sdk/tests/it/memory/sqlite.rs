@@ -2,7 +2,9 @@
 //! restart through the service, opening is idempotent, bad files
 //! (damaged, another program's, a newer schema, locked, unplaceable) give
 //! clear errors and are left as they are, a delete leaves the text in no
-//! file, and writes survive `SIGKILL` at random moments.
+//! file, writes survive `SIGKILL` at random moments, and a large
+//! partition's recall graph is saved at a close and taken back at the next
+//! open.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
@@ -584,4 +586,103 @@ async fn a_forgotten_record_stays_out_of_the_graph_across_a_restart() {
     let hits = store.search(&query(7)).await.unwrap();
     assert!(hits.iter().all(|h| h.id != "r7"));
     assert_eq!(store.search(&query(8)).await.unwrap()[0].id, "r8");
+}
+
+/// The `.graph` files in the folder of a database's saved recall graphs.
+fn graph_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|entries| entries.filter_map(|e| Some(e.ok()?.path())).collect())
+        .unwrap_or_default();
+    files.retain(|p| p.extension().is_some_and(|e| e == "graph"));
+    files
+}
+
+/// A clean close saves a large partition's recall graph beside the
+/// database and the next open walks it from the start; forgetting a
+/// record deletes the file (the next close writes it again without the
+/// record), and a damaged file costs only a rebuild.
+#[tokio::test]
+async fn a_saved_recall_graph_serves_the_next_open_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(MEMORY_DB_FILE);
+    let graphs = dir.path().join(format!("{MEMORY_DB_FILE}-graphs"));
+    let embedder = HashEmbedder::default();
+    let name = jarvis_sdk::Embedder::name(&embedder).to_owned();
+    let text = |i: usize| format!("note {i}: the {} meeting about {} moved", i * 7919 % 1000, i % 37);
+    let small = AnnOptions {
+        min_rows: 50,
+        ..AnnOptions::default()
+    };
+    let first = |store: &SqliteMemoryStore, i: usize| {
+        let query = SearchQuery {
+            filter: MemoryFilter::for_user("u"),
+            embedder: name.clone(),
+            vector: embedder.embed_text(&text(i)),
+            terms: Vec::new(),
+            k: 300,
+            min_similarity: -1.0,
+        };
+        let store = store.clone();
+        async move {
+            let hits = store.search(&query).await.unwrap();
+            hits.iter().map(|h| h.id.clone()).collect::<Vec<_>>()
+        }
+    };
+    {
+        let store = SqliteMemoryStore::open_with_ann(path.clone(), small)
+            .await
+            .unwrap();
+        assert_eq!(store.graphs_path(), graphs);
+        assert_eq!(store.open_report().graph_records, 0, "nothing saved yet");
+        for i in 0..300 {
+            let mut r = record(&format!("r{i}"), &text(i));
+            r.embedding = embedder.embed_text(&text(i));
+            r.embedder = name.clone();
+            store.put(r).await.unwrap();
+        }
+        store.wait_for_graphs();
+        assert_eq!(store.graph_stats().0, 300);
+    }
+    assert_eq!(graph_files(&graphs).len(), 1, "the close saved the graph");
+
+    {
+        let store = SqliteMemoryStore::open_with_ann(path.clone(), small)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.open_report().graph_records,
+            300,
+            "the saved graph answers from the open"
+        );
+        assert_eq!(first(&store, 8).await[0], "r8");
+        assert_eq!(store.delete(&["r7".to_owned()]).await.unwrap(), 1);
+        assert!(graph_files(&graphs).is_empty(), "forgetting deletes the file");
+        assert!(!first(&store, 7).await.contains(&"r7".to_owned()));
+    }
+    assert_eq!(graph_files(&graphs).len(), 1, "the close saved it again");
+
+    {
+        let store = SqliteMemoryStore::open_with_ann(path.clone(), small)
+            .await
+            .unwrap();
+        assert_eq!(store.open_report().graph_records, 299);
+        assert!(!first(&store, 7).await.contains(&"r7".to_owned()));
+        assert_eq!(first(&store, 9).await[0], "r9");
+    }
+
+    let file = graph_files(&graphs).pop().unwrap();
+    let mut bytes = std::fs::read(&file).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x5a;
+    std::fs::write(&file, bytes).unwrap();
+    let store = SqliteMemoryStore::open_with_ann(path, small).await.unwrap();
+    assert_eq!(
+        store.open_report().graph_records,
+        0,
+        "a damaged file is not trusted"
+    );
+    assert_eq!(store.len(), 299, "and costs no memory");
+    store.wait_for_graphs();
+    assert_eq!(store.graph_stats().0, 299, "the graph is built again");
+    assert_eq!(first(&store, 9).await[0], "r9");
 }
