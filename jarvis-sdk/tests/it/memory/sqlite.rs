@@ -353,6 +353,15 @@ const KILL_TAG_ENV: &str = "JARVIS_MEMORY_KILL_TAG";
 const PUT_DONE: &str = "jarvis-memory-put";
 const KILLS: usize = 40;
 
+/// Graphs from 64 records, so the killed writers' partition has one,
+/// saved in the background, being saved or brought up to date at a kill.
+fn kill_ann() -> AnnOptions {
+    AnnOptions {
+        min_rows: 64,
+        ..AnnOptions::default()
+    }
+}
+
 /// xorshift64*: reproducible from the printed seed.
 struct Rng(u64);
 
@@ -389,7 +398,7 @@ fn memory_kill_child() {
         .unwrap();
     runtime.block_on(async move {
         let store = Arc::new(
-            SqliteMemoryStore::open(Path::new(&dir).join(MEMORY_DB_FILE))
+            SqliteMemoryStore::open_with_ann(Path::new(&dir).join(MEMORY_DB_FILE), kill_ann())
                 .await
                 .unwrap(),
         );
@@ -448,6 +457,7 @@ fn sigkill_at_random_moments_loses_no_reported_memory() {
     let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
     let mut reported: BTreeSet<String> = BTreeSet::new();
     let mut by_kill: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut graphs_taken_back = 0;
     for kill in 0..KILLS {
         let tag = format!("k{kill}");
         let mut child = Command::new(&exe)
@@ -491,10 +501,22 @@ fn sigkill_at_random_moments_loses_no_reported_memory() {
         reported.extend(ids);
 
         runtime.block_on(async {
-            let store = SqliteMemoryStore::open(dir.path().join(MEMORY_DB_FILE))
+            let store = SqliteMemoryStore::open_with_ann(dir.path().join(MEMORY_DB_FILE), kill_ann())
                 .await
                 .unwrap_or_else(|e| panic!("seed {seed}, kill {kill}: the database does not open: {e}"));
             assert_eq!(store.open_report().skipped, 0, "seed {seed}, kill {kill}");
+            let leftovers: Vec<PathBuf> = std::fs::read_dir(store.graphs_path())
+                .map(|entries| entries.filter_map(|e| Some(e.ok()?.path())).collect())
+                .unwrap_or_default();
+            assert!(
+                leftovers
+                    .iter()
+                    .all(|p| p.extension().is_some_and(|e| e == "graph")),
+                "seed {seed}, kill {kill}: a save cut short left {leftovers:?}"
+            );
+            if store.open_report().graph_records > 0 {
+                graphs_taken_back += 1;
+            }
             let all = store.list(&MemoryFilter::for_user("u")).await.unwrap();
             let mut texts: BTreeMap<String, usize> = BTreeMap::new();
             for r in &all {
@@ -522,6 +544,11 @@ fn sigkill_at_random_moments_loses_no_reported_memory() {
                 texts.values().all(|&c| c == 1),
                 "seed {seed}, kill {kill}: a memory is there twice"
             );
+            // The saved graph, brought up to date, holds every record.
+            store.wait_for_graphs();
+            if all.len() >= 64 {
+                assert_eq!(store.graph_stats().0, all.len(), "seed {seed}, kill {kill}");
+            }
             // At most one write per writer was in flight when the kill came.
             assert!(
                 all.len() <= reported.len() + 2 * (kill + 1),
@@ -532,7 +559,14 @@ fn sigkill_at_random_moments_loses_no_reported_memory() {
         });
     }
     let total: usize = by_kill.values().sum();
-    println!("memory kill test: {KILLS} kills, {total} writes reported, every one found once (seed {seed})");
+    println!(
+        "memory kill test: {KILLS} kills, {total} writes reported, every one found once; \
+         {graphs_taken_back} reopens took a saved recall graph back (seed {seed})"
+    );
+    assert!(
+        graphs_taken_back >= KILLS / 2,
+        "seed {seed}: saved graphs were taken back at only {graphs_taken_back} reopens"
+    );
     assert!(
         total > KILLS,
         "seed {seed}: the children wrote almost nothing: {by_kill:?}"
