@@ -47,6 +47,8 @@ use std::collections::HashMap;
 #[cfg(feature = "ann")]
 use std::hash::{BuildHasherDefault, Hasher};
 #[cfg(feature = "ann")]
+use std::sync::atomic::{AtomicBool, Ordering};
+#[cfg(feature = "ann")]
 use std::sync::{Arc, Mutex, mpsc};
 
 #[cfg(feature = "ann")]
@@ -225,6 +227,18 @@ struct Build {
     from_key: u64,
     /// Keys removed since the snapshot.
     removed: Vec<u64>,
+    /// Set when nobody will take the graph (see `Drop`).
+    cancel: Arc<AtomicBool>,
+}
+
+/// A build whose partition is gone (its store closed, or the graph no
+/// longer wanted) stops at its next row instead of spending minutes of a
+/// core on a graph nobody will search.
+#[cfg(feature = "ann")]
+impl Drop for Build {
+    fn drop(&mut self) {
+        self.cancel.store(true, Ordering::Relaxed);
+    }
 }
 
 /// A graph being written to its file on a background thread.
@@ -326,7 +340,7 @@ fn new_graph(dims: usize, options: &AnnOptions, capacity: usize, threads: usize)
 
 /// Builds a graph over every row of `rows` (on `threads` threads).
 #[cfg(feature = "ann")]
-fn build(rows: &(dyn Rows + Sync), options: &AnnOptions) -> Result<Graph, String> {
+fn build(rows: &(dyn Rows + Sync), options: &AnnOptions, cancel: &AtomicBool) -> Result<Graph, String> {
     let (dims, n) = (rows.dims(), rows.len());
     let threads = options.build_threads.clamp(1, 64);
     let graph = new_graph(dims, options, n + n / 8, threads + 1)?;
@@ -337,6 +351,10 @@ fn build(rows: &(dyn Rows + Sync), options: &AnnOptions) -> Result<Graph, String
             scope.spawn(move || {
                 let mut vector = vec![0.0f32; dims];
                 for row in (t..n).step_by(threads) {
+                    if cancel.load(Ordering::Relaxed) {
+                        *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some("cancelled".into());
+                        return;
+                    }
                     rows.vector_into(row, &mut vector);
                     if let Err(e) = graph.add(rows.key(row), &vector) {
                         *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
@@ -552,12 +570,15 @@ impl PartAnn {
         if rebuild {
             let snapshot = snapshot();
             let options = *options;
-            match spawn(move || build(&snapshot, &options)) {
+            let cancel = Arc::new(AtomicBool::new(false));
+            let cancelled = cancel.clone();
+            match spawn(move || build(&snapshot, &options, &cancelled)) {
                 Ok(done) => {
                     state.build = Some(Build {
                         done,
                         from_key: next_key,
                         removed: Vec::new(),
+                        cancel,
                     })
                 }
                 Err(e) => state.fail("could not start building a recall graph", &e),
@@ -978,6 +999,67 @@ mod tests {
         assert!(
             tags.iter().all(|&n| (64..=256).contains(&n)),
             "tags {min:?}..{max:?}"
+        );
+    }
+
+    /// Rows whose vectors count the row up the first dimensions; the
+    /// `reads` counter tells how many a build has read.
+    struct Counted {
+        n: usize,
+        reads: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Rows for Counted {
+        fn dims(&self) -> usize {
+            8
+        }
+        fn len(&self) -> usize {
+            self.n
+        }
+        fn key(&self, row: usize) -> u64 {
+            row as u64
+        }
+        fn vector_into(&self, row: usize, out: &mut [f32]) {
+            self.reads.fetch_add(1, Ordering::Relaxed);
+            out.fill(0.0);
+            out[row % 8] = 1.0;
+            out[(row / 8) % 8] += 0.5;
+        }
+        fn id(&self, row: usize) -> Arc<str> {
+            Arc::from(format!("r{row}"))
+        }
+    }
+
+    /// A build nobody will take stops at its next row: dropping the
+    /// `Build` (its partition gone) raises the flag the build checks.
+    #[test]
+    fn a_build_nobody_will_take_stops() {
+        let rows = Counted {
+            n: 1_000,
+            reads: Default::default(),
+        };
+        let options = AnnOptions::default();
+        assert_eq!(
+            build(&rows, &options, &AtomicBool::new(false)).map(|g| g.size()),
+            Ok(1_000)
+        );
+        let read = rows.reads.swap(0, Ordering::Relaxed);
+        assert_eq!(read, 1_000);
+
+        let cancel = Arc::new(AtomicBool::new(false));
+        let (_tx, done) = mpsc::channel();
+        drop(Build {
+            done,
+            from_key: 0,
+            removed: Vec::new(),
+            cancel: cancel.clone(),
+        });
+        assert!(cancel.load(Ordering::Relaxed), "dropping a build cancels it");
+        assert!(build(&rows, &options, &cancel).is_err());
+        assert_eq!(
+            rows.reads.load(Ordering::Relaxed),
+            0,
+            "a cancelled build reads no row"
         );
     }
 }
