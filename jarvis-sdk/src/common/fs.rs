@@ -5,6 +5,8 @@
 //! flushes the directory, so a reader sees either the old content or the
 //! new, never half of one, and a power loss after it returned keeps the new.
 //!
+//! [`StagedFile`] is the same write with the rename left to the caller.
+//!
 //! [`update_file_locked`] is the one way to read, change and write back a
 //! file that several writers share: it holds a lock for the read and the
 //! write together, in this process (one mutex per path) and across
@@ -77,30 +79,62 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 /// directory is flushed after the rename, so once this returns the new
 /// content survives a power loss. The parent directory must exist.
 pub fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
-    let dir = parent_of(path);
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::new(ErrorKind::InvalidInput, "path has no file name"))?;
-    let (tmp, mut file) = loop {
-        let tmp = dir.join(temp_name(name));
-        match OpenOptions::new().write(true).create_new(true).open(&tmp) {
-            Ok(file) => break (tmp, file),
-            // Left behind by a crashed writer with the same numbers: pick another.
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e),
-        }
-    };
-    let result = (|| {
+    StagedFile::write(path, contents)?.commit()
+}
+
+/// New content for a file, written and flushed beside it but not yet in
+/// its place: [`StagedFile::commit`] renames it over the file, dropping
+/// it removes it. [`write_atomic`] is a write and a commit; staging lets
+/// a writer that spent long on the content decide at the last moment
+/// (under its own lock) whether the content may still replace the file.
+#[derive(Debug)]
+pub(crate) struct StagedFile {
+    tmp: PathBuf,
+    path: PathBuf,
+    committed: bool,
+}
+
+impl StagedFile {
+    /// Writes `contents` to a new temporary file beside `path` and
+    /// flushes it. The parent directory must exist.
+    pub(crate) fn write(path: &Path, contents: &[u8]) -> io::Result<Self> {
+        let dir = parent_of(path);
+        let name = path
+            .file_name()
+            .ok_or_else(|| io::Error::new(ErrorKind::InvalidInput, "path has no file name"))?;
+        let (tmp, mut file) = loop {
+            let tmp = dir.join(temp_name(name));
+            match OpenOptions::new().write(true).create_new(true).open(&tmp) {
+                Ok(file) => break (tmp, file),
+                // Left behind by a crashed writer with the same numbers: pick another.
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        let staged = Self {
+            tmp,
+            path: path.to_path_buf(),
+            committed: false,
+        };
         file.write_all(contents)?;
         file.sync_all()?;
-        drop(file);
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-        return result;
+        Ok(staged)
     }
-    sync_dir(dir)
+
+    /// Renames the content over the file and flushes the directory.
+    pub(crate) fn commit(mut self) -> io::Result<()> {
+        std::fs::rename(&self.tmp, &self.path)?;
+        self.committed = true;
+        sync_dir(parent_of(&self.path))
+    }
+}
+
+impl Drop for StagedFile {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
 }
 
 /// The sidecar lock file of `path`: `<file>.lock` beside it.

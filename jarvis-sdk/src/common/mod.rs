@@ -25,6 +25,7 @@ mod zone;
 
 pub use clock::{Clock, IdSource, ManualClock, OffsetClock, SequentialIds, SystemClock, UniqueIds};
 pub use extensions::Extensions;
+pub(crate) use fs::StagedFile;
 pub use fs::{lock_file_path, update_file_locked, write_atomic};
 pub use lock::{HOME_LOCK_FILE, HomeLock, HomeLockError, LockHolder};
 pub use text::{bigram_jaccard, char_len, fnv1a64, truncate_chars, truncate_with_marker};

@@ -625,6 +625,9 @@ impl PartAnn {
             expansion_add: graph.expansion_add(),
         };
         let saving = graph.clone();
+        // Taken under the state's lock, so a removal after this point
+        // (which deletes the file) keeps the save from putting it back.
+        let deletions = file.deletions();
         let work = move || {
             let mut vector = vec![0.0f32; shape.dims];
             let mut nodes: Vec<Node> = Vec::with_capacity(snapshot.len());
@@ -636,9 +639,14 @@ impl PartAnn {
                 }
             }
             let size = saving.size();
-            file.write(shape, covered, &nodes, saving.serialized_length(), |out| {
-                saving.save_to_buffer(out).map_err(|e| e.to_string())
-            })?;
+            file.write(
+                deletions,
+                shape,
+                covered,
+                &nodes,
+                saving.serialized_length(),
+                |out| saving.save_to_buffer(out).map_err(|e| e.to_string()),
+            )?;
             Ok(size)
         };
         match spawn(work) {
@@ -658,8 +666,9 @@ impl PartAnn {
     }
 
     /// Takes in the save under way once it has finished (with `block`,
-    /// waits for it): removes what was removed meanwhile, and deletes the
-    /// file it wrote when that held a removed row. False while it runs.
+    /// waits for it): removes from the graph what was removed meanwhile
+    /// (such a removal deleted the file and kept the save from writing
+    /// it). False while it runs.
     fn finish_saver(&self, state: &mut State, block: bool) -> bool {
         let Some(saver) = &state.saver else {
             return true;
@@ -683,10 +692,9 @@ impl PartAnn {
             }
         }
         match result {
+            // The removal deleted the file, and the save did not put it
+            // back (`GraphFile::write`): the next save writes it anew.
             Ok(_) if !saver.removed.is_empty() => {
-                if let Some(file) = &self.file {
-                    file.remove();
-                }
                 state.written = false;
                 state.saved = 0;
             }

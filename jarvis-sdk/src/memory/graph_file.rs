@@ -30,8 +30,9 @@
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
-use crate::common::write_atomic;
+use crate::common::StagedFile;
 
 /// First bytes of a graph file.
 const MAGIC: &[u8; 4] = b"JRVG";
@@ -123,6 +124,9 @@ pub(super) struct GraphFile {
     path: PathBuf,
     /// The partition, spelt out (checked against the file's header).
     partition: String,
+    /// Deletions of the file so far, shared by every clone: a write
+    /// started before a deletion must not put the file back.
+    deletions: Arc<Mutex<u64>>,
 }
 
 /// The graph's settings a file must share with the store reading it.
@@ -197,6 +201,7 @@ impl GraphFile {
         Self {
             path: dir.join(name),
             partition,
+            deletions: Arc::default(),
         }
     }
 
@@ -206,16 +211,27 @@ impl GraphFile {
         &self.path
     }
 
+    /// How many times the file was deleted so far: what [`Self::write`]
+    /// is given, taken when its content was read from the graph.
+    pub(super) fn deletions(&self) -> u64 {
+        *self.deletions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Writes the graph `graph_bytes` long (serialised into the buffer by
-    /// `serialise`) with its nodes, replacing the file atomically.
+    /// `serialise`) with its nodes, replacing the file atomically, unless
+    /// the file was deleted since [`Self::deletions`] answered `deletions`
+    /// (the content may hold what was forgotten meanwhile): then nothing
+    /// is written and the answer is false.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn write(
         &self,
+        deletions: u64,
         shape: Shape,
         covered: u64,
         nodes: &[Node],
         graph_bytes: usize,
         serialise: impl FnOnce(&mut [u8]) -> Result<(), String>,
-    ) -> Result<(), String> {
+    ) -> Result<bool, String> {
         let ids: usize = nodes.iter().map(|n| n.2.len() + 20).sum();
         let mut out = Vec::with_capacity(PREFIX + 128 + self.partition.len() + ids + graph_bytes);
         out.extend_from_slice(MAGIC);
@@ -242,7 +258,13 @@ impl GraphFile {
         if let Some(dir) = self.path.parent() {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
-        write_atomic(&self.path, &out).map_err(io)
+        let staged = StagedFile::write(&self.path, &out).map_err(io)?;
+        let gate = self.deletions.lock().unwrap_or_else(|e| e.into_inner());
+        if *gate != deletions {
+            return Ok(false);
+        }
+        staged.commit().map_err(io)?;
+        Ok(true)
     }
 
     /// Reads the file back: `Ok(None)` when there is none, `Err` when it
@@ -300,6 +322,8 @@ impl GraphFile {
 
     /// Deletes the file (when there is one); failures are logged.
     pub(super) fn remove(&self) {
+        let mut gate = self.deletions.lock().unwrap_or_else(|e| e.into_inner());
+        *gate += 1;
         match std::fs::remove_file(&self.path) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -329,12 +353,38 @@ mod tests {
 
     fn written(dir: &Path) -> GraphFile {
         let file = GraphFile::new(dir, "user\0agent".into());
-        file.write(shape(), 9, &nodes(), 5, |out| {
+        let wrote = file.write(file.deletions(), shape(), 9, &nodes(), 5, |out| {
             out.copy_from_slice(b"graph");
             Ok(())
-        })
-        .expect("write");
+        });
+        assert_eq!(wrote, Ok(true));
         file
+    }
+
+    /// A write whose content was read before the file was deleted (a
+    /// record was forgotten meanwhile) leaves no file and no temporary
+    /// one; a write started after the deletion puts it back.
+    #[test]
+    fn a_write_from_before_a_deletion_is_dropped() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = written(dir.path());
+        let before = file.deletions();
+        file.clone().remove();
+        assert!(!file.path().exists());
+        let wrote = file.write(before, shape(), 9, &nodes(), 5, |out| {
+            out.copy_from_slice(b"stale");
+            Ok(())
+        });
+        assert_eq!(wrote, Ok(false));
+        let left: Vec<_> = std::fs::read_dir(dir.path()).expect("list").collect();
+        assert!(left.is_empty(), "nothing is left: {left:?}");
+        let again = file.write(file.deletions(), shape(), 9, &nodes(), 5, |out| {
+            out.copy_from_slice(b"graph");
+            Ok(())
+        });
+        assert_eq!(wrote, Ok(false));
+        assert_eq!(again, Ok(true));
+        assert_eq!(file.read().expect("read").expect("a file").graph, b"graph");
     }
 
     #[test]
