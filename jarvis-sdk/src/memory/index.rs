@@ -56,7 +56,7 @@ use std::sync::atomic::{self, AtomicBool};
 
 use super::ann::{AnnOptions, PartAnn, Rows};
 use super::graph_file::{GraphFile, Saved, fingerprint};
-use super::lexical::{Postings, terms};
+use super::lexical::{Postings, Terms, terms};
 use super::record::{
     Layer, META_PREV, META_WHEN, MemoryFilter, MemoryRecord, SearchHit, SearchQuery, metadata_days,
 };
@@ -561,7 +561,7 @@ impl Partition {
     }
 
     /// [`push`](Self::push) of a row whose terms are already taken.
-    fn push_with_terms(&mut self, row: Row, vector: &[f32], terms: &[(String, u32)]) -> usize {
+    fn push_with_terms(&mut self, row: Row, vector: &[f32], terms: &Terms) -> usize {
         let index = self.rows.len();
         self.lexical.push(terms);
         self.tiles.grow_to(index + 1);
@@ -1376,7 +1376,7 @@ pub(crate) struct LoadedRow {
     pub(crate) text: String,
     /// The terms of `text` for the word index (`lexical::terms`), taken
     /// by the reader so that the two loading threads share the work.
-    pub(crate) terms: Vec<(String, u32)>,
+    pub(crate) terms: Terms,
     /// The metadata as JSON text, checked to parse; parsed again only when
     /// the record is handed out (most never are).
     pub(crate) metadata: Box<str>,

@@ -53,48 +53,97 @@ const COMMON_SHARE: usize = 10;
 /// word every record shares does not make a search read every row.
 const UBIQUITOUS_ROWS: usize = 64;
 
+/// A text's terms with how often each occurs, in first-seen order, spelt
+/// one after another into one buffer: a row's terms cost two allocations
+/// however many they are (an open reads them for every record).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Terms {
+    spelt: String,
+    /// By term: where its spelling ends in `spelt` (it starts where the
+    /// one before ends) and its frequency.
+    ends: Vec<(u32, u32)>,
+}
+
+impl Terms {
+    /// Each term with its frequency.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, u32)> + '_ {
+        let mut start = 0;
+        self.ends.iter().map(move |&(end, tf)| {
+            let term = &self.spelt[start..end as usize];
+            start = end as usize;
+            (term, tf)
+        })
+    }
+}
+
 /// The terms of `text` with how often each occurs, in first-seen order.
-pub(crate) fn terms(text: &str) -> Vec<(String, u32)> {
-    let mut scratch = TokenScratch::default();
-    let mut out: Vec<(String, u32)> = Vec::new();
-    let mut at: HashMap<String, usize, RandomState> = HashMap::default();
-    // A term is spelt into `term` and allocated only the first time.
-    let mut term = String::new();
+pub(crate) fn terms(text: &str) -> Terms {
+    // Every occurrence is spelt into `all`, then equal spellings are
+    // counted by sorting: texts have tens of terms, where a sort of
+    // indices beats hashing and allocates once.
+    let mut all = String::new();
+    let mut spans: Vec<(u32, u32)> = Vec::new();
     let mut add = |chars: &[char]| {
-        term.clear();
-        term.extend(chars);
-        match at.get(term.as_str()) {
-            Some(&i) => out[i].1 += 1,
-            None => {
-                at.insert(term.clone(), out.len());
-                out.push((term.clone(), 1));
-            }
-        }
+        let start = all.len() as u32;
+        all.extend(chars);
+        spans.push((start, all.len() as u32));
     };
-    for_each_token(text, &mut scratch, |token| {
-        if token.stopword || token.stem.is_empty() {
-            return;
-        }
-        match token.script {
-            Script::Alnum => add(token.stem),
-            Script::Hangul | Script::Dense => {
-                let stem = token.stem;
-                if stem.len() == 1 {
-                    add(stem);
-                } else {
-                    for pair in stem.windows(2) {
-                        add(pair);
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<TokenScratch> = std::cell::RefCell::default();
+    }
+    SCRATCH.with_borrow_mut(|scratch| {
+        for_each_token(text, scratch, |token| {
+            if token.stopword || token.stem.is_empty() {
+                return;
+            }
+            match token.script {
+                Script::Alnum => add(token.stem),
+                Script::Hangul | Script::Dense => {
+                    let stem = token.stem;
+                    if stem.len() == 1 {
+                        add(stem);
+                    } else {
+                        for pair in stem.windows(2) {
+                            add(pair);
+                        }
                     }
                 }
             }
-        }
+        })
     });
+    let spelling = |i: u32| {
+        let (start, end) = spans[i as usize];
+        &all[start as usize..end as usize]
+    };
+    // Occurrences by spelling, the first of each spelling first.
+    let mut order: Vec<u32> = (0..spans.len() as u32).collect();
+    order.sort_unstable_by(|&a, &b| spelling(a).cmp(spelling(b)).then(a.cmp(&b)));
+    // (first occurrence, frequency) of each spelling, in first-seen order.
+    let mut firsts: Vec<(u32, u32)> = Vec::new();
+    for (at, &i) in order.iter().enumerate() {
+        if at > 0 && spelling(order[at - 1]) == spelling(i) {
+            if let Some(last) = firsts.last_mut() {
+                last.1 += 1;
+            }
+        } else {
+            firsts.push((i, 1));
+        }
+    }
+    firsts.sort_unstable();
+    let mut out = Terms {
+        spelt: String::with_capacity(firsts.iter().map(|&(i, _)| spelling(i).len()).sum()),
+        ends: Vec::with_capacity(firsts.len()),
+    };
+    for (i, tf) in firsts {
+        out.spelt.push_str(spelling(i));
+        out.ends.push((out.spelt.len() as u32, tf));
+    }
     out
 }
 
 /// The distinct terms of a query.
 pub(crate) fn query_terms(text: &str) -> Vec<String> {
-    terms(text).into_iter().map(|(t, _)| t).collect()
+    terms(text).iter().map(|(t, _)| t.to_owned()).collect()
 }
 
 /// One row's place in a posting list.
@@ -151,12 +200,12 @@ impl Postings {
         id
     }
 
-    fn forward_of(&mut self, terms: &[(String, u32)]) -> Box<[(u32, u32)]> {
-        terms.iter().map(|(t, tf)| (self.term_id(t), *tf)).collect()
+    fn forward_of(&mut self, terms: &Terms) -> Box<[(u32, u32)]> {
+        terms.iter().map(|(t, tf)| (self.term_id(t), tf)).collect()
     }
 
     /// Indexes a new last row with `terms`.
-    pub(crate) fn push(&mut self, terms: &[(String, u32)]) {
+    pub(crate) fn push(&mut self, terms: &Terms) {
         let row = self.forward.len() as u32;
         let forward = self.forward_of(terms);
         self.link(row, &forward);
@@ -164,7 +213,7 @@ impl Postings {
     }
 
     /// Replaces the terms of `row`.
-    pub(crate) fn replace(&mut self, row: usize, terms: &[(String, u32)]) {
+    pub(crate) fn replace(&mut self, row: usize, terms: &Terms) {
         let old = std::mem::take(&mut self.forward[row]);
         self.unlink(row as u32, &old);
         let forward = self.forward_of(terms);
@@ -334,8 +383,8 @@ impl Postings {
 mod tests {
     use super::*;
 
-    fn names(terms: &[(String, u32)]) -> Vec<&str> {
-        terms.iter().map(|(t, _)| t.as_str()).collect()
+    fn names(terms: &Terms) -> Vec<&str> {
+        terms.iter().map(|(t, _)| t).collect()
     }
 
     #[test]
@@ -354,11 +403,17 @@ mod tests {
             "Han and kana runs as bigrams"
         );
         assert!(
-            terms("the of and 좀 ... !!").is_empty(),
+            terms("the of and 좀 ... !!") == Terms::default(),
             "function words say nothing"
         );
         let t = terms("공고 공고를 공고");
-        assert_eq!(t, [("공고".to_owned(), 3)], "frequencies count");
+        assert_eq!(t.iter().collect::<Vec<_>>(), [("공고", 3)], "frequencies count");
+        let t = terms("zulu kilo zulu lima kilo zulu 서울 부산 서울");
+        assert_eq!(
+            t.iter().collect::<Vec<_>>(),
+            [("zulu", 3), ("kilo", 2), ("lima", 1), ("서울", 2), ("부산", 1)],
+            "first-seen order, each counted once"
+        );
     }
 
     fn index(texts: &[&str]) -> Postings {
