@@ -2,6 +2,7 @@
 //! examples (which CI builds and runs), so they cannot drift from code that
 //! compiles, and every relative link of README.md, ARCHITECTURE.md and the
 //! guides in `docs/` reaches a file, and a heading where it names one.
+//! README.md stays at most 250 lines and ARCHITECTURE.md at most 600.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -164,4 +165,20 @@ fn the_readme_stays_a_front_door() {
         lines <= 250,
         "README.md has {lines} lines; the rest belongs in docs/"
     );
+}
+
+#[test]
+fn the_architecture_stays_a_map() {
+    let text = read(&root().join("ARCHITECTURE.md"));
+    let lines = text.lines().count();
+    assert!(
+        lines <= 600,
+        "ARCHITECTURE.md has {lines} lines; explanations belong in docs/, figures in docs/performance.md"
+    );
+    for heading in ["## Layers", "## Code map", "## Flows", "## Invariants"] {
+        assert!(
+            text.lines().any(|l| l == heading),
+            "ARCHITECTURE.md has no `{heading}` section"
+        );
+    }
 }
