@@ -28,7 +28,9 @@
 //!
 //! Run with `cargo run --release -p jarvis-sdk --example recall_bench`
 //! (add `-- --smoke` for a quick check that it works, `-- --at N` for the
-//! recall run at N records alone, `-- --crossover` for the crossover alone).
+//! recall run at N records alone, `-- --crossover` for the crossover alone,
+//! `-- --check` to exit 1 when a target is missed: with the default graph
+//! settings, outside `--smoke`).
 //! Extra rows with other graph settings: `-- --at N --min-rows R
 //! --connectivity M --expansion-add E --ef 32,48` gives partitions of `R`
 //! records or more a graph, builds the graphs with `M` links per node and
@@ -393,7 +395,20 @@ async fn recall_at_10(
 
 /// The recall run at `n` records with graphs built as `ann` says, once per
 /// `ef` in `efs` (none: `ann`'s own).
-async fn recall_at(n: usize, queries: usize, ann: AnnOptions, efs: &[usize]) {
+/// The p50 target of one recall at `n` records, where there is one.
+fn p50_target(n: usize) -> Option<Duration> {
+    match n {
+        10_000 => Some(Duration::from_millis(1)),
+        100_000 => Some(Duration::from_millis(10)),
+        1_000_000 => Some(Duration::from_millis(1)),
+        _ => None,
+    }
+}
+
+/// Measures recall at `n` records (once per `ef` in `efs`, or with the
+/// options' own) and answers the targets the first setting missed.
+async fn recall_at(n: usize, queries: usize, ann: AnnOptions, efs: &[usize]) -> Vec<String> {
+    let mut missed = Vec::new();
     let (graph, built) = store_of(n, ann).await;
     let (graph_rows, graph_bytes) = graph.graph_stats();
     let prompts = prompts(n, queries);
@@ -414,6 +429,16 @@ async fn recall_at(n: usize, queries: usize, ann: AnnOptions, efs: &[usize]) {
             println!("graphs with {ann:?}:");
         }
         println!("{} records: p50 {}, p99 {}", label(n), ms(p50), ms(p99));
+        if i == 0
+            && let Some(target) = p50_target(n)
+            && p50 > target
+        {
+            missed.push(format!(
+                "recall p50 at {} records must be at most {}",
+                label(n),
+                ms(target)
+            ));
+        }
         println!(
             "    (one episodic recall alone: p50 {}, p99 {}; {} of the records in graphs)",
             ms(r50),
@@ -421,7 +446,7 @@ async fn recall_at(n: usize, queries: usize, ann: AnnOptions, efs: &[usize]) {
             graph_rows,
         );
         let Some(exact) = &exact else {
-            return;
+            return missed;
         };
         let (recall, graph_search, exact_search) = recall_at_10(&graph, exact, &prompts).await;
         if i == 0 {
@@ -433,6 +458,12 @@ async fn recall_at(n: usize, queries: usize, ann: AnnOptions, efs: &[usize]) {
             ms(graph_search),
             ms(exact_search),
         );
+        if i == 0 && n >= 100_000 && recall < 0.95 {
+            missed.push(format!(
+                "recall@10 against exact search at {} records must be at least 0.95",
+                label(n)
+            ));
+        }
     }
     if graph_rows > 0 {
         println!(
@@ -444,6 +475,7 @@ async fn recall_at(n: usize, queries: usize, ann: AnnOptions, efs: &[usize]) {
             ann.build_threads,
         );
     }
+    missed
 }
 
 /// The value after `flag` on the command line, parsed.
@@ -597,6 +629,7 @@ fn window(sessions: &[Vec<Duration>], from: usize, to: usize) -> Duration {
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let smoke = std::env::args().any(|a| a == "--smoke");
+    let check = std::env::args().any(|a| a == "--check");
     let (sizes, queries): (&[usize], usize) = if smoke {
         (&[1_000, 40_000], 20)
     } else {
@@ -627,12 +660,30 @@ async fn main() {
         if ann == defaults { " (the defaults)" } else { "" },
         huge_pages()
     );
+    let mut missed = Vec::new();
     for &n in sizes {
-        recall_at(n, queries, ann, &efs).await;
+        missed.extend(recall_at(n, queries, ann, &efs).await);
     }
-    if at.is_some() {
+    if at.is_none() {
+        missed.extend(turn_share(smoke).await);
+    }
+    // Smoke sizes are not the targets' sizes, and other settings are not
+    // the defaults the targets are about.
+    if smoke || ann != defaults || !efs.is_empty() {
         return;
     }
+    for m in &missed {
+        eprintln!("target missed: {m}");
+    }
+    if check && !missed.is_empty() {
+        std::process::exit(1);
+    }
+}
+
+/// The crossover and memory's share of a turn; answers the share's target
+/// when missed.
+async fn turn_share(smoke: bool) -> Vec<String> {
+    let queries = if smoke { 20 } else { 400 };
     let crossover_sizes: &[usize] = if smoke {
         &[2_000]
     } else {
@@ -655,4 +706,11 @@ async fn main() {
         ms(window(&recall, from, to)),
         ms(window(&write, from, to)),
     );
+    let mut missed = Vec::new();
+    if on.saturating_sub(off) > Duration::from_micros(50) {
+        missed.push(format!(
+            "memory must add at most 0.05 ms per turn at turns {from}-{to}"
+        ));
+    }
+    missed
 }
