@@ -222,7 +222,6 @@ impl GraphFile {
     /// the file was deleted since [`Self::deletions`] answered `deletions`
     /// (the content may hold what was forgotten meanwhile): then nothing
     /// is written and the answer is false.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn write(
         &self,
         deletions: u64,
