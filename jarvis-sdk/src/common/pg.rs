@@ -47,23 +47,7 @@ pub(crate) fn build_pool_with(
     max_size: usize,
     settings: &[(&str, &str)],
 ) -> Result<(Pool, Arc<str>), PgSetupError> {
-    let mut config: tokio_postgres::Config = url.parse().map_err(|e| PgSetupError::Unreachable {
-        target: "(the connection string could not be read)".into(),
-        source: Box::new(e),
-    })?;
-    if !settings.is_empty() {
-        let mut options = config.get_options().unwrap_or_default().to_owned();
-        for (name, value) in settings {
-            if !options.is_empty() {
-                options.push(' ');
-            }
-            options.push_str(&format!("-c {name}={value}"));
-        }
-        config.options(options);
-    }
-    if config.get_connect_timeout().is_none() {
-        config.connect_timeout(Duration::from_secs(10));
-    }
+    let config = config_with(url, settings)?;
     let target: Arc<str> = describe(&config).into();
     let manager = Manager::from_config(
         config,
@@ -83,6 +67,34 @@ pub(crate) fn build_pool_with(
             source: Box::new(e),
         })?;
     Ok((pool, target))
+}
+
+/// The connection settings of `url` with the server settings `settings`
+/// added to its `options`, and a connect timeout of 10 s unless it names
+/// one: what [`build_pool_with`] connects with, for a connection of its
+/// own beside the pool (a `LISTEN`ing one).
+pub(crate) fn config_with(
+    url: &str,
+    settings: &[(&str, &str)],
+) -> Result<tokio_postgres::Config, PgSetupError> {
+    let mut config: tokio_postgres::Config = url.parse().map_err(|e| PgSetupError::Unreachable {
+        target: "(the connection string could not be read)".into(),
+        source: Box::new(e),
+    })?;
+    if !settings.is_empty() {
+        let mut options = config.get_options().unwrap_or_default().to_owned();
+        for (name, value) in settings {
+            if !options.is_empty() {
+                options.push(' ');
+            }
+            options.push_str(&format!("-c {name}={value}"));
+        }
+        config.options(options);
+    }
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(Duration::from_secs(10));
+    }
+    Ok(config)
 }
 
 /// A connection from `pool`.

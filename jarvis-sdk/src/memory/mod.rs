@@ -22,6 +22,7 @@
 //! | `graph_file.rs` | a partition's graph kept on disk between runs (`<database>-graphs/`) |
 //! | `sqlite.rs` | [`SqliteMemoryStore`] (feature `sqlite`, default): `$JARVIS_HOME/memory.sqlite3` |
 //! | `postgres.rs` | [`PostgresMemoryStore`] (feature `postgres`) |
+//! | `postgres_notices.rs` | what a Postgres store hears of other writers (`LISTEN`/`NOTIFY`) |
 //! | `working.rs` | [`WorkingMemory`] and its rule |
 //! | `inject.rs` | [`MemoryContext`]: sections, budgets, the last 3 turns |
 //! | `service.rs` | [`MemoryService`]: writing, recall, `observe`, `record_turn`, re-embedding ([`ReembedStatus`]) |
@@ -41,6 +42,8 @@ mod learn;
 mod lexical;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "postgres")]
+mod postgres_notices;
 mod procedures;
 mod recall;
 mod record;

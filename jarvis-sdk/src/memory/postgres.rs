@@ -7,6 +7,7 @@
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
 use deadpool_postgres::Pool;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::SystemTime;
 use tokio_postgres::Row;
@@ -14,12 +15,13 @@ use tokio_postgres::types::{Json, ToSql};
 
 use super::error::{BoxError, MemoryError};
 use super::index::Index;
+use super::postgres_notices::{Listener, TRIGGERS, WRITER_SETTING, writer_token};
 use super::record::{Layer, MemoryFilter, MemoryRecord, SearchHit, SearchQuery};
 use super::rules::sql_case;
 use super::store::MemoryStore;
 use super::working::WorkingMemory;
 use crate::common::Timestamp;
-use crate::common::pg::{PgSetupError, build_pool_with, connection};
+use crate::common::pg::{PgSetupError, build_pool_with, config_with, connection};
 
 /// Key of the advisory lock migrations hold (`jarvis` in ASCII, then 2).
 const MIGRATION_LOCK: i64 = 0x6a61_7276_6973_0002;
@@ -93,14 +95,54 @@ ALTER TABLE jarvis_working_memory ADD COLUMN IF NOT EXISTS updated_at TIMESTAMPT
     )
 }
 
-/// A rehearsal on its way ([`MemoryStore::touch_soon`]).
-type Rehearsal = tokio::task::JoinHandle<Result<(), MemoryError>>;
-
 #[derive(Debug, Default)]
 struct Mirror {
     index: Index,
+    /// Every change up to this `seq` is in the index.
     last_seq: i64,
+    /// This store's own changes past `last_seq`, already in the index
+    /// (see [`PostgresMemoryStore::applied`]); a gap before the first of
+    /// them is a change the index lacks.
+    own: BTreeSet<i64>,
+    /// The notices' generation when the last refresh began.
+    heard_at: u64,
 }
+
+impl Mirror {
+    /// Moves `last_seq` over the own changes that follow it.
+    fn advance(&mut self) {
+        while let Some(&first) = self.own.first() {
+            if first > self.last_seq + 1 {
+                break;
+            }
+            self.own.pop_first();
+            self.last_seq = self.last_seq.max(first);
+        }
+    }
+}
+
+/// Working memories by session, as this store last wrote or read them,
+/// with the notices' generation of that moment (see
+/// [`PostgresMemoryStore::load_working`]).
+type WorkingCache = HashMap<String, (u64, WorkingMemory)>;
+
+/// `ids` with each named once (a call rehearses a record once however
+/// often it names it), in their first order.
+fn once_each(ids: &[String]) -> Vec<String> {
+    let mut seen = std::collections::HashSet::with_capacity(ids.len());
+    ids.iter()
+        .filter(|id| seen.insert(id.as_str()))
+        .cloned()
+        .collect()
+}
+
+/// Rehearsals a store leaves for the end of a turn at most
+/// ([`MemoryStore::touch_soon`]).
+const REHEARSALS_LEFT: usize = 256;
+
+/// Sessions whose working memory a store keeps at most; past it, the
+/// cache starts afresh.
+const WORKING_CACHE: usize = 4_096;
 
 /// Long-term and working memory in Postgres.
 ///
@@ -122,7 +164,17 @@ struct Mirror {
 /// transaction and stamps the rows it writes with the next value of a
 /// sequence (`seq`), so rows become visible in `seq` order; before each
 /// read the mirror fetches the rows with a `seq` above the highest it has
-/// seen. Writes of other instances are therefore seen by the next read.
+/// seen. Writes of other instances are therefore seen by the next read,
+/// with one exception: a recall's [`catch_up`](MemoryStore::catch_up)
+/// asks the database only when a notice says another instance wrote
+/// since (`postgres_notices.rs`: triggers `NOTIFY`, each store `LISTEN`s
+/// on a connection of its own), so it sees another instance's write from
+/// the moment its notice arrives, a fraction of a millisecond after the
+/// commit, and costs no round trip while no one else writes. The store's
+/// own writes return the `seq` they were stamped with and go into the
+/// mirror at once. Working memory is kept the same way: a session's
+/// working memory as this store last wrote or read it answers until a
+/// notice of another writer arrives.
 /// A rehearsal moves a row to a new `seq` but keeps the `seq` its content
 /// was written at (`written_seq`), so a mirror that already holds that
 /// content fetches only the new count; a fresh mirror, or a row written
@@ -149,9 +201,12 @@ pub struct PostgresMemoryStore {
     target: Arc<str>,
     mirror: Arc<Mutex<Mirror>>,
     refreshing: Arc<tokio::sync::Mutex<()>>,
-    /// The rehearsals [`MemoryStore::touch_soon`] sent in the background,
-    /// which the store's next read or write waits for.
-    rehearsing: Arc<Mutex<Vec<Rehearsal>>>,
+    /// The rehearsals [`MemoryStore::touch_soon`] left for the end of the
+    /// turn to write (a record once per rehearsal), which the store's
+    /// next read or other write sends first.
+    rehearsing: Arc<Mutex<Vec<String>>>,
+    listener: Arc<Listener>,
+    working: Arc<Mutex<WorkingCache>>,
 }
 
 impl std::fmt::Debug for PostgresMemoryStore {
@@ -178,15 +233,25 @@ impl PostgresMemoryStore {
     /// Fails with [`MemoryError::Unreachable`], naming host, port and
     /// database (never the password), when no connection can be made.
     pub async fn connect(url: &str) -> Result<Self, MemoryError> {
-        let (pool, target) = build_pool_with(url, 8, PLANNER_SETTINGS).map_err(setup_error)?;
+        let writer = writer_token();
+        let mut settings = PLANNER_SETTINGS.to_vec();
+        settings.push((WRITER_SETTING, &writer));
+        let (pool, target) = build_pool_with(url, 8, &settings).map_err(setup_error)?;
+        let config = config_with(url, &settings).map_err(setup_error)?;
+        // Reached first: a failure names the target as any other does.
+        drop(connection(&pool, &target).await.map_err(setup_error)?);
         let store = Self {
             pool,
             target,
             mirror: Arc::new(Mutex::new(Mirror::default())),
             refreshing: Arc::new(tokio::sync::Mutex::new(())),
             rehearsing: Arc::new(Mutex::new(Vec::new())),
+            listener: Arc::new(Listener::start(config, writer).await),
+            working: Arc::new(Mutex::new(HashMap::new())),
         };
         store.migrate().await?;
+        // After the listening began: what others write from here on is
+        // noticed, and what they wrote before, this brings.
         store.refresh().await?;
         Ok(store)
     }
@@ -206,6 +271,9 @@ impl PostgresMemoryStore {
         tx.batch_execute(&migrations())
             .await
             .map_err(db("migrate the memory tables"))?;
+        tx.batch_execute(TRIGGERS)
+            .await
+            .map_err(db("create the memory tables' triggers"))?;
         tx.commit().await.map_err(db("commit the migration"))
     }
 
@@ -213,19 +281,31 @@ impl PostgresMemoryStore {
         connection(&self.pool, &self.target).await.map_err(setup_error)
     }
 
-    /// Waits for the rehearsals sent in the background, if any are on
-    /// their way, so what comes next comes after them. A failure is
-    /// logged: the recall that sent it has long answered.
+    /// The rehearsals left by recalls and not yet written, taken.
+    fn take_rehearsals(&self) -> Vec<String> {
+        std::mem::take(&mut *self.rehearsing.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Writes the rehearsals recalls left ([`MemoryStore::touch_soon`]),
+    /// if any, so what comes next comes after them. A failure is logged:
+    /// the recall that left them has long answered.
     async fn settle(&self) {
-        let pending = std::mem::take(&mut *self.rehearsing.lock().unwrap_or_else(|e| e.into_inner()));
-        for rehearsal in pending {
-            match rehearsal.await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!("memory store (postgres): a recall's rehearsal was not written: {e}")
-                }
-                Err(e) => tracing::warn!("memory store (postgres): a recall's rehearsal stopped: {e}"),
-            }
+        let pending = self.take_rehearsals();
+        if pending.is_empty() {
+            return;
+        }
+        if let Err(e) = self.rehearse(&pending).await {
+            tracing::warn!("memory store (postgres): a recall's rehearsal was not written: {e}");
+        }
+    }
+
+    /// Puts rehearsals written by this store (ids, `seq`s and counts, as
+    /// [`touch_rows`] answers them) into the mirror.
+    fn rehearsed(mirror: &mut Mirror, ids: &[String], seqs: &[i64], counts: &[i32]) {
+        for ((id, &seq), &count) in ids.iter().zip(seqs).zip(counts) {
+            Self::applied(mirror, seq, |index| {
+                index.set_rehearsal(id, u32::try_from(count).unwrap_or(0));
+            });
         }
     }
 
@@ -235,15 +315,79 @@ impl PostgresMemoryStore {
         let client = self.client().await?;
         let op = "rehearse memories";
         let statement = client.prepare_cached(TOUCH).await.map_err(db(op))?;
-        client
-            .execute(&statement, &[&ids, &WRITE_LOCK])
+        let rows = client
+            .query(&statement, &[&ids, &WRITE_LOCK])
             .await
             .map_err(db(op))?;
+        let mut touched = (Vec::new(), Vec::new(), Vec::new());
+        for row in rows {
+            if let (Ok(id), Ok(seq), Ok(count)) = (
+                row.try_get::<_, String>(0),
+                row.try_get::<_, i64>(1),
+                row.try_get::<_, i32>(2),
+            ) {
+                touched.0.push(id);
+                touched.1.push(seq);
+                touched.2.push(count);
+            }
+        }
+        Self::rehearsed(&mut self.mirror(), &touched.0, &touched.1, &touched.2);
         Ok(())
     }
 
     fn mirror(&self) -> MutexGuard<'_, Mirror> {
         self.mirror.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Puts one of this store's own changes, stamped `seq`, into the
+    /// mirror at once, unless the mirror already holds everything up to
+    /// `seq` (a refresh brought it, or what replaced it). The next refresh
+    /// reads it again only when a change the mirror lacks comes before it.
+    fn applied(mirror: &mut Mirror, seq: i64, apply: impl FnOnce(&mut Index)) {
+        if seq <= mirror.last_seq {
+            return;
+        }
+        apply(&mut mirror.index);
+        mirror.own.insert(seq);
+        mirror.advance();
+    }
+
+    fn working_cache(&self) -> MutexGuard<'_, WorkingCache> {
+        self.working.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Keeps `memory` as the session's working memory as of `generation`.
+    fn keep_working(&self, generation: u64, memory: &WorkingMemory) {
+        let mut cache = self.working_cache();
+        if cache.len() >= WORKING_CACHE && !cache.contains_key(&memory.session_id) {
+            cache.clear();
+        }
+        cache.insert(memory.session_id.clone(), (generation, memory.clone()));
+    }
+
+    /// How many notices of other instances' writes this store has heard
+    /// (see the type's docs): a recall sees such a write once its notice
+    /// is counted here.
+    pub fn heard(&self) -> u64 {
+        self.listener.notices().heard()
+    }
+
+    /// Waits until more than `after` notices of other instances' writes
+    /// were heard ([`heard`](Self::heard)).
+    pub async fn hear(&self, after: u64) {
+        self.listener.notices().hear(after).await;
+    }
+
+    /// Whether the store's listening connection is up: while it is not,
+    /// every recall catches up with the database (it is made again after
+    /// 0.5 s, then after twice as long each time, up to 10 s).
+    pub fn listening(&self) -> bool {
+        self.listener.notices().listening()
+    }
+
+    /// Waits until [`listening`](Self::listening) is `listening`.
+    pub async fn until_listening(&self, listening: bool) {
+        self.listener.notices().until_listening(listening).await;
     }
 
     /// Fetches the rows written since the last refresh into the mirror, in
@@ -254,6 +398,9 @@ impl PostgresMemoryStore {
     async fn refresh(&self) -> Result<(), MemoryError> {
         self.settle().await;
         let _one_at_a_time = self.refreshing.lock().await;
+        // Taken before the read: a notice that comes during it moves the
+        // generation past this, and the next catch-up reads again.
+        let generation = self.listener.notices().generation();
         let client = self.client().await?;
         let statement = client
             .prepare_cached(refresh_statement())
@@ -266,6 +413,11 @@ impl PostgresMemoryStore {
                 .await
                 .map_err(db("read new memories"))?;
             if rows.is_empty() {
+                let mut mirror = self.mirror();
+                mirror.heard_at = generation;
+                let last = mirror.last_seq;
+                mirror.own.retain(|&seq| seq > last);
+                mirror.advance();
                 return Ok(());
             }
             // A side that filled its page may have more rows past its last
@@ -315,9 +467,15 @@ impl PostgresMemoryStore {
                     }
                 }
             }
-            match cut {
-                Some(c) => mirror.last_seq = mirror.last_seq.max(c),
-                None => return Ok(()),
+            if let Some(c) = cut {
+                mirror.last_seq = mirror.last_seq.max(c);
+            }
+            let last = mirror.last_seq;
+            mirror.own.retain(|&seq| seq > last);
+            mirror.advance();
+            if cut.is_none() {
+                mirror.heard_at = generation;
+                return Ok(());
             }
         }
     }
@@ -462,34 +620,55 @@ macro_rules! upsert_record {
 }
 
 /// The upsert of one record (`$1`–`$12` its columns, `$13` the write
-/// lock's key), a statement of its own.
-const UPSERT: &str = concat!(locked!("$13"), upsert_record!());
+/// lock's key), a statement of its own; answers the `seq` it stamped.
+const UPSERT: &str = concat!(locked!("$13"), upsert_record!(), " RETURNING seq");
 
-/// [`UPSERT`] and the working memory of a session (`$14`–`$17`: session,
-/// user, agent, body) in one statement: what the end of a turn writes,
-/// in one round trip, both or neither. The upsert is a data-modifying
-/// `WITH` step, which runs to completion whether or not the statement
-/// reads it.
+/// The rehearsals of the records named in the array `$ids` (a record
+/// named `n` times, `n` rehearsals more), except the record `$except`:
+/// an `UPDATE` that answers each record's id, new `seq` and count. Its
+/// plan looks each record up by its key ([`PLANNER_SETTINGS`]).
+macro_rules! touch_rows {
+    ($ids:literal, $except:literal) => {
+        concat!(
+            "UPDATE jarvis_ltm_entries AS e SET rehearsal = e.rehearsal + t.n, \
+               written_seq = COALESCE(e.written_seq, e.seq), seq = nextval('jarvis_ltm_entries_seq') \
+             FROM (SELECT id, count(*)::INTEGER AS n FROM unnest(",
+            $ids,
+            "::TEXT[]) AS id GROUP BY id) AS t \
+             WHERE e.id = t.id AND e.id IS DISTINCT FROM ",
+            $except,
+            " AND EXISTS (SELECT 1 FROM write_lock) RETURNING e.id, e.seq, e.rehearsal"
+        )
+    };
+}
+
+/// [`UPSERT`], the rehearsals a recall left for it (`$18`, as
+/// [`TOUCH`]'s `$1`; a rehearsal of the record written is dropped: the
+/// write's count is the last word) and the working memory of a session
+/// (`$14`–`$17`: session, user, agent, body) in one statement: what the
+/// end of a turn writes, in one round trip, all or nothing. The upsert
+/// and the rehearsals are data-modifying `WITH` steps, which run to
+/// completion whether or not the statement reads them; they change
+/// different rows. Answers the `seq` the record was stamped with, then
+/// the rehearsed records' ids, `seq`s and counts.
 const UPSERT_WITH_WORKING: &str = concat!(
     locked!("$13"),
-    ", episode AS (",
+    ", touched AS (",
+    touch_rows!("$18", "$1::TEXT"),
+    "), episode AS (",
     upsert_record!(),
-    " RETURNING 1) ",
+    " RETURNING seq) ",
     "INSERT INTO jarvis_working_memory (session_id, user_id, agent_id, body, updated_at) \
      VALUES ($14::TEXT, $15::TEXT, $16::TEXT, $17::JSONB, now()) ON CONFLICT (session_id) DO UPDATE SET \
      user_id = EXCLUDED.user_id, agent_id = EXCLUDED.agent_id, body = EXCLUDED.body, \
-     updated_at = EXCLUDED.updated_at"
+     updated_at = EXCLUDED.updated_at RETURNING (SELECT seq FROM episode), \
+     ARRAY(SELECT id FROM touched), ARRAY(SELECT seq FROM touched), ARRAY(SELECT rehearsal FROM touched)"
 );
 
-/// One rehearsal more for the records `$1` (`$2` the write lock's key), a
-/// statement of its own, prepared once per connection; its plan looks
-/// each record up by its key ([`PLANNER_SETTINGS`]).
-const TOUCH: &str = concat!(
-    locked!("$2"),
-    "UPDATE jarvis_ltm_entries SET rehearsal = rehearsal + 1, written_seq = COALESCE(written_seq, seq), \
-       seq = nextval('jarvis_ltm_entries_seq') \
-     WHERE id = ANY($1) AND EXISTS (SELECT 1 FROM write_lock)"
-);
+/// The rehearsals of the records named in `$1` ([`touch_rows`]; `$2` the
+/// write lock's key), a statement of its own, prepared once per
+/// connection. Answers each record's id, new `seq` and count.
+const TOUCH: &str = concat!(locked!("$2"), touch_rows!("$1", "NULL::TEXT"));
 
 /// The values of a record's columns, `$1`–`$12` of [`UPSERT`] and
 /// [`UPSERT_WITH_WORKING`], in their order.
@@ -533,23 +712,25 @@ impl<'a> RecordColumns<'a> {
     }
 }
 
-async fn upsert(client: &impl GenericClient, record: &MemoryRecord) -> Result<(), tokio_postgres::Error> {
+/// Writes `record` ([`UPSERT`]); answers the `seq` it was stamped with.
+async fn upsert(client: &impl GenericClient, record: &MemoryRecord) -> Result<i64, tokio_postgres::Error> {
     let stmt = client.prepare_cached(UPSERT).await?;
     let columns = RecordColumns::of(record);
     let mut params = columns.params();
     params.push(&WRITE_LOCK);
-    client.execute(&stmt, &params).await?;
-    Ok(())
+    client.query_one(&stmt, &params).await?.try_get(0)
 }
 
 #[async_trait]
 impl MemoryStore for PostgresMemoryStore {
-    // One statement, and no refresh after it: every read catches the
-    // mirror up first.
+    // One statement, and no refresh after it: the record goes into the
+    // mirror as written.
     async fn put(&self, record: MemoryRecord) -> Result<(), MemoryError> {
         self.settle().await;
         let client = self.client().await?;
-        upsert(&client, &record).await.map_err(db("write a memory"))
+        let seq = upsert(&client, &record).await.map_err(db("write a memory"))?;
+        Self::applied(&mut self.mirror(), seq, |index| index.upsert(record));
+        Ok(())
     }
 
     // One statement for both, as `put`.
@@ -558,9 +739,9 @@ impl MemoryStore for PostgresMemoryStore {
         record: MemoryRecord,
         memory: &WorkingMemory,
     ) -> Result<(), MemoryError> {
-        self.settle().await;
         let client = self.client().await?;
         let op = "write a turn's memory";
+        let rehearsals = self.take_rehearsals();
         let stmt = client.prepare_cached(UPSERT_WITH_WORKING).await.map_err(db(op))?;
         let columns = RecordColumns::of(&record);
         let body = Json(memory);
@@ -571,8 +752,35 @@ impl MemoryStore for PostgresMemoryStore {
             &memory.user,
             &memory.agent_id,
             &body,
+            &rehearsals,
         ]);
-        client.execute(&stmt, &params).await.map_err(db(op))?;
+        let generation = self.listener.notices().generation();
+        let row = match client.query_one(&stmt, &params).await {
+            Ok(row) => row,
+            Err(e) => {
+                // Left again for the next write.
+                self.rehearsing
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend(rehearsals.iter().cloned());
+                return Err(db(op)(e));
+            }
+        };
+        let (seq, ids, seqs, counts): (i64, Vec<String>, Vec<i64>, Vec<i32>) = (|| {
+            Ok::<_, tokio_postgres::Error>((
+                row.try_get(0)?,
+                row.try_get(1)?,
+                row.try_get(2)?,
+                row.try_get(3)?,
+            ))
+        })()
+        .map_err(db(op))?;
+        drop(params);
+        let mut mirror = self.mirror();
+        Self::rehearsed(&mut mirror, &ids, &seqs, &counts);
+        Self::applied(&mut mirror, seq, |index| index.upsert(record));
+        drop(mirror);
+        self.keep_working(generation, memory);
         Ok(())
     }
 
@@ -604,7 +812,18 @@ impl MemoryStore for PostgresMemoryStore {
         Ok(mirror.index.search_many(queries))
     }
 
+    // No round trip while listening and nothing was heard since the last
+    // refresh, and the mirror lacks none of the changes before this
+    // store's own (see the type's docs).
     async fn catch_up(&self) -> Result<(), MemoryError> {
+        let notices = self.listener.notices();
+        let quiet = {
+            let mirror = self.mirror();
+            notices.listening() && mirror.heard_at == notices.generation() && mirror.own.is_empty()
+        };
+        if quiet {
+            return Ok(());
+        }
         self.refresh().await
     }
 
@@ -622,23 +841,27 @@ impl MemoryStore for PostgresMemoryStore {
             return Ok(());
         }
         self.settle().await;
-        self.rehearse(ids).await
+        self.rehearse(&once_each(ids)).await
     }
 
-    // Sent in the background: the turn goes on while it travels, and the
-    // store's next read or write waits for it. Rehearsals add up in any
-    // order, so one on its way does not hold up the next.
+    // Left for the end of the turn, whose write carries them in its one
+    // statement ([`UPSERT_WITH_WORKING`]); any other read or write of the
+    // store sends them first ([`settle`](Self::settle)). Rehearsals add
+    // up in any order. Past [`REHEARSALS_LEFT`] left, they are sent in the
+    // background.
     async fn touch_soon(&self, ids: &[String]) -> Result<(), MemoryError> {
         if ids.is_empty() {
             return Ok(());
         }
-        let store = self.clone();
-        let ids = ids.to_vec();
-        let pending = tokio::spawn(async move { store.rehearse(&ids).await });
-        self.rehearsing
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(pending);
+        let many = {
+            let mut rehearsing = self.rehearsing.lock().unwrap_or_else(|e| e.into_inner());
+            rehearsing.extend(once_each(ids));
+            rehearsing.len() > REHEARSALS_LEFT
+        };
+        if many {
+            let store = self.clone();
+            tokio::spawn(async move { store.settle().await });
+        }
         Ok(())
     }
 
@@ -678,7 +901,16 @@ impl MemoryStore for PostgresMemoryStore {
         Ok(self.mirror().index.stale(embedder, limit))
     }
 
+    // From the cache while no other writer was heard since it was kept.
     async fn load_working(&self, session_id: &str) -> Result<Option<WorkingMemory>, MemoryError> {
+        let notices = self.listener.notices();
+        let generation = notices.generation();
+        if notices.listening()
+            && let Some((kept, memory)) = self.working_cache().get(session_id)
+            && *kept == generation
+        {
+            return Ok(Some(memory.clone()));
+        }
         let client = self.client().await?;
         let stmt = client
             .prepare_cached("SELECT body FROM jarvis_working_memory WHERE session_id = $1")
@@ -692,7 +924,10 @@ impl MemoryStore for PostgresMemoryStore {
             return Ok(None);
         };
         match row.try_get::<_, Json<WorkingMemory>>(0) {
-            Ok(Json(memory)) => Ok(Some(memory)),
+            Ok(Json(memory)) => {
+                self.keep_working(generation, &memory);
+                Ok(Some(memory))
+            }
             Err(e) => {
                 tracing::warn!(
                     session_id,
@@ -715,6 +950,7 @@ impl MemoryStore for PostgresMemoryStore {
             )
             .await
             .map_err(db("write working memory"))?;
+        let generation = self.listener.notices().generation();
         client
             .execute(
                 &stmt,
@@ -722,6 +958,7 @@ impl MemoryStore for PostgresMemoryStore {
             )
             .await
             .map_err(db("write working memory"))?;
+        self.keep_working(generation, memory);
         Ok(())
     }
 }

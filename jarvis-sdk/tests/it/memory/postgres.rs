@@ -350,3 +350,152 @@ async fn a_mirror_catches_up_across_pages() {
     }
     assert!(ids.contains("r9999") && ids.contains("r10001") && ids.contains("r10049"));
 }
+
+/// A row of `jarvis_ltm_entries` for `insert_sql`.
+fn insert_row(schema: &str, id: &str) -> String {
+    format!(
+        "INSERT INTO {schema}.jarvis_ltm_entries (id, user_id, agent_id, layer, kind, source, text, embedder) \
+         VALUES ('{id}', 'u', 'main', 'episodic', 'note', 'note', 'row {id}', '')"
+    )
+}
+
+/// What a recall sees of `ids` after its catch-up.
+async fn recalled(store: &PostgresMemoryStore, ids: &[&str]) -> Vec<String> {
+    store.catch_up().await.unwrap();
+    let ids: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
+    let mut seen: Vec<String> = store
+        .get_texts_cached(&ids)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    seen.sort();
+    seen
+}
+
+/// A recall's catch-up asks the database only when another writer was
+/// heard or the mirror lacks a change before one of its own: a row
+/// written without a notice (triggers off) stays out of what a recall
+/// sees until a read that always asks; one written with a notice is seen
+/// once it is heard; the store's own write is seen at once; and an own
+/// write stamped after a row the mirror lacks brings that row too.
+#[tokio::test]
+async fn a_recall_asks_the_database_only_after_a_notice() {
+    let Some((url, schema)) = fresh_schema("memory store, notices").await else {
+        return;
+    };
+    let store = PostgresMemoryStore::connect(&url).await.unwrap();
+    assert!(store.listening());
+    let admin = admin(TempPostgres::shared().unwrap()).await;
+    let unheard = |id: &str| {
+        format!(
+            "SET session_replication_role = replica; {}; SET session_replication_role = origin",
+            insert_row(&schema, id)
+        )
+    };
+    let all = ["quiet", "heard", "own", "gap", "after-gap"];
+
+    admin.batch_execute(&unheard("quiet")).await.unwrap();
+    assert!(
+        recalled(&store, &all).await.is_empty(),
+        "no notice, no round trip"
+    );
+    assert_eq!(
+        store.get(&["quiet".into()]).await.unwrap().len(),
+        1,
+        "a read that asks"
+    );
+    assert_eq!(recalled(&store, &all).await, ["quiet"]);
+
+    let heard = store.heard();
+    admin.batch_execute(&insert_row(&schema, "heard")).await.unwrap();
+    store.hear(heard).await;
+    assert_eq!(recalled(&store, &all).await, ["heard", "quiet"]);
+
+    let own = |id: &str| jarvis_sdk::MemoryRecord {
+        id: id.into(),
+        user: "u".into(),
+        agent_id: "main".into(),
+        layer: Layer::Episodic,
+        kind: "note".into(),
+        source: "note".into(),
+        text: format!("row {id}"),
+        metadata: serde_json::json!({}),
+        created_at: jarvis_sdk::Timestamp::from_millis(1_795_910_400_000),
+        rehearsal: 0,
+        embedder: String::new(),
+        embedding: Vec::new(),
+    };
+    store.put(own("own")).await.unwrap();
+    assert_eq!(
+        recalled(&store, &all).await,
+        ["heard", "own", "quiet"],
+        "an own write at once"
+    );
+
+    admin.batch_execute(&unheard("gap")).await.unwrap();
+    store.put(own("after-gap")).await.unwrap();
+    assert_eq!(
+        recalled(&store, &all).await,
+        ["after-gap", "gap", "heard", "own", "quiet"],
+        "the change before the own one is read"
+    );
+}
+
+/// Without its listening connection a store catches up on every recall,
+/// and it makes the connection again: a cut link loses no write.
+#[tokio::test]
+async fn a_store_whose_listening_connection_broke_asks_every_time_and_listens_again() {
+    let Some(cluster) = TempPostgres::shared_or_skip("memory store, listening cut") else {
+        return;
+    };
+    let admin = admin(cluster).await;
+    let db = "memory_listen_cut";
+    for statement in [
+        format!("DROP DATABASE IF EXISTS {db}"),
+        format!("CREATE DATABASE {db}"),
+    ] {
+        admin.batch_execute(&statement).await.unwrap();
+    }
+    let url = cluster.url_for(db);
+    let store = PostgresMemoryStore::connect(&url).await.unwrap();
+    let (other, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+
+    admin
+        .batch_execute(&format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = '{db}' AND query = 'LISTEN jarvis_memory'"
+        ))
+        .await
+        .unwrap();
+    store.until_listening(false).await;
+    let heard = store.heard();
+    other
+        .batch_execute(&format!(
+            "SET session_replication_role = replica; {}; SET session_replication_role = origin",
+            insert_row("public", "meanwhile")
+        ))
+        .await
+        .unwrap();
+    if !store.listening() {
+        assert_eq!(
+            recalled(&store, &["meanwhile"]).await,
+            ["meanwhile"],
+            "not listening: the recall asked"
+        );
+    }
+    store.until_listening(true).await;
+    store.hear(heard).await;
+    assert_eq!(recalled(&store, &["meanwhile"]).await, ["meanwhile"]);
+    let heard = store.heard();
+    other.batch_execute(&insert_row("public", "after")).await.unwrap();
+    store.hear(heard).await;
+    assert_eq!(
+        recalled(&store, &["after", "meanwhile"]).await,
+        ["after", "meanwhile"]
+    );
+}

@@ -381,8 +381,8 @@ async fn two_postgres_stores_on_one_database_see_each_others_writes() {
 
 /// A recall catches up once and then reads from that view: what another
 /// instance writes after the catch-up reaches the cached reads only at
-/// the next one, and the end of a turn (episode and working memory, one
-/// statement) reaches the other instance whole.
+/// the next one after its notice, and the end of a turn (episode and
+/// working memory, one statement) reaches the other instance whole.
 #[tokio::test]
 async fn a_postgres_recall_reads_as_of_its_catch_up() {
     let Some((url, _)) = crate::pg::fresh_schema("memory store, catch-up").await else {
@@ -394,11 +394,14 @@ async fn a_postgres_recall_reads_as_of_its_catch_up() {
     let filter = MemoryFilter::for_user("u");
     let search = || query(filter.clone(), v.clone(), 5, 0.5);
 
+    let heard = reader.heard();
     writer
         .put(record("a", "main", Layer::Episodic, "episode", v.clone(), 1))
         .await
         .unwrap();
+    reader.hear(heard).await;
     reader.catch_up().await.unwrap();
+    let heard = reader.heard();
     let mut wm = WorkingMemory::new("s", "u", "main");
     wm.recent_episodes = vec!["b".into()];
     writer
@@ -415,6 +418,7 @@ async fn a_postgres_recall_reads_as_of_its_catch_up() {
     assert_eq!(seen(cached), ["a"], "the cached read answers as of the catch-up");
     assert!(reader.get_texts_cached(&["b".into()]).await.unwrap().is_empty());
 
+    reader.hear(heard).await;
     reader.catch_up().await.unwrap();
     let cached = reader.search_many_cached(&[search()]).await.unwrap();
     assert_eq!(seen(cached), ["a", "b"]);
@@ -443,15 +447,20 @@ async fn a_rehearsal_reaches_other_postgres_mirrors_without_losing_content() {
     one.put(record("x", "main", Layer::Semantic, "fact", v.clone(), 1))
         .await
         .unwrap();
-    two.catch_up().await.unwrap();
+    two.get(&["x".into()]).await.unwrap();
+    let heard = two.heard();
     one.touch(&["x".into()]).await.unwrap();
     one.touch(&["x".into()]).await.unwrap();
 
-    // Read from the mirror alone, after the catch-up.
-    let whole = |store: &PostgresMemoryStore| {
+    // Read from the mirror alone, after the catch-up that follows the
+    // writes' notices (two of them: one per statement).
+    let whole = |store: &PostgresMemoryStore, heard: Option<u64>| {
         let store = store.clone();
         let search = search();
         async move {
+            if let Some(heard) = heard {
+                store.hear(heard + 1).await;
+            }
             store.catch_up().await.unwrap();
             let texts = store.get_texts_cached(&["x".into()]).await.unwrap();
             let hits = store.search_many_cached(&[search]).await.unwrap();
@@ -461,14 +470,15 @@ async fn a_rehearsal_reaches_other_postgres_mirrors_without_losing_content() {
             )
         }
     };
-    for (name, store) in [
-        ("the mirror that held it", two.clone()),
+    for (name, store, heard) in [
+        ("the mirror that held it", two.clone(), Some(heard)),
         (
             "a fresh mirror",
             PostgresMemoryStore::connect(&url).await.unwrap(),
+            None,
         ),
     ] {
-        let (texts, hits) = whole(&store).await;
+        let (texts, hits) = whole(&store, heard).await;
         assert_eq!(texts.len(), 1, "{name}");
         assert_eq!(texts[0].rehearsal, 2, "{name}: both rehearsals counted");
         assert_eq!(texts[0].text, "text of x — 한글도", "{name}: the text kept");
@@ -479,9 +489,10 @@ async fn a_rehearsal_reaches_other_postgres_mirrors_without_losing_content() {
     // Written again after the rehearsals: the new content arrives.
     let mut again = record("x", "main", Layer::Semantic, "fact", v.clone(), 2);
     again.text = "x rewritten".into();
+    let heard = two.heard();
     one.put(again).await.unwrap();
     one.touch(&["x".into()]).await.unwrap();
-    let (texts, hits) = whole(&two).await;
+    let (texts, hits) = whole(&two, Some(heard)).await;
     assert_eq!(texts[0].text, "x rewritten");
     assert_eq!(texts[0].rehearsal, 1);
     assert_eq!(hits, ["x"]);
@@ -524,6 +535,30 @@ async fn rehearsals_sent_in_the_background_come_before_the_stores_next_read() {
         .await
         .unwrap();
     assert_eq!(rehearsal(two.get(&["x".into()]).await.unwrap()), 0);
+    // So does the end of a turn that rewrites a rehearsed record; one that
+    // writes another record goes on beside the rehearsal, which still
+    // lands.
+    one.put(record("y", "main", Layer::Semantic, "fact", v.clone(), 3))
+        .await
+        .unwrap();
+    let wm = WorkingMemory::new("s", "u", "main");
+    one.touch_soon(&["x".into(), "y".into()]).await.unwrap();
+    one.put_with_working(record("x", "main", Layer::Semantic, "fact", v.clone(), 4), &wm)
+        .await
+        .unwrap();
+    one.touch_soon(&["y".into()]).await.unwrap();
+    one.put_with_working(record("z", "main", Layer::Episodic, "note", v.clone(), 5), &wm)
+        .await
+        .unwrap();
+    let counts = one.get(&["x".into(), "y".into()]).await.unwrap();
+    assert_eq!(
+        counts
+            .iter()
+            .map(|r| (r.id.as_str(), r.rehearsal))
+            .collect::<Vec<_>>(),
+        [("x", 0), ("y", 2)]
+    );
+    assert_eq!(rehearsal(two.get(&["y".into()]).await.unwrap()), 2);
 }
 
 /// An in-memory store that counts its working-memory reads.
