@@ -40,9 +40,10 @@ const B: f32 = 0.75;
 /// of new candidates (see the module docs).
 const PRUNE_ROWS: usize = 5_000;
 
-/// Partitions up to this many rows add up scores in an array, larger ones
-/// in a map of the rows found.
-const DENSE_ROWS: usize = 1 << 16;
+thread_local! {
+    /// The scores by row of [`Postings::search`], all 0.0 between searches.
+    static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 /// A term is common when it is in more than this share of the rows.
 const COMMON_SHARE: usize = 10;
@@ -338,8 +339,18 @@ impl Postings {
             leading.push(trailing.remove(0));
         }
         let average = self.average_length();
-        let found: Vec<(u32, f32)> = if rows <= DENSE_ROWS {
-            let mut scores = vec![0.0f32; rows];
+        // Scores add up in an array by row, kept by the thread between
+        // searches with every entry back at 0.0: a search writes only the
+        // rows it finds and puts them back, where a fresh array costs a
+        // zeroed allocation as large as the partition and a map a hash per
+        // posting (1M records: partitions of 250k rows, common terms with
+        // 25k postings each). A share is never 0.0 (idf and tf are
+        // positive), so a row at 0.0 is one not found yet.
+        let found: Vec<(u32, f32)> = SCORES.with(|scores| {
+            let mut scores = scores.borrow_mut();
+            if scores.len() < rows {
+                scores.resize(rows, 0.0);
+            }
             let mut touched: Vec<u32> = Vec::new();
             for &(term, idf) in &leading {
                 for p in &self.lists[term as usize] {
@@ -352,18 +363,9 @@ impl Postings {
             }
             touched
                 .into_iter()
-                .map(|row| (row, scores[row as usize]))
+                .map(|row| (row, std::mem::take(&mut scores[row as usize])))
                 .collect()
-        } else {
-            let mut scores: HashMap<u32, f32, RandomState> = HashMap::default();
-            for &(term, idf) in &leading {
-                for p in &self.lists[term as usize] {
-                    let length = self.lengths[p.row as usize];
-                    *scores.entry(p.row).or_insert(0.0) += Self::part(idf, p.tf, length, average);
-                }
-            }
-            scores.into_iter().collect()
-        };
+        });
         let mut out: Vec<(usize, f32)> = Vec::with_capacity(found.len());
         for (row, mut score) in found {
             let row = row as usize;

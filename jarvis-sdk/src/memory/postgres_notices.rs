@@ -19,7 +19,8 @@
 //! down the store is not [`listening`](Notices::listening) and catches up
 //! on every recall, as before there were notices; the connection is made
 //! again after 0.5 s, then after twice as long each time up to 10 s, and
-//! coming back counts as a notice.
+//! coming back counts as a notice. The connection's `application_name` is
+//! `jarvis-memory-notices`.
 
 use futures::StreamExt;
 use std::hash::{BuildHasher, Hash};
@@ -31,6 +32,10 @@ use tokio_postgres::{AsyncMessage, NoTls};
 
 /// The channel the triggers notify on.
 pub(crate) const CHANNEL: &str = "jarvis_memory";
+
+/// The `application_name` of the listening connection, as
+/// `pg_stat_activity` shows it.
+pub(crate) const APPLICATION_NAME: &str = "jarvis-memory-notices";
 
 /// The server setting that names a store's connections as the writer.
 pub(crate) const WRITER_SETTING: &str = "jarvis.writer";
@@ -212,6 +217,8 @@ impl Drop for Link {
 
 impl Link {
     async fn open(config: &tokio_postgres::Config) -> Result<Self, tokio_postgres::Error> {
+        let mut config = config.clone();
+        config.application_name(APPLICATION_NAME);
         let (client, mut connection) = config.connect(NoTls).await?;
         let (tx, payloads) = mpsc::unbounded_channel();
         let driver = tokio::spawn(async move {

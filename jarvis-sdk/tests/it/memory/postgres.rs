@@ -468,7 +468,7 @@ async fn a_store_whose_listening_connection_broke_asks_every_time_and_listens_ag
     admin
         .batch_execute(&format!(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-             WHERE datname = '{db}' AND query = 'LISTEN jarvis_memory'"
+             WHERE datname = '{db}' AND application_name = 'jarvis-memory-notices'"
         ))
         .await
         .unwrap();
