@@ -159,9 +159,9 @@ mod pg {
 
     use super::*;
     use crate::agent::{Claim, PostgresSessionStore};
-    use futures::StreamExt;
+    use crate::common::pg::forward_notifications;
     use std::sync::Mutex;
-    use tokio_postgres::{AsyncMessage, NoTls};
+    use tokio_postgres::NoTls;
 
     /// The most bytes a `NOTIFY` payload may have (Postgres's limit is
     /// 8,000); a larger message is stored in `jarvis_node_payloads` and
@@ -317,7 +317,7 @@ mod pg {
             raw: mpsc::UnboundedSender<String>,
         ) -> Result<Self, tokio_postgres::Error> {
             let (client, connection) = config.connect(NoTls).await?;
-            let driver = tokio::spawn(drive(connection, raw));
+            let driver = tokio::spawn(forward_notifications(connection, raw, "cluster link"));
             let link = Self { client, driver };
             link.client
                 .batch_execute(&format!("LISTEN {}", channel(node)))
@@ -414,30 +414,6 @@ mod pg {
             .execute("SELECT pg_notify($1, $2)", &[&channel, &reference])
             .await?;
         Ok(())
-    }
-
-    /// Drives the link's connection, handing every notification's payload
-    /// on, until the connection ends.
-    async fn drive<S, T>(mut connection: tokio_postgres::Connection<S, T>, out: mpsc::UnboundedSender<String>)
-    where
-        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-    {
-        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-        while let Some(message) = messages.next().await {
-            match message {
-                Ok(AsyncMessage::Notification(n)) => {
-                    if out.send(n.payload().to_owned()).is_err() {
-                        return;
-                    }
-                }
-                Ok(_) => {}
-                Err(error) => {
-                    tracing::warn!(%error, "cluster: the link's connection ended");
-                    return;
-                }
-            }
-        }
     }
 
     #[async_trait]

@@ -138,6 +138,35 @@ pub(crate) async fn migrate_locked(
     tx.commit().await.map_err(db("commit the migration"))
 }
 
+/// Drives a `LISTEN`ing connection, handing every notification's payload
+/// to `out`, until the connection ends (logged as `what`'s connection
+/// ending) or `out` is dropped.
+pub(crate) async fn forward_notifications<S, T>(
+    mut connection: tokio_postgres::Connection<S, T>,
+    out: tokio::sync::mpsc::UnboundedSender<String>,
+    what: &'static str,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use futures::StreamExt;
+    let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+    while let Some(message) = messages.next().await {
+        match message {
+            Ok(tokio_postgres::AsyncMessage::Notification(n)) => {
+                if out.send(n.payload().to_owned()).is_err() {
+                    return;
+                }
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(%error, "{what}: the listening connection ended");
+                return;
+            }
+        }
+    }
+}
+
 /// Host, port, database and user of `config`, for error messages.
 pub(crate) fn describe(config: &tokio_postgres::Config) -> String {
     use tokio_postgres::config::Host;

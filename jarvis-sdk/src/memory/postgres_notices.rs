@@ -22,13 +22,14 @@
 //! coming back counts as a notice. The connection's `application_name` is
 //! `jarvis-memory-notices`.
 
-use futures::StreamExt;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::NoTls;
+
+use crate::common::pg::forward_notifications;
 
 /// The channel the triggers notify on.
 pub(crate) const CHANNEL: &str = "jarvis_memory";
@@ -219,25 +220,10 @@ impl Link {
     async fn open(config: &tokio_postgres::Config) -> Result<Self, tokio_postgres::Error> {
         let mut config = config.clone();
         config.application_name(APPLICATION_NAME);
-        let (client, mut connection) = config.connect(NoTls).await?;
+        let (client, connection) = config.connect(NoTls).await?;
         let (tx, payloads) = mpsc::unbounded_channel();
-        let driver = tokio::spawn(async move {
-            let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-            while let Some(message) = messages.next().await {
-                match message {
-                    Ok(AsyncMessage::Notification(n)) if n.channel() == CHANNEL => {
-                        if tx.send(n.payload().to_owned()).is_err() {
-                            return;
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(error) => {
-                        tracing::warn!(%error, "memory store (postgres): the listening connection ended");
-                        return;
-                    }
-                }
-            }
-        });
+        // Only `CHANNEL` is listened on.
+        let driver = tokio::spawn(forward_notifications(connection, tx, "memory store (postgres)"));
         // No schema when the search path names none that exists: then no
         // table of the store's can have sent a notice either.
         let schema: Option<String> = client
