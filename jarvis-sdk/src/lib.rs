@@ -73,10 +73,10 @@
 
 mod agent;
 mod app;
-mod common;
+use jarvis_common as common;
 mod core;
 mod memory;
-mod model;
+use jarvis_model as model;
 
 pub mod packs;
 #[cfg(any(test, feature = "test-utils"))]

@@ -195,9 +195,10 @@ pub enum RecordedKind {
 }
 
 impl RecordedKind {
-    /// The recorded form of `event`.
-    pub fn of(event: &ProviderEvent) -> Self {
-        match event {
+    /// The recorded form of `event`; `None` for an event the model layer
+    /// added after this format (it is streamed on, not recorded).
+    pub fn of(event: &ProviderEvent) -> Option<Self> {
+        Some(match event {
             ProviderEvent::TextDelta(text) => RecordedKind::Text(text.clone()),
             ProviderEvent::ThinkingDelta { text, signature } => RecordedKind::Thinking {
                 text: text.clone(),
@@ -219,7 +220,8 @@ impl RecordedKind {
                 reason: reason.clone(),
                 usage: *usage,
             },
-        }
+            _ => return None,
+        })
     }
 
     /// The event to stream again (`provider` names the error's source).
@@ -611,7 +613,11 @@ impl Stream for RecordingStream {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let polled = self.inner.as_mut().poll_next(cx);
         match &polled {
-            Poll::Ready(Some(Ok(event))) => self.note(RecordedKind::of(event)),
+            Poll::Ready(Some(Ok(event))) => {
+                if let Some(kind) = RecordedKind::of(event) {
+                    self.note(kind);
+                }
+            }
             Poll::Ready(Some(Err(error))) => {
                 self.note(RecordedKind::Error(error.to_string()));
                 self.finish();

@@ -2,7 +2,9 @@
 //! layers below it (and `common`, which imports no layer), and a domain pack
 //! (`src/packs/`) uses only what `lib.rs` exports publicly, as a third
 //! party's pack would. This scans the sources for upward and inward paths in
-//! every form, and proves the scanner on samples.
+//! every form, and proves the scanner on samples. The layers that are
+//! crates of their own (`common`, `model`: `crates/`) are held to the rule
+//! by the compiler; their manifests are checked to point downward.
 
 use std::path::{Path, PathBuf};
 
@@ -585,10 +587,56 @@ fn no_file_outside_the_housing_pack_names_housing() {
     );
 }
 
+/// The layer crates, bottom to top, then the facade over them.
+const CRATES: [&str; 3] = ["jarvis-common", "jarvis-model", "jarvis-sdk"];
+
+/// The `jarvis-*` packages a manifest depends on outside its dev-dependencies.
+fn jarvis_dependencies(manifest: &str) -> Vec<String> {
+    let mut section = String::new();
+    let mut out = Vec::new();
+    for line in manifest.lines().map(str::trim) {
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = name.to_string();
+        } else if section.ends_with("dependencies") && !section.contains("dev-dependencies") {
+            let name = line.split(['=', '.', ' ']).next().unwrap_or("");
+            if name.starts_with("jarvis-") {
+                out.push(name.to_string());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_layer_crates_depend_only_downward() {
+    let sdk = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (rank, name) in CRATES.iter().enumerate() {
+        let dir = if *name == "jarvis-sdk" {
+            sdk.to_path_buf()
+        } else {
+            sdk.join("crates").join(name)
+        };
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+        for dep in jarvis_dependencies(&manifest) {
+            let below = CRATES.iter().position(|c| *c == dep).is_some_and(|r| r < rank);
+            assert!(below, "{name} depends on {dep}, which is not a layer below it");
+        }
+    }
+    assert_eq!(
+        jarvis_dependencies(
+            "[dependencies]\njarvis-model.workspace = true\n[dev-dependencies]\njarvis-sdk = { path = \".\" }\n[target.'cfg(unix)'.dependencies]\njarvis-x = \"1\""
+        ),
+        ["jarvis-model", "jarvis-x"],
+        "the manifest reader sees every dependency section but the dev ones"
+    );
+}
+
 #[test]
 fn the_sdk_sources_have_no_upward_import() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    for layer in LAYERS.iter().chain(&["common"]) {
+    // `common` and `model` are crates of their own (`crates/`), where the
+    // compiler holds them to the rule; the layers above are still modules.
+    for layer in &LAYERS[1..] {
         assert!(src.join(layer).is_dir(), "layer module {layer} is missing");
     }
     let mut files = Vec::new();

@@ -443,6 +443,7 @@ fn provider_error_kind(error: &ProviderError) -> &'static str {
         ProviderError::Incomplete { .. } => "incomplete",
         ProviderError::Config(_) => "config_error",
         ProviderError::Script(_) => "script_error",
+        _ => "provider_error",
     }
 }
 

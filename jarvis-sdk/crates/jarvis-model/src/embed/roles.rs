@@ -25,7 +25,7 @@
 
 use serde_json::Value;
 
-use crate::common::fnv1a64;
+use jarvis_common::fnv1a64;
 
 /// What a text is embedded as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 use super::{EmbedRoles, Embedder, HashEmbedder};
-use crate::model::error::ProviderError;
+use crate::error::ProviderError;
 
 /// The variable naming the embedder's provider.
 pub const EMBED_PROVIDER_ENV: &str = "JARVIS_EMBED__PROVIDER";
@@ -84,11 +84,11 @@ pub struct EmbedConfig {
     pub roles: Option<EmbedRoles>,
     /// The key (`openai` only), never written anywhere.
     #[cfg(feature = "http")]
-    pub api_key: Option<crate::model::http::ApiKey>,
+    pub api_key: Option<crate::http::ApiKey>,
     /// Where `auto` looks for a local server; `None` when it may not look
     /// (`JARVIS_LLM__DISCOVER=off`) or the provider is not `auto`.
     #[cfg(feature = "http")]
-    pub discovery: Option<Vec<crate::model::discover::DiscoveryTarget>>,
+    pub discovery: Option<Vec<crate::discover::DiscoveryTarget>>,
 }
 
 impl std::fmt::Debug for EmbedConfig {
@@ -146,7 +146,7 @@ impl EmbedConfig {
                     Some(var("JARVIS_EMBED__MODEL").unwrap_or_else(|| OPENAI_EMBEDDING_MODEL.to_owned()));
                 #[cfg(feature = "http")]
                 {
-                    config.api_key = key.map(crate::model::http::ApiKey::new);
+                    config.api_key = key.map(crate::http::ApiKey::new);
                 }
             }
             EmbedProvider::Ollama => {
@@ -158,9 +158,9 @@ impl EmbedConfig {
             EmbedProvider::Auto =>
             {
                 #[cfg(feature = "http")]
-                match var(crate::model::discover::DISCOVER_ENV) {
-                    Some(spec) => config.discovery = crate::model::discover::parse_targets(&spec)?,
-                    None => config.discovery = Some(crate::model::discover::default_targets()),
+                match var(crate::discover::DISCOVER_ENV) {
+                    Some(spec) => config.discovery = crate::discover::parse_targets(&spec)?,
+                    None => config.discovery = Some(crate::discover::default_targets()),
                 }
             }
         }
@@ -184,15 +184,15 @@ impl EmbedConfig {
     /// when the provider is `auto`: the provider, its base URL and the
     /// model become what was found. Answers whether it found one.
     #[cfg(feature = "http")]
-    pub fn use_discovered(&mut self, servers: &[crate::model::discover::FoundServer]) -> bool {
+    pub fn use_discovered(&mut self, servers: &[crate::discover::FoundServer]) -> bool {
         if self.provider != EmbedProvider::Auto {
             return false;
         }
-        let Some((server, model)) = crate::model::discover::first_embedding_model(servers) else {
+        let Some((server, model)) = crate::discover::first_embedding_model(servers) else {
             return false;
         };
         self.provider = match server.target.kind {
-            crate::model::ProviderKind::Ollama => EmbedProvider::Ollama,
+            crate::ProviderKind::Ollama => EmbedProvider::Ollama,
             _ => EmbedProvider::OpenAi,
         };
         self.base_url = Some(server.target.base_url.clone());
@@ -379,7 +379,7 @@ mod tests {
         );
         #[cfg(feature = "http")]
         {
-            use crate::model::discover::{DiscoveryTarget, FoundModel, FoundServer, default_targets};
+            use crate::discover::{DiscoveryTarget, FoundModel, FoundServer, default_targets};
             assert_eq!(c.discovery, Some(default_targets()));
             let off = config(&[(EMBED_PROVIDER_ENV, "auto"), ("JARVIS_LLM__DISCOVER", "off")]).unwrap();
             assert_eq!(off.discovery, None);

@@ -88,7 +88,7 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
 /// a writer that spent long on the content decide at the last moment
 /// (under its own lock) whether the content may still replace the file.
 #[derive(Debug)]
-pub(crate) struct StagedFile {
+pub struct StagedFile {
     tmp: PathBuf,
     path: PathBuf,
     committed: bool,
@@ -97,7 +97,7 @@ pub(crate) struct StagedFile {
 impl StagedFile {
     /// Writes `contents` to a new temporary file beside `path` and
     /// flushes it. The parent directory must exist.
-    pub(crate) fn write(path: &Path, contents: &[u8]) -> io::Result<Self> {
+    pub fn write(path: &Path, contents: &[u8]) -> io::Result<Self> {
         let dir = parent_of(path);
         let name = path
             .file_name()
@@ -122,7 +122,7 @@ impl StagedFile {
     }
 
     /// Renames the content over the file and flushes the directory.
-    pub(crate) fn commit(mut self) -> io::Result<()> {
+    pub fn commit(mut self) -> io::Result<()> {
         std::fs::rename(&self.tmp, &self.path)?;
         self.committed = true;
         sync_dir(parent_of(&self.path))

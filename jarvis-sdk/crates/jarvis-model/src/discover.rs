@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use super::config::ProviderKind;
 use super::error::ProviderError;
-use crate::common::Timestamp;
+use jarvis_common::Timestamp;
 
 /// How long discovery waits for every target together.
 pub const DISCOVERY_BUDGET: Duration = Duration::from_millis(300);

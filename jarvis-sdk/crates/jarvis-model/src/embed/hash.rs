@@ -28,9 +28,9 @@
 //! that.
 
 use super::{EmbedRole, Embedder, normalize};
-use crate::common::words::{Script, Token, TokenScratch, for_each_token};
-use crate::model::error::ProviderError;
+use crate::error::ProviderError;
 use futures::future::BoxFuture;
+use jarvis_common::words::{Script, Token, TokenScratch, for_each_token};
 
 /// The default number of dimensions of a [`HashEmbedder`].
 pub const HASH_EMBEDDER_DIMENSIONS: usize = 512;
@@ -54,7 +54,7 @@ const STOPWORD_SHARE: f32 = 0.1;
 /// texts at once, call it from `tokio::task::spawn_blocking`.
 ///
 /// ```
-/// use jarvis_sdk::{HashEmbedder, cosine};
+/// use jarvis_model::{HashEmbedder, cosine};
 ///
 /// let embedder = HashEmbedder::default();
 /// let query = embedder.embed_text("서울 공고");

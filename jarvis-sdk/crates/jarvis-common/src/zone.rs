@@ -130,7 +130,7 @@ impl fmt::Display for UtcOffset {
 /// offset. Shown as its IANA name (`Asia/Seoul`) or its offset (`+09:00`).
 ///
 /// ```
-/// use jarvis_sdk::{TimeZone, Timestamp};
+/// use jarvis_common::{TimeZone, Timestamp};
 /// let new_york = TimeZone::named("America/New_York").unwrap();
 /// let summer = Timestamp::parse_rfc3339("2026-07-01T13:00:00Z").unwrap();
 /// assert_eq!(new_york.offset_at(summer).to_string(), "-04:00");
@@ -274,7 +274,7 @@ impl TimeZone {
     }
 
     /// The jiff zone underneath.
-    pub(crate) fn jiff(&self) -> &jiff::tz::TimeZone {
+    pub fn jiff(&self) -> &jiff::tz::TimeZone {
         &self.0
     }
 
@@ -379,7 +379,7 @@ impl std::str::FromStr for TimeZone {
 
 /// `t` as a jiff timestamp, clamped to jiff's range (which ends a day
 /// before year 10000, so that every offset still gives a valid local time).
-pub(crate) fn jiff_timestamp(t: Timestamp) -> jiff::Timestamp {
+pub fn jiff_timestamp(t: Timestamp) -> jiff::Timestamp {
     let ms = t.as_millis().clamp(
         jiff::Timestamp::MIN.as_millisecond(),
         jiff::Timestamp::MAX.as_millisecond(),

@@ -1,6 +1,6 @@
 //! Words of Korean and English text, as recall reads them: normalisation,
 //! scripts, light stemming and function words. The offline
-//! [`HashEmbedder`](crate::model::HashEmbedder) hashes the features of these
+//! `HashEmbedder` (in the model layer) hashes the features of these
 //! tokens; memory's lexical index counts their terms.
 //!
 //! 1. **Normalise** ([`normalize_text`]): Unicode NFKC (composes Hangul
@@ -22,30 +22,30 @@ use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfkc_quick};
 
 /// One token of a text (see [`for_each_token`]).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Token<'a> {
+pub struct Token<'a> {
     /// Its script.
-    pub(crate) script: Script,
+    pub script: Script,
     /// Its characters, normalised.
-    pub(crate) chars: &'a [char],
+    pub chars: &'a [char],
     /// Its stem: a prefix of `chars` for Hangul and dense scripts; for
     /// Latin words it may end differently (`applied` → `apply`).
-    pub(crate) stem: &'a [char],
+    pub stem: &'a [char],
     /// How many leading characters `stem` shares with `chars`.
-    pub(crate) stem_prefix: usize,
+    pub stem_prefix: usize,
     /// A function word (`the`, `좀`) that says little about the text.
-    pub(crate) stopword: bool,
+    pub stopword: bool,
 }
 
 /// Buffers [`for_each_token`] reuses from call to call.
 #[derive(Debug, Default)]
-pub(crate) struct TokenScratch {
+pub struct TokenScratch {
     text: String,
     token: Vec<char>,
     stem: Vec<char>,
 }
 
 /// Calls `f` with every token of `text`, in order (see the module docs).
-pub(crate) fn for_each_token(text: &str, scratch: &mut TokenScratch, mut f: impl FnMut(Token<'_>)) {
+pub fn for_each_token(text: &str, scratch: &mut TokenScratch, mut f: impl FnMut(Token<'_>)) {
     normalize_text(text, &mut scratch.text);
     let normalized = std::mem::take(&mut scratch.text);
     for word in normalized.split(' ').filter(|w| !w.is_empty()) {
@@ -92,7 +92,7 @@ pub(crate) fn for_each_token(text: &str, scratch: &mut TokenScratch, mut f: impl
 
 /// Writing systems that tokenise differently.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Script {
+pub enum Script {
     /// Hangul syllables and jamo.
     Hangul,
     /// Scripts written without spaces: Han, kana, Thai.
@@ -103,7 +103,7 @@ pub(crate) enum Script {
 
 impl Script {
     /// The script of `c`.
-    pub(crate) fn of(c: char) -> Script {
+    pub fn of(c: char) -> Script {
         match c as u32 {
             0xAC00..=0xD7A3 | 0x1100..=0x11FF | 0x3130..=0x318F | 0xA960..=0xA97F | 0xD7B0..=0xD7FF => {
                 Script::Hangul
@@ -120,7 +120,7 @@ impl Script {
 }
 
 /// Lower case; letters, digits and combining marks kept, the rest spaces.
-pub(crate) fn normalize_text(text: &str, out: &mut String) {
+pub fn normalize_text(text: &str, out: &mut String) {
     out.clear();
     out.reserve(text.len());
     if text.is_ascii() {
@@ -163,7 +163,7 @@ pub(crate) fn normalize_text(text: &str, out: &mut String) {
 }
 
 /// How many leading characters `a` and `b` share.
-pub(crate) fn common_prefix(a: &[char], b: &[char]) -> usize {
+pub fn common_prefix(a: &[char], b: &[char]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
@@ -229,14 +229,15 @@ fn lexicon() -> &'static Lexicon {
     })
 }
 
-pub(crate) fn is_particle(word: &[char]) -> bool {
+/// Whether `word` (normalised) is a Korean particle on its own.
+pub fn is_particle(word: &[char]) -> bool {
     lexicon().particles.contains(word)
 }
 
 /// The length of the stem of a Hangul word: the longest particle or ending
 /// stripped, then one more particle (`서울에서는` → `서울`), at least one
 /// syllable left, two before a one-syllable ending (`공고` stays).
-pub(crate) fn korean_stem_len(word: &[char]) -> usize {
+pub fn korean_stem_len(word: &[char]) -> usize {
     let suffixes = &lexicon().suffixes;
     let mut len = word.len();
     for pass in 0..2 {
@@ -260,7 +261,7 @@ pub(crate) fn korean_stem_len(word: &[char]) -> usize {
 /// characters it shares with the word: plural, `-ed`, `-ing` and `-ly`
 /// stripped, `-ies`/`-ied` to `-y`, a doubled final consonant undoubled and
 /// a final `e` dropped (`saves`, `saved`, `saving` → `sav`).
-pub(crate) fn english_stem_len(word: &[char], stem: &mut Vec<char>) -> usize {
+pub fn english_stem_len(word: &[char], stem: &mut Vec<char>) -> usize {
     stem.clear();
     stem.extend_from_slice(word);
     if word.len() <= 3 || !word.iter().all(char::is_ascii_lowercase) {
@@ -314,7 +315,9 @@ const STOPWORDS: &str = concat!(
     "user 사용자 주인님 ",
 );
 
-pub(crate) fn is_stopword(word: &[char]) -> bool {
+/// Whether `word` (normalised) is a function word recall ignores, or a
+/// single Latin letter.
+pub fn is_stopword(word: &[char]) -> bool {
     word.is_empty() || (word.len() == 1 && word[0].is_ascii_lowercase()) || lexicon().stopwords.contains(word)
 }
 

@@ -10,11 +10,11 @@ use std::time::Duration;
 use tokio_postgres::NoTls;
 
 /// A boxed error cause.
-pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Why a pool or a connection could not be had.
 #[derive(Debug)]
-pub(crate) enum PgSetupError {
+pub enum PgSetupError {
     /// The database cannot be reached (bad connection string, refused,
     /// timed out); `target` names host, port, database and user.
     Unreachable {
@@ -35,14 +35,14 @@ pub(crate) enum PgSetupError {
 /// A pool of at most `max_size` connections to `url` (`postgres://…` or
 /// `host=… user=… dbname=…`; no TLS), and the description of its target.
 /// No connection is made yet.
-pub(crate) fn build_pool(url: &str, max_size: usize) -> Result<(Pool, Arc<str>), PgSetupError> {
+pub fn build_pool(url: &str, max_size: usize) -> Result<(Pool, Arc<str>), PgSetupError> {
     build_pool_with(url, max_size, &[])
 }
 
 /// [`build_pool`] whose connections start with the server settings
 /// `settings` (`name`, `value`), after any the connection string's own
 /// `options` sets.
-pub(crate) fn build_pool_with(
+pub fn build_pool_with(
     url: &str,
     max_size: usize,
     settings: &[(&str, &str)],
@@ -73,10 +73,7 @@ pub(crate) fn build_pool_with(
 /// added to its `options`, and a connect timeout of 10 s unless it names
 /// one: what [`build_pool_with`] connects with, for a connection of its
 /// own beside the pool (a `LISTEN`ing one).
-pub(crate) fn config_with(
-    url: &str,
-    settings: &[(&str, &str)],
-) -> Result<tokio_postgres::Config, PgSetupError> {
+pub fn config_with(url: &str, settings: &[(&str, &str)]) -> Result<tokio_postgres::Config, PgSetupError> {
     let mut config: tokio_postgres::Config = url.parse().map_err(|e| PgSetupError::Unreachable {
         target: "(the connection string could not be read)".into(),
         source: Box::new(e),
@@ -98,7 +95,7 @@ pub(crate) fn config_with(
 }
 
 /// A connection from `pool`.
-pub(crate) async fn connection(pool: &Pool, target: &str) -> Result<Object, PgSetupError> {
+pub async fn connection(pool: &Pool, target: &str) -> Result<Object, PgSetupError> {
     pool.get().await.map_err(|e| match e {
         PoolError::Backend(e) => PgSetupError::Unreachable {
             target: target.to_owned(),
@@ -117,11 +114,7 @@ pub(crate) async fn connection(pool: &Pool, target: &str) -> Result<Object, PgSe
 
 /// Runs `migrations` in one transaction holding the advisory lock `lock`,
 /// so several processes starting at once migrate one after the other.
-pub(crate) async fn migrate_locked(
-    client: &mut Object,
-    lock: i64,
-    migrations: &str,
-) -> Result<(), PgSetupError> {
+pub async fn migrate_locked(client: &mut Object, lock: i64, migrations: &str) -> Result<(), PgSetupError> {
     let db = |op: &'static str| {
         move |e: tokio_postgres::Error| PgSetupError::Other {
             op,
@@ -141,7 +134,7 @@ pub(crate) async fn migrate_locked(
 /// Drives a `LISTEN`ing connection, handing every notification's payload
 /// to `out`, until the connection ends (logged as `what`'s connection
 /// ending) or `out` is dropped.
-pub(crate) async fn forward_notifications<S, T>(
+pub async fn forward_notifications<S, T>(
     mut connection: tokio_postgres::Connection<S, T>,
     out: tokio::sync::mpsc::UnboundedSender<String>,
     what: &'static str,
@@ -168,7 +161,7 @@ pub(crate) async fn forward_notifications<S, T>(
 }
 
 /// Host, port, database and user of `config`, for error messages.
-pub(crate) fn describe(config: &tokio_postgres::Config) -> String {
+pub fn describe(config: &tokio_postgres::Config) -> String {
     use tokio_postgres::config::Host;
     let hosts: Vec<String> = config
         .get_hosts()

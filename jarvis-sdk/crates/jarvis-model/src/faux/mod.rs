@@ -33,7 +33,7 @@
 //!
 //! ```
 //! use futures::StreamExt;
-//! use jarvis_sdk::{ChatRequest, FauxProvider, Message, Provider, ProviderEvent};
+//! use jarvis_model::{ChatRequest, FauxProvider, Message, Provider, ProviderEvent};
 //!
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
 //! let faux = FauxProvider::from_yaml(r#"
@@ -424,9 +424,9 @@ fn split_chars(text: &str, n: usize) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::message::{Message, Role};
-    use crate::model::request::Purpose;
-    use crate::model::{ProviderExt, ToolSpec};
+    use crate::message::{Message, Role};
+    use crate::request::Purpose;
+    use crate::{ProviderExt, ToolSpec};
     use serde_json::json;
 
     fn req(session: &str, user: &str) -> ChatRequest {
@@ -509,7 +509,7 @@ rules:
             "m",
             vec![
                 Message::user("secret"),
-                Message::Tool(crate::model::ToolResultMessage {
+                Message::Tool(crate::ToolResultMessage {
                     tool_call_id: "c".into(),
                     tool_name: "t".into(),
                     content: "r".into(),

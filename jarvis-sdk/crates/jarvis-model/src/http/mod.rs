@@ -283,7 +283,7 @@ impl HttpClient {
         } else {
             "the request failed"
         };
-        let message = format!("{what}: {}", crate::common::error_chain(&e));
+        let message = format!("{what}: {}", jarvis_common::error_chain(&e));
         ProviderError::transport(self.provider, message, Some(Box::new(e)))
     }
 
@@ -460,7 +460,7 @@ pub(crate) fn error_message(body: &str) -> String {
 
 /// `text` with whitespace collapsed, cut to `max` characters.
 pub(crate) fn excerpt(text: &str, max: usize) -> String {
-    let line = crate::common::one_line(text, max);
+    let line = jarvis_common::one_line(text, max);
     if line.is_empty() {
         return "(empty body)".to_owned();
     }
@@ -495,7 +495,7 @@ mod tests {
             "<html> 502 Bad Gateway</html>"
         );
         assert_eq!(error_message(""), "(empty body)");
-        assert_eq!(crate::common::char_len(&error_message(&"x".repeat(5000))), 300);
+        assert_eq!(jarvis_common::char_len(&error_message(&"x".repeat(5000))), 300);
     }
 
     #[test]

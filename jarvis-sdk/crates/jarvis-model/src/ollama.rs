@@ -18,7 +18,7 @@ use super::http::{HttpClient, HttpSettings, StreamDecoder, join_url};
 use super::message::{Message, Usage};
 use super::provider::{Provider, ProviderStream};
 use super::request::ChatRequest;
-use crate::common::{IdSource, UniqueIds};
+use jarvis_common::{IdSource, UniqueIds};
 
 const NAME: &str = "ollama";
 

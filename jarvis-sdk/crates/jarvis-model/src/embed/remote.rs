@@ -5,8 +5,8 @@ use serde_json::Value;
 use std::future::Future;
 
 use super::{EmbedRoles, normalize};
-use crate::model::error::ProviderError;
-use crate::model::http::{HttpClient, error_message, excerpt};
+use crate::error::ProviderError;
+use crate::http::{HttpClient, error_message, excerpt};
 
 /// Embeds `texts` through `call`, at most `batch_size` texts per call.
 ///

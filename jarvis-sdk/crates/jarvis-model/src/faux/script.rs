@@ -4,9 +4,9 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::model::error::ProviderError;
-use crate::model::message::{Role, Usage};
-use crate::model::request::{ChatRequest, Purpose};
+use crate::error::ProviderError;
+use crate::message::{Role, Usage};
+use crate::request::{ChatRequest, Purpose};
 
 /// A complete script: `rules` are tried first, in order; then `replies` are
 /// consumed in order, once each, with a separate cursor per session; then

@@ -34,14 +34,14 @@ pub fn truncate_with_marker(s: &str, max: usize) -> String {
 
 /// `text` on one line (every whitespace run one space, trimmed), cut to
 /// `max` characters with `…`.
-pub(crate) fn one_line(text: &str, max: usize) -> String {
+pub fn one_line(text: &str, max: usize) -> String {
     let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
     truncate_with_marker(&line, max)
 }
 
 /// An error and its sources as one line: `outer: cause: root cause`
 /// (a source already contained in an earlier message is left out).
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut parts = vec![e.to_string()];
     let mut source = e.source();
     while let Some(s) = source {

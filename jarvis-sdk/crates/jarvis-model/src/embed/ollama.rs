@@ -1,69 +1,69 @@
-//! The OpenAI-compatible embedder: `POST {base_url}/embeddings` with
-//! `{model, input: [..]}`, answered by `data[].embedding` with an `index`
-//! per input (<https://platform.openai.com/docs/api-reference/embeddings/create>).
-//!
-//! Any server speaking this API works by changing the base URL (llama.cpp's
-//! `llama-server --embeddings`, vLLM, LM Studio, Ollama's `/v1`).
+//! The Ollama embedder: `POST {base_url}/api/embed` with
+//! `{model, input: [..]}`, answered by `embeddings: [[..], ..]` in input
+//! order (<https://github.com/ollama/ollama/blob/main/docs/api.md#generate-embeddings>).
+//! No key; the default server is `http://localhost:11434`.
 
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
-use super::config::OPENAI_EMBEDDING_MODEL;
+use super::config::OLLAMA_EMBEDDING_MODEL;
 use super::remote::{embed_batched, kind, malformed, post_for_json, space_name, vector};
 use super::{EmbedRole, EmbedRoles, Embedder};
-use crate::model::error::ProviderError;
-use crate::model::http::{ApiKey, HttpClient, HttpSettings, join_url};
-use crate::model::openai::OPENAI_BASE_URL;
+use crate::error::ProviderError;
+use crate::http::{HttpClient, HttpSettings, join_url};
 
-const NAME: &str = "openai";
+const NAME: &str = "ollama";
 
-/// Settings of an [`OpenAiEmbedder`].
+/// The default base URL: a local Ollama.
+const BASE_URL: &str = "http://localhost:11434";
+
+/// Settings of an [`OllamaEmbedder`].
 #[derive(Debug, Clone)]
-pub struct OpenAiEmbedderConfig {
-    /// Base URL up to and including `/v1`.
+pub struct OllamaEmbedderConfig {
+    /// The server, without `/api`; default `http://localhost:11434`.
     pub base_url: String,
-    /// Sent as `Authorization: Bearer …` when present (local servers need none).
-    pub api_key: Option<ApiKey>,
-    /// The model; default [`OPENAI_EMBEDDING_MODEL`].
+    /// The model; default [`OLLAMA_EMBEDDING_MODEL`].
     pub model: String,
-    /// Asks for shorter vectors (`dimensions`, `text-embedding-3` models
-    /// and later); every answer is checked to have this length.
+    /// Asks for shorter vectors (`dimensions`, for models that support
+    /// it); every answer is checked to have this length.
     pub dimensions: Option<usize>,
     /// How queries and documents are told apart; `None` (the default):
     /// as the model's family expects, recognised by its name
     /// ([`EmbedRoles::for_model`]).
     pub roles: Option<EmbedRoles>,
     /// Texts per request; longer lists are sent in several requests.
-    /// Default 256 (the API takes up to 2,048).
+    /// Default 64.
     pub batch_size: usize,
     /// Timeouts and retries.
     pub http: HttpSettings,
 }
 
-impl OpenAiEmbedderConfig {
-    /// OpenAI itself with `api_key` and the default model.
-    pub fn new(api_key: Option<ApiKey>) -> Self {
+impl Default for OllamaEmbedderConfig {
+    fn default() -> Self {
         Self {
-            base_url: OPENAI_BASE_URL.to_owned(),
-            api_key,
-            model: OPENAI_EMBEDDING_MODEL.to_owned(),
+            base_url: BASE_URL.to_owned(),
+            model: OLLAMA_EMBEDDING_MODEL.to_owned(),
             dimensions: None,
             roles: None,
-            batch_size: 256,
+            batch_size: 64,
             http: HttpSettings::default(),
+        }
+    }
+}
+
+impl OllamaEmbedderConfig {
+    /// A local Ollama with `model`.
+    pub fn new(model: impl Into<String>) -> Self {
+        Self {
+            model: model.into(),
+            ..Self::default()
         }
     }
 
     /// The same settings against another server.
     pub fn with_base_url(mut self, base_url: impl Into<String>) -> Self {
         self.base_url = base_url.into();
-        self
-    }
-
-    /// The same settings with another model.
-    pub fn with_model(mut self, model: impl Into<String>) -> Self {
-        self.model = model.into();
         self
     }
 
@@ -89,18 +89,18 @@ impl OpenAiEmbedderConfig {
     }
 }
 
-/// An embedder for OpenAI-compatible `/embeddings`.
+/// An embedder for Ollama's `/api/embed`.
 #[derive(Debug)]
-pub struct OpenAiEmbedder {
-    config: OpenAiEmbedderConfig,
+pub struct OllamaEmbedder {
+    config: OllamaEmbedderConfig,
     roles: EmbedRoles,
     client: Arc<HttpClient>,
     name: String,
 }
 
-impl OpenAiEmbedder {
+impl OllamaEmbedder {
     /// An embedder with `config`.
-    pub fn new(config: OpenAiEmbedderConfig) -> Result<Self, ProviderError> {
+    pub fn new(config: OllamaEmbedderConfig) -> Result<Self, ProviderError> {
         let roles = config.roles();
         let name = space_name(NAME, &config.model, config.dimensions, &roles)?;
         let client = Arc::new(HttpClient::new(NAME, config.http.clone())?);
@@ -124,17 +124,13 @@ impl OpenAiEmbedder {
     }
 }
 
-impl Embedder for OpenAiEmbedder {
+impl Embedder for OllamaEmbedder {
     fn embed(
         &self,
         texts: Vec<String>,
         role: EmbedRole,
     ) -> BoxFuture<'static, Result<Vec<Vec<f32>>, ProviderError>> {
-        let url = join_url(&self.config.base_url, "embeddings");
-        let mut headers = Vec::new();
-        if let Some(key) = &self.config.api_key {
-            headers.push(("authorization", format!("Bearer {}", key.expose()), true));
-        }
+        let url = join_url(&self.config.base_url, "api/embed");
         let client = Arc::clone(&self.client);
         let (model, dimensions, batch_size, roles) = (
             self.config.model.clone(),
@@ -144,11 +140,11 @@ impl Embedder for OpenAiEmbedder {
         );
         Box::pin(async move {
             embed_batched(NAME, texts, batch_size, dimensions, |batch| {
-                let (client, url, headers) = (&client, &url, &headers);
+                let (client, url) = (&client, &url);
                 let body = request_body(&model, dimensions, &roles, &batch, role);
                 let count = batch.len();
                 async move {
-                    let json = post_for_json(client, NAME, url, headers, &body).await?;
+                    let json = post_for_json(client, NAME, url, &[], &body).await?;
                     parse(&json, count)
                 }
             })
@@ -181,42 +177,21 @@ fn request_body(
     body
 }
 
-/// `data[].embedding`, put in the order of `data[].index`.
+/// `embeddings`, one list per input in input order.
 fn parse(json: &Value, count: usize) -> Result<Vec<Vec<f32>>, ProviderError> {
-    let Some(data) = json.get("data").and_then(Value::as_array) else {
-        let what = json.get("data").map_or("missing", kind);
-        return Err(malformed(NAME, format!("`data` is {what}, not a list")));
+    let Some(embeddings) = json.get("embeddings").and_then(Value::as_array) else {
+        let what = json.get("embeddings").map_or("missing", kind);
+        return Err(malformed(NAME, format!("`embeddings` is {what}, not a list")));
     };
-    if data.len() != count {
+    if embeddings.len() != count {
         return Err(malformed(
             NAME,
-            format!("{} embeddings for {count} texts", data.len()),
+            format!("{} embeddings for {count} texts", embeddings.len()),
         ));
     }
-    let mut ordered: Vec<Option<Vec<f32>>> = vec![None; count];
-    for (position, item) in data.iter().enumerate() {
-        let index = match item.get("index") {
-            // Some compatible servers leave the index out: the list order.
-            None | Some(Value::Null) => position,
-            Some(index) => index
-                .as_u64()
-                .and_then(|i| usize::try_from(i).ok())
-                .filter(|i| *i < count)
-                .ok_or_else(|| {
-                    malformed(
-                        NAME,
-                        format!("`data[{position}].index` is {index}, not an index below {count}"),
-                    )
-                })?,
-        };
-        if ordered[index].is_some() {
-            return Err(malformed(NAME, format!("index {index} appears twice")));
-        }
-        let embedding = item
-            .get("embedding")
-            .ok_or_else(|| malformed(NAME, format!("`data[{position}].embedding` is missing")))?;
-        ordered[index] = Some(vector(NAME, embedding, &format!("data[{position}].embedding"))?);
-    }
-    // `count` items, none twice, all below `count`: every slot is filled.
-    Ok(ordered.into_iter().flatten().collect())
+    embeddings
+        .iter()
+        .enumerate()
+        .map(|(i, e)| vector(NAME, e, &format!("embeddings[{i}]")))
+        .collect()
 }
