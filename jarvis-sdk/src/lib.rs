@@ -4,8 +4,10 @@
 //! agents such as KAREN, each with its own sessions, memory, tools, approval
 //! rules and colour.
 //!
-//! The SDK is layered, bottom to top, and a module only imports from layers
-//! below it (a test enforces this):
+//! The SDK is layered, bottom to top, and a layer only imports from layers
+//! below it: `common`, `model` and `memory` are crates of their own
+//! (`jarvis-common`, `jarvis-model`, `jarvis-memory`), so the compiler holds
+//! them to it, and a test holds the modules above:
 //!
 //! | layer | owns |
 //! |---|---|
@@ -75,7 +77,7 @@ mod agent;
 mod app;
 use jarvis_common as common;
 mod core;
-mod memory;
+use jarvis_memory as memory;
 use jarvis_model as model;
 
 pub mod packs;

@@ -10,9 +10,7 @@ use std::fmt;
 use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex};
 
-mod postgres;
-
-pub use postgres::{REQUIRE_POSTGRES_ENV, TempPostgres};
+pub use jarvis_common::testing::{REQUIRE_POSTGRES_ENV, TempPostgres};
 
 use crate::{
     AgentEvent, ApprovalDecision, ApprovalRequest, Approver, MessageDelta, Tool, ToolCallInfo, ToolContext,

@@ -21,6 +21,8 @@ mod lock;
 #[cfg(feature = "postgres")]
 pub mod pg;
 
+#[cfg(feature = "test-utils")]
+pub mod testing;
 mod text;
 mod time;
 pub mod trace;

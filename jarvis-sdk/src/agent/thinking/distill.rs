@@ -275,7 +275,25 @@ impl Distiller {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::test_episode as episode;
+    use crate::memory::{KIND_EPISODE, Layer};
+
+    /// A turn episode of `main` with id `id`: all a label is resolved to.
+    fn episode(id: &str) -> MemoryRecord {
+        MemoryRecord {
+            id: id.into(),
+            user: "u".into(),
+            agent_id: "main".into(),
+            layer: Layer::Episodic,
+            kind: KIND_EPISODE.into(),
+            source: "turn".into(),
+            text: "x".into(),
+            metadata: serde_json::Value::Null,
+            created_at: crate::common::Timestamp::EPOCH,
+            rehearsal: 0,
+            embedding: Vec::new(),
+            embedder: String::new(),
+        }
+    }
 
     #[test]
     fn answers_parse_and_labels_become_episode_ids() {

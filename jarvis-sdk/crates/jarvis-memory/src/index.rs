@@ -60,7 +60,7 @@ use super::lexical::{Postings, Terms, terms};
 use super::record::{
     Layer, META_PREV, META_WHEN, MemoryFilter, MemoryRecord, SearchHit, SearchQuery, metadata_days,
 };
-use crate::common::Timestamp;
+use jarvis_common::Timestamp;
 
 /// Rows per tile.
 const TILE: usize = 16;
@@ -818,6 +818,7 @@ impl Index {
     /// Writes every graph that changed since it was last saved to its
     /// partition's file (a clean close of a store with a file), after the
     /// work under way; a graph still being built is not waited for.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) fn save_graphs(&self) {
         for partition in &self.partitions {
             partition.save_graph();
@@ -1533,8 +1534,8 @@ impl IndexLoader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::record::Agents;
-    use crate::model::cosine;
+    use crate::record::Agents;
+    use jarvis_model::cosine;
 
     fn record(id: &str, agent: &str, layer: Layer, vector: Vec<f32>) -> MemoryRecord {
         MemoryRecord {
@@ -1857,7 +1858,7 @@ mod tests {
     #[cfg(feature = "ann")]
     mod graph {
         use super::*;
-        use crate::model::cosine;
+        use jarvis_model::cosine;
         use proptest::prelude::*;
 
         fn small(min_rows: usize) -> AnnOptions {
@@ -1909,8 +1910,7 @@ mod tests {
             let (mut overlap, mut total) = (0usize, 0usize);
             for s in 0..50u64 {
                 let q = dense(1_000_000 + s, dims);
-                let filter =
-                    MemoryFilter::for_user("u").layer(Layer::Episodic, crate::memory::record::Agents::Any);
+                let filter = MemoryFilter::for_user("u").layer(Layer::Episodic, crate::record::Agents::Any);
                 let approx = index.search(&query(filter.clone(), q.clone(), 10));
                 let truth = exact.search(&query(filter.clone(), q.clone(), 10));
                 for hit in &approx {
@@ -2056,8 +2056,8 @@ mod tests {
                         ("karen", Layer::Episodic),
                         ("main", Layer::Procedural),
                     ][s as usize % 4];
-                    let filter = MemoryFilter::for_user("u")
-                        .layer(layer, crate::memory::record::Agents::only([agent]));
+                    let filter =
+                        MemoryFilter::for_user("u").layer(layer, crate::record::Agents::only([agent]));
                     query(filter, vector(1_000_000 + s, dims), 5)
                 })
                 .collect();
@@ -2299,7 +2299,7 @@ mod tests {
         /// is found by its exact scan meanwhile.
         #[test]
         fn a_tail_written_a_record_at_a_time_is_added_in_batches() {
-            use crate::memory::ann::ADD_MIN;
+            use crate::ann::ADD_MIN;
             let dims = 24;
             let mut index = Index::with_ann(small(100));
             for i in 0..200u64 {
@@ -2342,7 +2342,7 @@ mod tests {
         /// rather than reading nodes not written yet (which crashed).
         #[test]
         fn graph_stats_wait_for_the_adder_under_way() {
-            use crate::memory::ann::ADD_MIN;
+            use crate::ann::ADD_MIN;
             let dims = 24;
             let mut index = Index::with_ann(small(100));
             let mut next = 0u64;
@@ -2480,8 +2480,7 @@ mod tests {
                 "the changed record is in the tail"
             );
             assert_eq!(index.graph_stats().0, 604);
-            let filter =
-                MemoryFilter::for_user("u").layer(Layer::Episodic, crate::memory::record::Agents::Any);
+            let filter = MemoryFilter::for_user("u").layer(Layer::Episodic, crate::record::Agents::Any);
             let hits = index.search(&query(filter.clone(), deleted.embedding.clone(), 10));
             assert!(
                 hits.iter().all(|h| h.id != deleted.id),
@@ -2567,7 +2566,7 @@ mod tests {
             );
             index.wait_for_graphs();
             let hits = index.search(&query(
-                MemoryFilter::for_user("u").layer(Layer::Episodic, crate::memory::record::Agents::Any),
+                MemoryFilter::for_user("u").layer(Layer::Episodic, crate::record::Agents::Any),
                 records[42].embedding.clone(),
                 1,
             ));

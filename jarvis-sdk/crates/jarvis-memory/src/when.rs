@@ -18,7 +18,7 @@
 use regex::Regex;
 use std::sync::OnceLock;
 
-use crate::common::{CivilTime, TimeZone, Timestamp};
+use jarvis_common::{CivilTime, TimeZone, Timestamp};
 
 /// A calendar day.
 type Day = (i64, u32, u32);

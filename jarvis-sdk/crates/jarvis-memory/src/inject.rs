@@ -5,8 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::common::{char_len, truncate_with_marker};
-use crate::model::Message;
+use jarvis_common::{char_len, truncate_with_marker};
+use jarvis_model::Message;
 
 /// One section of the memory message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

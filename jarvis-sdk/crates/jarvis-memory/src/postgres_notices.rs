@@ -29,7 +29,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio_postgres::NoTls;
 
-use crate::common::pg::forward_notifications;
+use jarvis_common::pg::forward_notifications;
 
 /// The channel the triggers notify on.
 pub(crate) const CHANNEL: &str = "jarvis_memory";

@@ -4,9 +4,11 @@
 //! recall.
 //!
 //! It sits above `model` (it embeds through an
-//! [`Embedder`](crate::model::Embedder)) and below `agent` (the harness
+//! [`Embedder`](jarvis_model::Embedder)) and below `agent` (the harness
 //! calls the service before and after each turn, the loop applies the
-//! context before each model call). It imports only `model` and `common`.
+//! context before each model call). It is a crate of its own, so the
+//! compiler keeps it to `jarvis-model` and `jarvis-common`; `jarvis-sdk`
+//! re-exports it.
 //!
 //! | file | what |
 //! |---|---|
@@ -63,8 +65,6 @@ pub use ann::AnnOptions;
 pub use error::MemoryError;
 pub use forget::{ForgottenSecret, MIN_FORGET_CHARS, contains_forgotten, fact_digest, normalise_fact};
 pub use inject::{MemoryContext, MemorySection, SectionBudgets, SectionKind, last_turns};
-#[cfg(test)]
-pub(crate) use learn::test_episode;
 pub use learn::{DistillReport, DistilledFact, ForgetReport, MAX_FACT_VALUE_CHARS, episode_request};
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresMemoryStore;

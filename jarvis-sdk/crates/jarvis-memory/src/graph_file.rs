@@ -32,7 +32,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::common::StagedFile;
+use jarvis_common::StagedFile;
 
 /// First bytes of a graph file.
 const MAGIC: &[u8; 4] = b"JRVG";
@@ -96,6 +96,7 @@ pub(super) fn fingerprint(vector: &[f32]) -> u64 {
 }
 
 /// The folder of a database's graph files: `<database>-graphs`.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) fn graphs_dir(database: &Path) -> PathBuf {
     let mut name = database.file_name().map(|n| n.to_os_string()).unwrap_or_default();
     name.push("-graphs");

@@ -20,8 +20,8 @@ use super::record::{Layer, MemoryFilter, MemoryRecord, SearchHit, SearchQuery};
 use super::rules::sql_case;
 use super::store::MemoryStore;
 use super::working::WorkingMemory;
-use crate::common::Timestamp;
-use crate::common::pg::{PgSetupError, build_pool_with, config_with, connection};
+use jarvis_common::Timestamp;
+use jarvis_common::pg::{PgSetupError, build_pool_with, config_with, connection};
 
 /// Key of the advisory lock migrations hold (`jarvis` in ASCII, then 2).
 const MIGRATION_LOCK: i64 = 0x6a61_7276_6973_0002;
@@ -966,7 +966,7 @@ impl MemoryStore for PostgresMemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::TempPostgres;
+    use jarvis_common::testing::TempPostgres;
 
     /// The plans Postgres keeps for the store's prepared statements, made
     /// while the table is small (where scanning it is the cheapest plan),

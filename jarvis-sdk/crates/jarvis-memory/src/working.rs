@@ -5,8 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::common::{Timestamp, truncate_with_marker};
-use crate::model::cosine;
+use jarvis_common::{Timestamp, truncate_with_marker};
+use jarvis_model::cosine;
 
 /// Settings of working memory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -29,10 +29,10 @@ use super::store::MemoryStore;
 use super::user_model::{UserModel, UserModelFile, UserModelStore};
 use super::when::{asks_latest, period_of, stated_days};
 use super::working::{WorkingConfig, WorkingMemory};
-use crate::common::{
+use jarvis_common::{
     Clock, IdSource, SystemClock, TimeZone, Timestamp, UniqueIds, error_chain, truncate_with_marker,
 };
-use crate::model::{EmbedRole, Embedder};
+use jarvis_model::{EmbedRole, Embedder};
 
 /// The weights of the recall blend (see [`MemoryService`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -355,7 +355,8 @@ impl Drop for Wake {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use jarvis_sdk::{HashEmbedder, InMemoryMemoryStore, MemoryScope, MemoryService, Message, TurnRecord};
+/// use jarvis_memory::{InMemoryMemoryStore, MemoryScope, MemoryService, TurnRecord};
+/// use jarvis_model::{HashEmbedder, Message};
 ///
 /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
 /// let memory = MemoryService::new(Arc::new(InMemoryMemoryStore::new()), Arc::new(HashEmbedder::default()));
@@ -525,7 +526,7 @@ impl MemoryService {
             outage.is_some_and(|until| tokio::time::Instant::now() < until)
         };
         if held {
-            return Err(MemoryError::Embed(crate::model::ProviderError::stream(
+            return Err(MemoryError::Embed(jarvis_model::ProviderError::stream(
                 "embedder",
                 format!("not asked: it failed less than {} s ago", OUTAGE_HOLD.as_secs()),
             )));
@@ -1629,7 +1630,7 @@ async fn checked_embed(
     let count = texts.len();
     let vectors = embedder.embed(texts, role).await.map_err(MemoryError::Embed)?;
     if vectors.len() != count {
-        return Err(MemoryError::Embed(crate::model::ProviderError::stream(
+        return Err(MemoryError::Embed(jarvis_model::ProviderError::stream(
             "embedder",
             "the embedder answered a different number of vectors than texts",
         )));

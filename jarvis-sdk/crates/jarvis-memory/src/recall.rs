@@ -97,7 +97,7 @@ pub(super) fn fuse(answers: Vec<Vec<SearchHit>>, floor: f32, k: f32) -> Vec<(Sea
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::common::Timestamp;
+    use jarvis_common::Timestamp;
 
     fn hit(id: &str, similarity: f32, lexical: f32) -> SearchHit {
         SearchHit {

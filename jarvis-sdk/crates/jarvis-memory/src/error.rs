@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::model::ProviderError;
+use jarvis_model::ProviderError;
 
 /// The boxed error of a database driver or another lower-level failure.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

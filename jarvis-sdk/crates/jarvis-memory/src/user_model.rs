@@ -14,7 +14,7 @@ use std::time::SystemTime;
 
 use super::error::MemoryError;
 use super::forget::ForgottenSecret;
-use crate::common::{Timestamp, update_file_locked};
+use jarvis_common::{Timestamp, update_file_locked};
 
 /// The file name under `JARVIS_HOME`.
 pub const USER_MODEL_FILE: &str = "user_model.json";

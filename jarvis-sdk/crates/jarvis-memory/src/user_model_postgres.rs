@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use super::error::{BoxError, MemoryError};
 use super::user_model::{UserModel, stamp};
-use crate::common::Timestamp;
-use crate::common::pg::{PgSetupError, build_pool, connection, migrate_locked};
+use jarvis_common::Timestamp;
+use jarvis_common::pg::{PgSetupError, build_pool, connection, migrate_locked};
 
 /// Key of the advisory lock the migrations hold (`jarvis` in ASCII, then 5).
 const MIGRATION_LOCK: i64 = 0x6a61_7276_6973_0005;

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
 
-use crate::common::Timestamp;
+use jarvis_common::Timestamp;
 
 /// Metadata key of a turn episode: the id of the episode before it in the
 /// same session, so recall can bring a hit's neighbouring turns.
@@ -66,7 +66,7 @@ impl fmt::Display for Layer {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MemoryRecord {
     /// Unique id. Fresh writes get one from the service's
-    /// [`IdSource`](crate::common::IdSource); records that are updated in
+    /// [`IdSource`](jarvis_common::IdSource); records that are updated in
     /// place (task patterns, procedures, user-model entries) have ids
     /// derived from their name, so writing them again replaces them.
     pub id: String,
@@ -92,7 +92,7 @@ pub struct MemoryRecord {
     pub rehearsal: u32,
     /// The embedding of `text`; empty when there is none.
     pub embedding: Vec<f32>,
-    /// The [`Embedder::name`](crate::model::Embedder::name) of the space
+    /// The [`Embedder::name`](jarvis_model::Embedder::name) of the space
     /// `embedding` lies in; empty when there is no embedding.
     pub embedder: String,
 }

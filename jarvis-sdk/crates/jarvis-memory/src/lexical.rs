@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use foldhash::fast::RandomState;
 
-use crate::common::words::{Script, TokenScratch, for_each_token};
+use jarvis_common::words::{Script, TokenScratch, for_each_token};
 
 /// BM25's term-frequency saturation.
 const K1: f32 = 1.2;

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use unicode_normalization::UnicodeNormalization;
 
-use crate::common::{Timestamp, fnv1a64};
+use jarvis_common::{Timestamp, fnv1a64};
 
 /// The fewest characters a forgotten text may have (after normalising):
 /// forgetting a single character would refuse nearly every fact.

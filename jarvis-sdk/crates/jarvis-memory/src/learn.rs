@@ -338,7 +338,7 @@ pub(crate) fn test_episode(id: &str) -> MemoryRecord {
         source: "turn".into(),
         text: "x".into(),
         metadata: serde_json::Value::Null,
-        created_at: crate::common::Timestamp::EPOCH,
+        created_at: jarvis_common::Timestamp::EPOCH,
         rehearsal: 0,
         embedding: Vec::new(),
         embedder: String::new(),
@@ -348,7 +348,7 @@ pub(crate) fn test_episode(id: &str) -> MemoryRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::common::Timestamp;
+    use jarvis_common::Timestamp;
 
     use super::test_episode as episode;
 

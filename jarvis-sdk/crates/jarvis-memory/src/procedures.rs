@@ -7,7 +7,7 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use super::error::{MemoryError, printable};
-use crate::common::update_file_locked;
+use jarvis_common::update_file_locked;
 
 /// The directory under `JARVIS_HOME`.
 pub const PROCEDURES_DIR: &str = "procedures";
@@ -155,7 +155,7 @@ impl ProcedureLibrary {
     /// Reads `agent_id`'s own procedure `name` (`None` when it has none),
     /// lets `change` write its new text, and writes it back atomically, all
     /// under the file's lock
-    /// ([`update_file_locked`](crate::common::update_file_locked): this
+    /// ([`update_file_locked`](jarvis_common::update_file_locked): this
     /// process and others alike), so a rewrite always starts from the last
     /// saved text and two writers at once never lose one's work. An error
     /// from `change` leaves the file as it is. Legacy files are never

@@ -20,7 +20,7 @@ use super::index::{Index, IndexLoader, LoadBatch, LoadKey, LoadedRow};
 use super::record::{Layer, MemoryFilter, MemoryRecord, SearchHit, SearchQuery};
 use super::store::MemoryStore;
 use super::working::WorkingMemory;
-use crate::common::Timestamp;
+use jarvis_common::Timestamp;
 
 /// The file name under `JARVIS_HOME`.
 pub const MEMORY_DB_FILE: &str = "memory.sqlite3";
@@ -1155,7 +1155,7 @@ mod tests {
         MemoryRecord {
             layer: Layer::Semantic,
             kind: "fact".into(),
-            ..crate::memory::learn::test_episode(id)
+            ..crate::learn::test_episode(id)
         }
     }
 
