@@ -5,9 +5,9 @@
 //! rules and colour.
 //!
 //! The SDK is layered, bottom to top, and a layer only imports from layers
-//! below it: `common`, `model` and `memory` are crates of their own
-//! (`jarvis-common`, `jarvis-model`, `jarvis-memory`), so the compiler holds
-//! them to it, and a test holds the modules above:
+//! below it: `common`, `model`, `memory` and `agent` are crates of their
+//! own (`jarvis-common`, `jarvis-model`, `jarvis-memory`, `jarvis-agent`),
+//! so the compiler holds them to it, and a test holds the modules above:
 //!
 //! | layer | owns |
 //! |---|---|
@@ -73,7 +73,7 @@
 //! The default build has no HTTP server, no terminal UI and no database
 //! client: its one database is the SQLite library compiled into it.
 
-mod agent;
+use jarvis_agent as agent;
 mod app;
 use jarvis_common as common;
 mod core;

@@ -1040,16 +1040,7 @@ impl AgentSession {
             usage_total: UsageTotal::default(),
         });
         let (tx, rx) = oneshot::channel();
-        let _ = tx.send(Ok(LoopOutcome {
-            final_message,
-            new_messages: Vec::new(),
-            turns: 0,
-            overflows: 0,
-            summary_calls: 0,
-            provider_calls: 0,
-            error: None,
-            usage_total: UsageTotal::default(),
-        }));
+        let _ = tx.send(Ok(LoopOutcome::answered(final_message)));
         Pending {
             result: Some(rx),
             cancel: CancellationToken::new(),
@@ -1097,9 +1088,10 @@ impl AgentSession {
         let resumable = parts.kind == SessionKind::User
             && matches!(options.caller, Caller::Local | Caller::Web { .. })
             && options.parent_turn.is_none();
-        let turn_options = TurnOptions {
-            resumable,
-            ..TurnOptions::default()
+        let turn_options = if resumable {
+            TurnOptions::resumable()
+        } else {
+            TurnOptions::default()
         }
         .with_parent(options.parent_turn.clone());
         let input = SecurityInput {
