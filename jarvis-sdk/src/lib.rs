@@ -4,10 +4,10 @@
 //! agents such as KAREN, each with its own sessions, memory, tools, approval
 //! rules and colour.
 //!
-//! The SDK is layered, bottom to top, and a layer only imports from layers
-//! below it: `common`, `model`, `memory` and `agent` are crates of their
-//! own (`jarvis-common`, `jarvis-model`, `jarvis-memory`, `jarvis-agent`),
-//! so the compiler holds them to it, and a test holds the modules above:
+//! The SDK is layered, bottom to top, one crate per layer (`jarvis-common`,
+//! `jarvis-model`, `jarvis-memory`, `jarvis-agent`, `jarvis-core`,
+//! `jarvis-app`), so a layer can only import the ones below it; this crate
+//! re-exports their public names and holds the domain packs:
 //!
 //! | layer | owns |
 //! |---|---|
@@ -74,9 +74,9 @@
 //! client: its one database is the SQLite library compiled into it.
 
 use jarvis_agent as agent;
-mod app;
+use jarvis_app as app;
 use jarvis_common as common;
-mod core;
+use jarvis_core as core;
 use jarvis_memory as memory;
 use jarvis_model as model;
 
