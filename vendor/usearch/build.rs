@@ -5,6 +5,9 @@ fn main() {
 }
 
 fn build_usearch() -> Result<(), Box<dyn Error>> {
+    // The package is `jarvis-usearch`; the C++ sources include the bridge's
+    // header under the upstream crate's name.
+    cxx_build::CFG.include_prefix = "usearch";
     let mut build = cxx_build::bridge("rust/lib.rs");
 
     build

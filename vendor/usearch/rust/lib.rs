@@ -51,11 +51,8 @@ pub type Key = u64;
 pub type Distance = f32;
 
 /// Callback signature for custom metric functions, defined in the Rust layer and used in the C++ layer.
-pub type StatefulMetric = unsafe extern "C" fn(
-    *const std::ffi::c_void,
-    *const std::ffi::c_void,
-    *mut std::ffi::c_void,
-) -> Distance;
+pub type StatefulMetric =
+    unsafe extern "C" fn(*const std::ffi::c_void, *const std::ffi::c_void, *mut std::ffi::c_void) -> Distance;
 
 /// Callback signature for custom predicate functions, defined in the Rust layer and used in the C++ layer.
 pub type StatefulPredicate = unsafe extern "C" fn(Key, *mut std::ffi::c_void) -> bool;
@@ -465,16 +462,12 @@ pub mod ffi {
         pub fn search_u8(self: &NativeIndex, query: &[u8], count: usize) -> Result<Matches>;
         pub fn search_b1x8(self: &NativeIndex, query: &[u8], count: usize) -> Result<Matches>;
 
-        pub fn exact_search_f64(self: &NativeIndex, query: &[f64], count: usize)
-            -> Result<Matches>;
-        pub fn exact_search_f32(self: &NativeIndex, query: &[f32], count: usize)
-            -> Result<Matches>;
-        pub fn exact_search_f16(self: &NativeIndex, query: &[i16], count: usize)
-            -> Result<Matches>;
+        pub fn exact_search_f64(self: &NativeIndex, query: &[f64], count: usize) -> Result<Matches>;
+        pub fn exact_search_f32(self: &NativeIndex, query: &[f32], count: usize) -> Result<Matches>;
+        pub fn exact_search_f16(self: &NativeIndex, query: &[i16], count: usize) -> Result<Matches>;
         pub fn exact_search_i8(self: &NativeIndex, query: &[i8], count: usize) -> Result<Matches>;
         pub fn exact_search_u8(self: &NativeIndex, query: &[u8], count: usize) -> Result<Matches>;
-        pub fn exact_search_b1x8(self: &NativeIndex, query: &[u8], count: usize)
-            -> Result<Matches>;
+        pub fn exact_search_b1x8(self: &NativeIndex, query: &[u8], count: usize) -> Result<Matches>;
 
         pub fn filtered_search_f64(
             self: &NativeIndex,
@@ -539,11 +532,7 @@ pub mod ffi {
         type NeighborsCursor;
 
         #[cxx_name = "neighbors"]
-        pub fn neighbors_cursor(
-            self: &NativeIndex,
-            key: u64,
-            level: usize,
-        ) -> UniquePtr<NeighborsCursor>;
+        pub fn neighbors_cursor(self: &NativeIndex, key: u64, level: usize) -> UniquePtr<NeighborsCursor>;
 
         pub fn size(self: &NeighborsCursor) -> usize;
         pub fn remaining(self: &NeighborsCursor) -> usize;
@@ -560,7 +549,11 @@ pub mod ffi {
         pub fn memory_stats(self: &NativeIndex) -> MemoryStats;
         pub fn stats(self: &NativeIndex) -> IndexStats;
         pub fn stats_for_level(self: &NativeIndex, level: usize) -> IndexStats;
-        pub fn stats_per_level(self: &NativeIndex, stats_per_level: &mut [IndexStats], max_level: usize) -> IndexStats;
+        pub fn stats_per_level(
+            self: &NativeIndex,
+            stats_per_level: &mut [IndexStats],
+            max_level: usize,
+        ) -> IndexStats;
         pub fn hardware_acceleration(self: &NativeIndex) -> *const c_char;
 
         pub fn save_to_buffer(self: &NativeIndex, buffer: &mut [u8]) -> Result<()>;
@@ -570,7 +563,7 @@ pub mod ffi {
 }
 
 // Re-export the FFI structs and enums at the crate root for easy access
-pub use ffi::{IndexMetadata, IndexOptions, MemoryStats, IndexStats, MetricKind, ScalarKind};
+pub use ffi::{IndexMetadata, IndexOptions, IndexStats, MemoryStats, MetricKind, ScalarKind};
 
 /// Represents custom metric functions for calculating distances between vectors in various formats.
 ///
@@ -805,11 +798,7 @@ pub trait VectorType {
     /// # Returns
     /// - `Ok(ffi::Matches)` containing the matches found.
     /// - `Err(cxx::Exception)` if an error occurred during the search operation.
-    fn exact_search(
-        index: &Index,
-        query: &[Self],
-        count: usize,
-    ) -> Result<ffi::Matches, cxx::Exception>
+    fn exact_search(index: &Index, query: &[Self], count: usize) -> Result<ffi::Matches, cxx::Exception>
     where
         Self: Sized;
 
@@ -859,11 +848,7 @@ impl VectorType for f32 {
         index.inner.search_f32(query, count)
     }
 
-    fn exact_search(
-        index: &Index,
-        query: &[Self],
-        count: usize,
-    ) -> Result<ffi::Matches, cxx::Exception> {
+    fn exact_search(index: &Index, query: &[Self], count: usize) -> Result<ffi::Matches, cxx::Exception> {
         index.inner.exact_search_f32(query, count)
     }
 
@@ -932,11 +917,7 @@ impl VectorType for i8 {
         index.inner.search_i8(query, count)
     }
 
-    fn exact_search(
-        index: &Index,
-        query: &[Self],
-        count: usize,
-    ) -> Result<ffi::Matches, cxx::Exception> {
+    fn exact_search(index: &Index, query: &[Self], count: usize) -> Result<ffi::Matches, cxx::Exception> {
         index.inner.exact_search_i8(query, count)
     }
 
@@ -1004,11 +985,7 @@ impl VectorType for u8 {
         index.inner.search_u8(query, count)
     }
 
-    fn exact_search(
-        index: &Index,
-        query: &[Self],
-        count: usize,
-    ) -> Result<ffi::Matches, cxx::Exception> {
+    fn exact_search(index: &Index, query: &[Self], count: usize) -> Result<ffi::Matches, cxx::Exception> {
         index.inner.exact_search_u8(query, count)
     }
 
@@ -1069,11 +1046,7 @@ impl VectorType for f64 {
         index.inner.search_f64(query, count)
     }
 
-    fn exact_search(
-        index: &Index,
-        query: &[Self],
-        count: usize,
-    ) -> Result<ffi::Matches, cxx::Exception> {
+    fn exact_search(index: &Index, query: &[Self], count: usize) -> Result<ffi::Matches, cxx::Exception> {
         index.inner.exact_search_f64(query, count)
     }
 
@@ -1141,11 +1114,7 @@ impl VectorType for f16 {
         index.inner.search_f16(f16::to_i16s(query), count)
     }
 
-    fn exact_search(
-        index: &Index,
-        query: &[Self],
-        count: usize,
-    ) -> Result<ffi::Matches, cxx::Exception> {
+    fn exact_search(index: &Index, query: &[Self], count: usize) -> Result<ffi::Matches, cxx::Exception> {
         index.inner.exact_search_f16(f16::to_i16s(query), count)
     }
 
@@ -1214,11 +1183,7 @@ impl VectorType for b1x8 {
         index.inner.search_b1x8(b1x8::to_u8s(query), count)
     }
 
-    fn exact_search(
-        index: &Index,
-        query: &[Self],
-        count: usize,
-    ) -> Result<ffi::Matches, cxx::Exception> {
+    fn exact_search(index: &Index, query: &[Self], count: usize) -> Result<ffi::Matches, cxx::Exception> {
         index.inner.exact_search_b1x8(b1x8::to_u8s(query), count)
     }
 
@@ -1519,11 +1484,7 @@ impl Index {
     ///
     /// * `key` - The key associated with the vector.
     /// * `vector` - A slice containing the vector data.
-    pub fn get<T: VectorType>(
-        self: &Index,
-        key: Key,
-        vector: &mut [T],
-    ) -> Result<usize, cxx::Exception> {
+    pub fn get<T: VectorType>(self: &Index, key: Key, vector: &mut [T]) -> Result<usize, cxx::Exception> {
         T::get(self, key, vector)
     }
 
@@ -1842,10 +1803,10 @@ mod tests {
     use crate::ffi::MetricKind;
     use crate::ffi::ScalarKind;
 
-    use crate::b1x8;
-    use crate::new_index;
     use crate::Index;
     use crate::Key;
+    use crate::b1x8;
+    use crate::new_index;
 
     use std::env;
 
@@ -1947,22 +1908,13 @@ mod tests {
         })
         .unwrap();
 
-        println!(
-            "f64 hardware acceleration: {}",
-            f64_index.hardware_acceleration()
-        );
-        println!(
-            "f32 hardware acceleration: {}",
-            f32_index.hardware_acceleration()
-        );
+        println!("f64 hardware acceleration: {}", f64_index.hardware_acceleration());
+        println!("f32 hardware acceleration: {}", f32_index.hardware_acceleration());
         println!(
             "bf16 hardware acceleration: {}",
             bf16_index.hardware_acceleration()
         );
-        println!(
-            "f16 hardware acceleration: {}",
-            f16_index.hardware_acceleration()
-        );
+        println!("f16 hardware acceleration: {}", f16_index.hardware_acceleration());
         println!(
             "e5m2 hardware acceleration: {}",
             e5m2_index.hardware_acceleration()
@@ -1979,18 +1931,9 @@ mod tests {
             "e2m3 hardware acceleration: {}",
             e2m3_index.hardware_acceleration()
         );
-        println!(
-            "i8 hardware acceleration: {}",
-            i8_index.hardware_acceleration()
-        );
-        println!(
-            "u8 hardware acceleration: {}",
-            u8_index.hardware_acceleration()
-        );
-        println!(
-            "b1 hardware acceleration: {}",
-            b1_index.hardware_acceleration()
-        );
+        println!("i8 hardware acceleration: {}", i8_index.hardware_acceleration());
+        println!("u8 hardware acceleration: {}", u8_index.hardware_acceleration());
+        println!("b1 hardware acceleration: {}", b1_index.hardware_acceleration());
         println!("--------------------------------------------------");
     }
 
@@ -2087,9 +2030,7 @@ mod tests {
         ];
         let dimensions: usize = 64;
         let first: Vec<f32> = (0..dimensions).map(|i| (i as f32) * 0.1).collect();
-        let second: Vec<f32> = (0..dimensions)
-            .map(|i| ((dimensions - i) as f32) * 0.1)
-            .collect();
+        let second: Vec<f32> = (0..dimensions).map(|i| ((dimensions - i) as f32) * 0.1).collect();
 
         for metric in metrics {
             for quantization in quantizations {
@@ -2358,15 +2299,10 @@ mod tests {
         assert!(index.save_to_buffer(&mut serialization_buffer).is_ok());
 
         let deserialized_index = new_index(&options).unwrap();
-        assert!(deserialized_index
-            .load_from_buffer(&serialization_buffer)
-            .is_ok());
+        assert!(deserialized_index.load_from_buffer(&serialization_buffer).is_ok());
         assert_eq!(index.size(), deserialized_index.size());
         let results = deserialized_index.search(&first, 10).unwrap();
-        assert!(
-            results.keys.contains(&42),
-            "key 42 survives buffer round-trip"
-        );
+        assert!(results.keys.contains(&42), "key 42 survives buffer round-trip");
 
         // Borrow the buffer as a read-only view instead of deserializing
         let viewed_index = Index::new(&IndexOptions {
@@ -2377,10 +2313,7 @@ mod tests {
         assert!(unsafe { viewed_index.view_from_buffer(&serialization_buffer) }.is_ok());
         assert_eq!(viewed_index.size(), index.size());
         let results = viewed_index.search(&first, 10).unwrap();
-        assert!(
-            results.keys.contains(&42),
-            "key 42 visible via view_from_buffer"
-        );
+        assert!(results.keys.contains(&42), "key 42 visible via view_from_buffer");
 
         // After a full reset the index must be reusable from scratch
         assert_ne!(index.memory_usage(), 0);
@@ -2473,15 +2406,9 @@ mod tests {
 
         let index = new_index(&options).unwrap();
         index.reserve(10).unwrap();
-        index
-            .add(0, &[0.4, 0.1, 0.1, 0.0, 0.0, 0.0, 0.0, 0.0])
-            .unwrap();
-        index
-            .add(1, &[0.5, 0.1, 0.1, 0.0, 0.0, 0.0, 0.0, 0.0])
-            .unwrap();
-        index
-            .add(2, &[0.6, 0.1, 0.1, 0.0, 0.0, 0.0, 0.0, 0.0])
-            .unwrap();
+        index.add(0, &[0.4, 0.1, 0.1, 0.0, 0.0, 0.0, 0.0, 0.0]).unwrap();
+        index.add(1, &[0.5, 0.1, 0.1, 0.0, 0.0, 0.0, 0.0, 0.0]).unwrap();
+        index.add(2, &[0.6, 0.1, 0.1, 0.0, 0.0, 0.0, 0.0, 0.0]).unwrap();
 
         // Make sure non of the distances are zeros
         let matches = index
@@ -2566,8 +2493,7 @@ mod tests {
         let stateful_distance = Box::new(move |a: *const f32, b: *const f32| unsafe {
             let a_slice = std::slice::from_raw_parts(a, 2);
             let b_slice = std::slice::from_raw_parts(b, 2);
-            (a_slice[0] - b_slice[0]).abs() * first_factor
-                + (a_slice[1] - b_slice[1]).abs() * second_factor
+            (a_slice[0] - b_slice[0]).abs() * first_factor + (a_slice[1] - b_slice[1]).abs() * second_factor
         });
         index.change_metric(stateful_distance);
 
