@@ -979,42 +979,6 @@ mod tests {
     use super::*;
     use std::hash::BuildHasher;
 
-    /// The graphs are built with `jarvis-usearch` (`vendor/usearch`), whose
-    /// one change asks the kernel for transparent huge pages on the graph's
-    /// memory: while a graph exists, a mapping of the process carries the
-    /// `hg` flag (`VM_HUGEPAGE`). Stock usearch never asks, nor does
-    /// anything else in this process, so this fails on a build without the
-    /// change. The flag is set under every THP policy but needs a kernel
-    /// with THP.
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn graph_memory_asks_for_huge_pages() {
-        if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled").exists() {
-            eprintln!("SKIPPED graph_memory_asks_for_huge_pages: this kernel has no transparent huge pages");
-            return;
-        }
-        let dims = 64;
-        let graph = new_graph(dims, &AnnOptions::default(), 256, 2).expect("graph");
-        let mut vector = vec![0.0f32; dims];
-        for key in 0..256u64 {
-            for (j, value) in vector.iter_mut().enumerate() {
-                *value = ((key as usize * 31 + j * 7) % 17) as f32 - 8.0;
-            }
-            graph.add(key, &vector).expect("add");
-        }
-        let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
-        let advised = smaps
-            .lines()
-            .filter_map(|line| line.strip_prefix("VmFlags:"))
-            .filter(|flags| flags.split_whitespace().any(|flag| flag == "hg"))
-            .count();
-        assert!(
-            advised > 0,
-            "no mapping of the process asked for huge pages while a graph exists"
-        );
-        assert_eq!(graph.size(), 256);
-    }
-
     /// Consecutive keys (as the index hands them out) and keys a stride
     /// apart spread evenly over a table's buckets (low bits) and tags
     /// (high bits).
