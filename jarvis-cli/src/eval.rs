@@ -8,8 +8,8 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use jarvis_sdk::cassette::Cassette;
-use jarvis_sdk::{EvalSuite, run_eval, run_eval_on_cassette};
+use jarvis_sdk::app::{EvalSuite, run_eval, run_eval_on_cassette};
+use jarvis_sdk::turn::cassette::Cassette;
 
 use crate::home::config_from_env;
 

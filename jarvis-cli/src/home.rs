@@ -10,8 +10,9 @@
 //! names that process.
 
 use anyhow::Context;
+use jarvis_sdk::app::{AppAssembly, AppConfig, AppError, build_app};
+use jarvis_sdk::memory::ReembedPhase;
 use jarvis_sdk::packs::housing::HousingPack;
-use jarvis_sdk::{AppAssembly, AppConfig, AppError, ReembedPhase, build_app};
 use jarvis_server::client::Client;
 use std::time::Duration;
 
@@ -77,7 +78,7 @@ pub(crate) async fn settle_memory(app: &AppAssembly) {
     };
     let mut updates = memory.reembedding_updates();
     let settled =
-        |s: &jarvis_sdk::ReembedStatus| matches!(s.phase, ReembedPhase::Done | ReembedPhase::Waiting);
+        |s: &jarvis_sdk::memory::ReembedStatus| matches!(s.phase, ReembedPhase::Done | ReembedPhase::Waiting);
     if tokio::time::timeout(Duration::from_secs(1), updates.wait_for(settled))
         .await
         .is_ok()

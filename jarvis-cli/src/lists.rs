@@ -4,7 +4,7 @@
 //! usage`: the tokens and cost of the turns so far, the table
 //! `GET /api/usage` answers.
 
-use jarvis_sdk::{UsageBy, UsageSummary};
+use jarvis_sdk::turn::{UsageBy, UsageSummary};
 use jarvis_server::protocol::{AgentInfo, McpServerInfo, UsageReport};
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -35,23 +35,23 @@ pub(crate) async fn agents() -> anyhow::Result<ExitCode> {
 /// the default targets) and their models, marking the one chat would use
 /// (`*`) and the one `JARVIS_EMBED__PROVIDER=auto` would embed with (`+`).
 pub(crate) async fn models() -> anyhow::Result<ExitCode> {
-    let targets = match std::env::var(jarvis_sdk::DISCOVER_ENV) {
-        Ok(spec) if !spec.trim().is_empty() => jarvis_sdk::parse_targets(&spec)?.unwrap_or_default(),
-        _ => jarvis_sdk::default_targets(),
+    let targets = match std::env::var(jarvis_sdk::model::DISCOVER_ENV) {
+        Ok(spec) if !spec.trim().is_empty() => jarvis_sdk::model::parse_targets(&spec)?.unwrap_or_default(),
+        _ => jarvis_sdk::model::default_targets(),
     };
-    let servers = jarvis_sdk::discover_models(&targets, jarvis_sdk::DISCOVERY_BUDGET).await;
+    let servers = jarvis_sdk::model::discover_models(&targets, jarvis_sdk::model::DISCOVERY_BUDGET).await;
     if servers.is_empty() {
         let places: Vec<&str> = targets.iter().map(|t| t.base_url.as_str()).collect();
         println!("no model server answered ({})", places.join(", "));
         return Ok(ExitCode::SUCCESS);
     }
-    let chosen =
-        jarvis_sdk::first_chat_model(&servers).map(|(s, m)| (s.target.base_url.clone(), m.name.clone()));
-    let embedding =
-        jarvis_sdk::first_embedding_model(&servers).map(|(s, m)| (s.target.base_url.clone(), m.name.clone()));
+    let chosen = jarvis_sdk::model::first_chat_model(&servers)
+        .map(|(s, m)| (s.target.base_url.clone(), m.name.clone()));
+    let embedding = jarvis_sdk::model::first_embedding_model(&servers)
+        .map(|(s, m)| (s.target.base_url.clone(), m.name.clone()));
     for server in &servers {
         let kind = match server.target.kind {
-            jarvis_sdk::ProviderKind::Ollama => "ollama",
+            jarvis_sdk::model::ProviderKind::Ollama => "ollama",
             _ => "openai-compatible",
         };
         println!(
@@ -96,7 +96,7 @@ pub(crate) async fn mcp_servers() -> anyhow::Result<ExitCode> {
     if servers.is_empty() {
         println!(
             "no MCP servers (declare them in $JARVIS_HOME/{} or a definition's `mcp`)",
-            jarvis_sdk::MCP_CONFIG_FILE
+            jarvis_sdk::turn::MCP_CONFIG_FILE
         );
     }
     for s in servers {
@@ -209,7 +209,7 @@ fn usage_table(report: &UsageReport) -> String {
         let _ = writeln!(
             out,
             "— a model without a price in $JARVIS_HOME/{}",
-            jarvis_sdk::PRICES_FILE
+            jarvis_sdk::model::PRICES_FILE
         );
     }
     out

@@ -64,7 +64,7 @@ enum Command {
     Usage {
         /// Sum by `agent`, `session` or `day` (in the person's zone).
         #[arg(long, default_value = "agent", value_parser = lists::parse_usage_by)]
-        by: jarvis_sdk::UsageBy,
+        by: jarvis_sdk::turn::UsageBy,
     },
     /// Run an eval suite against the configured model, each case in a
     /// temporary home: a table, the pass rate, and exit code 0 (passed), 1
@@ -89,7 +89,7 @@ enum Command {
         /// What answers the model calls: `current` (the cassette, a
         /// deterministic run of this build) or `model` (the configured model).
         #[arg(long, default_value = "current")]
-        against: jarvis_sdk::ReplayAgainst,
+        against: jarvis_sdk::app::ReplayAgainst,
     },
     /// The team and MCP: `jarvis mcp serve` serves the team to an MCP
     /// client on stdin and stdout.
@@ -102,7 +102,7 @@ enum Command {
 /// The log on stderr (`JARVIS_LOG`, else `default_level`) and, when
 /// `OTEL_EXPORTER_OTLP_ENDPOINT` is set, the GenAI spans over OTLP; the
 /// guard sends the last spans when dropped.
-fn init_tracing(default_level: &str) -> Option<jarvis_sdk::OtelGuard> {
+fn init_tracing(default_level: &str) -> Option<jarvis_sdk::app::OtelGuard> {
     use tracing_subscriber::Layer;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
@@ -117,7 +117,7 @@ fn init_tracing(default_level: &str) -> Option<jarvis_sdk::OtelGuard> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_filter(filter);
     let registry = tracing_subscriber::registry().with(log);
-    let (export, guard) = match jarvis_sdk::otel_layer_from_env() {
+    let (export, guard) = match jarvis_sdk::app::otel_layer_from_env() {
         Ok(Some((layer, guard))) => (Some(layer), Some(guard)),
         Ok(None) => (None, None),
         Err(error) => {

@@ -51,6 +51,6 @@ async fn serve() -> anyhow::Result<ExitCode> {
     } else if let Some(notice) = app.notice() {
         tracing::info!("model: {notice}");
     }
-    jarvis_sdk::serve_mcp_stdio(app, shutdown_signal()).await?;
+    jarvis_sdk::app::serve_mcp_stdio(app, shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
 }

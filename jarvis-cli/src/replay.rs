@@ -7,8 +7,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use jarvis_sdk::cassette::{CASSETTES_DIR, Cassette};
-use jarvis_sdk::{ReplayAgainst, replay_cassette};
+use jarvis_sdk::app::{ReplayAgainst, replay_cassette};
+use jarvis_sdk::turn::{cassette::CASSETTES_DIR, cassette::Cassette};
 
 use crate::home::config_from_env;
 

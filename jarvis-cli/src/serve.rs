@@ -6,7 +6,8 @@
 
 use anyhow::{Context, bail};
 use clap::Args;
-use jarvis_sdk::{AppAssembly, SessionId, SessionMeta};
+use jarvis_sdk::agent::{SessionId, SessionMeta};
+use jarvis_sdk::app::AppAssembly;
 use jarvis_server::client::Client;
 use jarvis_server::{DEMO_HELP, Server, ServerConfig, ServerState, check_bind};
 use std::path::PathBuf;
@@ -116,7 +117,7 @@ async fn open_session(app: &AppAssembly, target: &Target) -> anyhow::Result<Sess
             Err(e) => Err(e.into()),
         };
     }
-    let agent = target.agent.as_deref().unwrap_or(jarvis_sdk::MAIN_AGENT);
+    let agent = target.agent.as_deref().unwrap_or(jarvis_sdk::app::MAIN_AGENT);
     if !app.registry().contains(agent) {
         let agents: Vec<&str> = app.registry().ids().collect();
         bail!("there is no agent {agent:?}; the team is {}", agents.join(", "));
@@ -136,13 +137,13 @@ async fn running_url(client: &Client, target: &Target) -> anyhow::Result<String>
         }
         return Ok(format!("{base}/?session={id}"));
     }
-    let agent = target.agent.as_deref().unwrap_or(jarvis_sdk::MAIN_AGENT);
+    let agent = target.agent.as_deref().unwrap_or(jarvis_sdk::app::MAIN_AGENT);
     if !client.agents().await?.iter().any(|a| a.id == agent) {
         bail!("there is no agent {agent:?} in the running server's team");
     }
     if target.new {
         // The HUD's connection creates a session the server does not know.
-        let id = jarvis_sdk::IdSource::next_id(&jarvis_sdk::UniqueIds::new(), "s-");
+        let id = jarvis_sdk::common::IdSource::next_id(&jarvis_sdk::common::UniqueIds::new(), "s-");
         return Ok(format!("{base}/?session={id}&agent={agent}"));
     }
     Ok(format!("{base}/?session=default-{agent}&agent={agent}"))

@@ -22,11 +22,11 @@
 //! or `-- subagent` (no scenario runs both; add `--smoke` for a quick check
 //! that it works).
 
-use jarvis_sdk::packs::housing::{HousingPack, KAREN_DEFINITION};
-use jarvis_sdk::{
-    AgentEvent, AppAssembly, AppConfig, Caller, ChatRequest, FauxProvider, LlmConfig, Provider, ProviderKind,
-    ProviderStream, SessionId, UIAdapter, build_app,
-};
+use jarvis_sdk::agent::{AgentEvent, SessionId, UIAdapter};
+use jarvis_sdk::app::{AppAssembly, AppConfig, build_app};
+use jarvis_sdk::model::{ChatRequest, FauxProvider, LlmConfig, Provider, ProviderKind, ProviderStream};
+use jarvis_sdk::packs::{housing::HousingPack, housing::KAREN_DEFINITION};
+use jarvis_sdk::turn::Caller;
 use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -5,7 +5,7 @@
 //! Run with `cargo run --release -p jarvis-sdk --example embed_bench`
 //! (add `-- --smoke` for a quick check that it works).
 
-use jarvis_sdk::{HashEmbedder, cosine};
+use jarvis_sdk::model::{HashEmbedder, cosine};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 

@@ -9,10 +9,13 @@
 //! (add `-- --smoke` for a quick check that it works).
 
 use async_trait::async_trait;
-use jarvis_sdk::{
-    AgentEvent, AgentIdentity, AgentLoopConfig, CancellationToken, ChatRequest, FauxProvider, FauxReply,
-    FauxScript, LoopContext, Message, Provider, ProviderStream, StopReason, Tool, ToolContext, ToolError,
+use jarvis_sdk::CancellationToken;
+use jarvis_sdk::agent::{
+    AgentEvent, AgentIdentity, AgentLoopConfig, LoopContext, StopReason, Tool, ToolContext, ToolError,
     ToolRegistry, ToolResult, UIAdapter, run_agent_loop,
+};
+use jarvis_sdk::model::{
+    ChatRequest, FauxProvider, FauxReply, FauxScript, Message, Provider, ProviderStream,
 };
 use serde_json::{Value, json};
 use std::ops::ControlFlow;

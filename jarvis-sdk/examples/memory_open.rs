@@ -27,10 +27,12 @@
 //! Run with `cargo run --release -p jarvis-sdk --example memory_open`
 //! (add `-- --smoke` for a quick check that it works).
 
-use jarvis_sdk::{
-    Agents, Embedder, HashEmbedder, InMemoryMemoryStore, Layer, MemoryFilter, MemoryRecord, MemoryScope,
-    MemoryService, MemoryStore, SearchQuery, SqliteMemoryStore, Timestamp, TurnRecord,
+use jarvis_sdk::common::Timestamp;
+use jarvis_sdk::memory::{
+    Agents, InMemoryMemoryStore, Layer, MemoryFilter, MemoryRecord, MemoryScope, MemoryService, MemoryStore,
+    SearchQuery, SqliteMemoryStore, TurnRecord,
 };
+use jarvis_sdk::model::{Embedder, HashEmbedder};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -37,12 +37,16 @@
 //! `ef_construction` `E`, and measures the recall run once per `ef`
 //! listed (set on the same graphs with `set_ann`).
 
-use jarvis_sdk::{
-    AgentIdentity, Agents, AnnOptions, CancellationToken, FauxProvider, FauxReply, FauxScript, Harness,
-    HashEmbedder, InMemoryMemoryStore, Layer, LoopContext, MemoryFilter, MemoryRead, MemoryRecord,
-    MemoryScope, MemoryService, MemorySessionStore, MemoryStore, NewSession, SearchQuery, SessionId,
-    SessionStore, Timestamp, TurnRecord,
+use jarvis_sdk::CancellationToken;
+use jarvis_sdk::agent::{
+    AgentIdentity, Harness, LoopContext, MemorySessionStore, NewSession, SessionId, SessionStore,
 };
+use jarvis_sdk::common::Timestamp;
+use jarvis_sdk::memory::{
+    Agents, AnnOptions, InMemoryMemoryStore, Layer, MemoryFilter, MemoryRead, MemoryRecord, MemoryScope,
+    MemoryService, MemoryStore, SearchQuery, TurnRecord,
+};
+use jarvis_sdk::model::{FauxProvider, FauxReply, FauxScript, HashEmbedder};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -209,7 +213,7 @@ fn now() -> SystemTime {
 /// another agent's (`karen`), which `main` does not read.
 fn records(n: usize, rng: &mut Rng) -> Vec<MemoryRecord> {
     let embedder = HashEmbedder::default();
-    let name = jarvis_sdk::Embedder::name(&embedder).to_owned();
+    let name = jarvis_sdk::model::Embedder::name(&embedder).to_owned();
     (0..n)
         .map(|i| {
             let roll = rng.below(100);
@@ -320,7 +324,7 @@ fn prompts(n: usize, queries: usize) -> Vec<String> {
 /// `observe` p50 and p99, and one episodic recall's p50 and p99, over
 /// `prompts` (after a tenth of them as warm-up).
 async fn observe_times(store: Arc<InMemoryMemoryStore>, prompts: &[String]) -> [Duration; 4] {
-    let clock = Arc::new(jarvis_sdk::ManualClock::new(now()));
+    let clock = Arc::new(jarvis_sdk::common::ManualClock::new(now()));
     let service = MemoryService::new(store, Arc::new(HashEmbedder::default())).with_clock(clock);
     let scope = MemoryScope::new("u", "main", "bench");
     for p in prompts.iter().take(prompts.len() / 10 + 1) {
@@ -357,7 +361,7 @@ async fn recall_at_10(
     prompts: &[String],
 ) -> (f64, Duration, Duration) {
     let embedder = HashEmbedder::default();
-    let name = jarvis_sdk::Embedder::name(&embedder).to_owned();
+    let name = jarvis_sdk::model::Embedder::name(&embedder).to_owned();
     let (mut found, mut wanted) = (0usize, 0usize);
     let (mut graph_times, mut exact_times) = (Vec::new(), Vec::new());
     for p in prompts {
@@ -488,7 +492,7 @@ fn flag<T: std::str::FromStr>(args: &[String], flag: &str) -> Option<T> {
 /// against the graph (where the default threshold comes from).
 async fn crossover(sizes: &[usize], queries: usize) {
     let embedder = HashEmbedder::default();
-    let name = jarvis_sdk::Embedder::name(&embedder).to_owned();
+    let name = jarvis_sdk::model::Embedder::name(&embedder).to_owned();
     println!("one partition's search (k = 16), exact scan vs graph, p50:");
     for &n in sizes {
         let mut rng = Rng(0xc0ff_ee00 + n as u64);

@@ -67,16 +67,23 @@
 //! is missed).
 
 use async_trait::async_trait;
+use jarvis_sdk::agent::{
+    AgentEvent, Durability, EntryBody, Harness, JsonlOptions, JsonlSessionStore, LoopContext,
+    MemorySessionStore, NewSession, NodeOptions, PostgresSessionStore, RouterSignals, ScreenHub,
+    SessionEntry, SessionError, SessionId, SessionKind, SessionMeta, SessionStore, ThinkingHook,
+    ThinkingInput, ThinkingOutcome, ThoughtConfig, ThoughtEngine, ThoughtRouter, ToolGate, TurnReport,
+    UIAdapter,
+};
+use jarvis_sdk::common::SequentialIds;
+use jarvis_sdk::memory::{
+    DEFAULT_USER, InMemoryMemoryStore, MemoryRead, MemoryService, MemoryStore, PostgresMemoryStore,
+    SqliteMemoryStore,
+};
+use jarvis_sdk::model::{FauxProvider, FauxReply, FauxScript, HashEmbedder, Provider};
 use jarvis_sdk::testing::{REQUIRE_POSTGRES_ENV, TempPostgres};
-use jarvis_sdk::{
-    AgentEvent, AgentSession, AgentSessionParts, ApprovalBroker, Caller, DEFAULT_USER, Durability, EntryBody,
-    FauxProvider, FauxReply, FauxScript, Harness, HashEmbedder, InMemoryMemoryStore, JsonlOptions,
-    JsonlSessionStore, LayeredApprovalRules, LoopContext, MemoryRead, MemoryService, MemorySessionStore,
-    MemoryStore, NewSession, NodeOptions, PostgresMemoryStore, PostgresSessionStore, Provider, RouterSignals,
-    ScreenHub, SecurityError, SecurityInput, SecurityPipeline, SecurityStage, SequentialIds, SessionEntry,
-    SessionError, SessionId, SessionKind, SessionMeta, SessionPolicy, SessionStore, SqliteMemoryStore,
-    ThinkingHook, ThinkingInput, ThinkingOutcome, ThoughtConfig, ThoughtEngine, ThoughtRouter, TokenAuth,
-    ToolGate, TurnReport, UIAdapter, Validation,
+use jarvis_sdk::turn::{
+    AgentSession, AgentSessionParts, ApprovalBroker, Caller, LayeredApprovalRules, SecurityError,
+    SecurityInput, SecurityPipeline, SecurityStage, SessionPolicy, TokenAuth, Validation,
 };
 use std::io::Write as _;
 use std::ops::ControlFlow;
@@ -269,7 +276,7 @@ struct Bench {
     security: Arc<AtomicU64>,
     provider: Arc<dyn Provider>,
     rules: Arc<LayeredApprovalRules>,
-    attached: Vec<jarvis_sdk::SessionAttachment>,
+    attached: Vec<jarvis_sdk::turn::SessionAttachment>,
     sessions: usize,
     memory: Option<Arc<MemoryService>>,
     phases: Arc<Phases>,

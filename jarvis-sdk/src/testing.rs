@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 pub use jarvis_common::testing::{REQUIRE_POSTGRES_ENV, TempPostgres};
 
-use crate::{
+use crate::agent::{
     AgentEvent, ApprovalDecision, ApprovalRequest, Approver, MessageDelta, Tool, ToolCallInfo, ToolContext,
     ToolError, ToolResult, UIAdapter,
 };

@@ -6,7 +6,7 @@
 //! public roots, or exactly the certificate the home's server file names.
 
 use futures::{SinkExt, StreamExt};
-use jarvis_sdk::SessionMeta;
+use jarvis_sdk::agent::SessionMeta;
 use reqwest::{StatusCode, Url};
 use serde::de::DeserializeOwned;
 use std::fmt;
@@ -176,7 +176,7 @@ impl Client {
     /// Speaks MCP on this process's stdin and stdout and forwards to the
     /// server's `/mcp` (with the token, trusting what this client trusts)
     /// until the stdio client closes stdin, the server goes away, or
-    /// `shutdown` resolves (see [`jarvis_sdk::bridge_mcp_stdio`]).
+    /// `shutdown` resolves (see [`jarvis_sdk::turn::bridge_mcp_stdio`]).
     pub async fn bridge_mcp_stdio(&self, shutdown: impl Future<Output = ()>) -> Result<(), ClientError> {
         // No overall timeout: a call lasts as long as the agent's turn.
         let mut http = reqwest::Client::builder().connect_timeout(CONNECT_TIMEOUT);
@@ -185,7 +185,7 @@ impl Client {
         }
         let http = http.build().map_err(|e| ClientError::Transport(e.to_string()))?;
         let url = self.url("/mcp")?;
-        jarvis_sdk::bridge_mcp_stdio(http, url.as_str(), self.token.clone(), shutdown)
+        jarvis_sdk::turn::bridge_mcp_stdio(http, url.as_str(), self.token.clone(), shutdown)
             .await
             .map_err(|e| ClientError::Transport(e.to_string()))
     }
@@ -211,7 +211,7 @@ impl Client {
     }
 
     /// `GET /api/usage?by=…`.
-    pub async fn usage(&self, by: jarvis_sdk::UsageBy) -> Result<UsageReport, ClientError> {
+    pub async fn usage(&self, by: jarvis_sdk::turn::UsageBy) -> Result<UsageReport, ClientError> {
         self.get(&format!("/api/usage?by={by}")).await
     }
 

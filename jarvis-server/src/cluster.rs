@@ -22,10 +22,9 @@
 //!   the node that then takes the session resumes the turn that waited
 //!   for the answer (kept with the lease) and applies it.
 
-use jarvis_sdk::{
-    AgentEvent, AgentSession, ApprovalDecision, ApprovalRequest, ClusterLink, NodeMessage, SessionAttachment,
-    SessionId, SessionRoute, UIAdapter,
-};
+use jarvis_sdk::agent::{AgentEvent, ApprovalDecision, ApprovalRequest, SessionId, UIAdapter};
+use jarvis_sdk::app::{ClusterLink, NodeMessage, SessionRoute};
+use jarvis_sdk::turn::{AgentSession, SessionAttachment};
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};

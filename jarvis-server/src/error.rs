@@ -52,16 +52,16 @@ impl AppError {
     }
 }
 
-impl From<jarvis_sdk::AppError> for AppError {
-    fn from(error: jarvis_sdk::AppError) -> Self {
+impl From<jarvis_sdk::app::AppError> for AppError {
+    fn from(error: jarvis_sdk::app::AppError) -> Self {
         match &error {
-            jarvis_sdk::AppError::UnknownAgent(agent) => Self::new(
+            jarvis_sdk::app::AppError::UnknownAgent(agent) => Self::new(
                 StatusCode::BAD_REQUEST,
                 codes::UNKNOWN_AGENT,
                 format!("there is no agent {agent:?} in the team"),
             ),
-            jarvis_sdk::AppError::Session(e) if e.is_not_found() => Self::not_found("no such session"),
-            jarvis_sdk::AppError::Session(e) if e.is_invalid_input() => Self::bad_request(e.to_string()),
+            jarvis_sdk::app::AppError::Session(e) if e.is_not_found() => Self::not_found("no such session"),
+            jarvis_sdk::app::AppError::Session(e) if e.is_invalid_input() => Self::bad_request(e.to_string()),
             _ => Self::internal("request failed", &error),
         }
     }

@@ -8,7 +8,8 @@
 //! counts running loops per session to emit `agent_activity` (R-WEB-10).
 
 use axum::extract::ws::Utf8Bytes;
-use jarvis_sdk::{AgentEvent, ApprovalDecision, ApprovalRequest, SessionObserver, UIAdapter};
+use jarvis_sdk::agent::{AgentEvent, ApprovalDecision, ApprovalRequest, UIAdapter};
+use jarvis_sdk::app::SessionObserver;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::ops::ControlFlow;

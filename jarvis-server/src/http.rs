@@ -11,7 +11,8 @@ use axum::http::header::{
 };
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use jarvis_sdk::{SessionId, SessionMeta, UsageBy};
+use jarvis_sdk::agent::{SessionId, SessionMeta};
+use jarvis_sdk::turn::UsageBy;
 use serde_json::json;
 
 use crate::auth::{Reached, query_param, token_cookie, token_ok, without_query_param};
@@ -91,7 +92,7 @@ pub(crate) async fn usage(State(state): State<ServerState>, uri: Uri) -> Result<
         Some(name) => UsageBy::parse(&name).ok_or_else(|| {
             AppError::bad_request(format!(
                 "`by` must be agent, session or day, not {:?}",
-                jarvis_sdk::truncate_chars(&name, 40)
+                jarvis_sdk::common::truncate_chars(&name, 40)
             ))
         })?,
     };

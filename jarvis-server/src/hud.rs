@@ -4,7 +4,7 @@
 //! from elsewhere. There is no build step: the files under `assets/` are
 //! what the browser runs (see ARCHITECTURE.md for what each one does).
 
-use jarvis_sdk::html_escape;
+use jarvis_sdk::turn::html_escape;
 
 /// The page, with the marker where the model notice goes.
 const INDEX_HTML: &str = include_str!("../assets/index.html");

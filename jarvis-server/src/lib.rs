@@ -1,7 +1,7 @@
 //! # jarvis-server
 //!
 //! The Jarvis reference web server. It receives the SDK's one assembly
-//! result, [`AppAssembly`](jarvis_sdk::AppAssembly), and only draws: every
+//! result, [`AppAssembly`](jarvis_sdk::app::AppAssembly), and only draws: every
 //! session, agent and turn comes from the assembly (R-ASM-7/8). It is the
 //! only crate that knows HTTP and WebSocket framing.
 //!
@@ -37,7 +37,7 @@
 //! who may listen where.
 //!
 //! ```no_run
-//! use jarvis_sdk::{AppConfig, build_app};
+//! use jarvis_sdk::app::{AppConfig, build_app};
 //! use jarvis_server::{ServerConfig, ServerState, serve};
 //!
 //! # async fn run() -> anyhow::Result<()> {

@@ -3,11 +3,11 @@
 //! `auth::guard` first, so `/mcp` has the API's rules: the token, the
 //! origin rule and the `Host` rule. Each MCP session of a client (the
 //! `Mcp-Session-Id` of the `initialize` handshake) is one
-//! [`McpConnection`](jarvis_sdk::McpConnection), talking to each agent in a
+//! [`McpConnection`](jarvis_sdk::app::McpConnection), talking to each agent in a
 //! session `mcp-<agent>-<n>` of its own; a stateless request (protocol
 //! 2026-07-28) is a client of its own.
 
-use jarvis_sdk::{McpConnection, McpTeamServer};
+use jarvis_sdk::app::{McpConnection, McpTeamServer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use std::sync::Arc;

@@ -10,10 +10,10 @@
 //! Client → server frames are [`ClientMessage`]s: `prompt`, `approval`,
 //! `abort`, `proactive_feedback`.
 
-use jarvis_sdk::{
-    AgentEvent, AgentProfile, ApprovalDecision, ApprovalRequest, Palette, Reaction, SessionEntry,
-    SessionMeta, UsageBy, UsageSummary,
-};
+use jarvis_sdk::agent::{AgentEvent, ApprovalDecision, ApprovalRequest, SessionEntry, SessionMeta};
+use jarvis_sdk::app::{AgentProfile, Palette};
+use jarvis_sdk::initiative::Reaction;
+use jarvis_sdk::turn::{UsageBy, UsageSummary};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -267,8 +267,8 @@ pub struct McpToolEntry {
     pub read_only: bool,
 }
 
-impl From<&jarvis_sdk::McpServerStatus> for McpServerInfo {
-    fn from(s: &jarvis_sdk::McpServerStatus) -> Self {
+impl From<&jarvis_sdk::turn::McpServerStatus> for McpServerInfo {
+    fn from(s: &jarvis_sdk::turn::McpServerStatus) -> Self {
         Self {
             name: s.name.clone(),
             owner: s.owner.clone(),

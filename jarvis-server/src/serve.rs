@@ -4,7 +4,7 @@
 //! find a running server for its home.
 
 use axum::serve::ListenerExt;
-use jarvis_sdk::write_atomic;
+use jarvis_sdk::common::write_atomic;
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::net::SocketAddr;

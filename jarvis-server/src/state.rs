@@ -2,7 +2,7 @@
 //! per connection: the open connections, the agent activity, the running
 //! turns and the shutdown signal.
 
-use jarvis_sdk::{AppAssembly, McpTeamServer};
+use jarvis_sdk::app::{AppAssembly, McpTeamServer};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio_util::sync::CancellationToken;

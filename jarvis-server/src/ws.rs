@@ -48,7 +48,8 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use futures::stream::SplitSink;
 use futures::{SinkExt, StreamExt};
-use jarvis_sdk::{AgentSession, Caller, PromptOptions, SecurityError, SessionId, SessionKind, TurnError};
+use jarvis_sdk::agent::{SessionId, SessionKind};
+use jarvis_sdk::turn::{AgentSession, Caller, PromptOptions, SecurityError, TurnError};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use tokio::sync::mpsc;
@@ -130,7 +131,7 @@ async fn connection(state: ServerState, socket: WebSocket, request: Opening) {
     };
     let session = match state.app().open_or_create(&id, request.agent.as_deref()).await {
         Ok(session) => session,
-        Err(jarvis_sdk::AppError::UnknownAgent(_)) => {
+        Err(jarvis_sdk::app::AppError::UnknownAgent(_)) => {
             return close(socket, CLOSE_UNKNOWN_AGENT, "unknown agent").await;
         }
         Err(error) => {

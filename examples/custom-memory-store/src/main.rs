@@ -11,10 +11,14 @@
 //! Run with `cargo run -p example-custom-memory-store`.
 
 use async_trait::async_trait;
-use jarvis_sdk::{
-    AppConfig, Caller, DEFAULT_USER, Layer, MemoryError, MemoryFilter, MemoryRecord, MemoryScope,
-    MemoryStore, SearchHit, SearchQuery, WorkingMemory, build_app, cosine, write_atomic,
+use jarvis_sdk::app::{AppConfig, build_app};
+use jarvis_sdk::common::write_atomic;
+use jarvis_sdk::memory::{
+    DEFAULT_USER, Layer, MemoryError, MemoryFilter, MemoryRecord, MemoryScope, MemoryStore, SearchHit,
+    SearchQuery, WorkingMemory,
 };
+use jarvis_sdk::model::cosine;
+use jarvis_sdk::turn::Caller;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -274,7 +278,7 @@ impl MemoryStore for FileMemoryStore {
 }
 
 /// An app over `store`, with `home` for sandboxes and rules.
-async fn app(home: &Path, store: Arc<FileMemoryStore>) -> anyhow::Result<jarvis_sdk::AppAssembly> {
+async fn app(home: &Path, store: Arc<FileMemoryStore>) -> anyhow::Result<jarvis_sdk::app::AppAssembly> {
     Ok(build_app(AppConfig::embedded(home).with_memory_store(store)).await?)
 }
 
@@ -310,7 +314,7 @@ async fn main() -> anyhow::Result<()> {
         .await?;
     let facts: Vec<&str> = recalled.iter().map(|r| r.record.text.as_str()).collect();
     let episodes = store
-        .list(&MemoryFilter::for_user(DEFAULT_USER).layer(Layer::Episodic, jarvis_sdk::Agents::Any))
+        .list(&MemoryFilter::for_user(DEFAULT_USER).layer(Layer::Episodic, jarvis_sdk::memory::Agents::Any))
         .await?;
     println!("second app recalls: {facts:?}");
     println!("second app sees {} turn episode(s)", episodes.len());

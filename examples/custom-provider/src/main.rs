@@ -6,11 +6,11 @@
 //! Run with `cargo run -p example-custom-provider`.
 
 use futures::stream;
-use jarvis_sdk::{
-    AgentLoopConfig, CancellationToken, ChatRequest, FinishReason, LoopContext, Message, Provider,
-    ProviderEvent, ProviderStream, ToolContext, ToolError, ToolRegistry, ToolResult, TypedTool, Usage,
-    run_agent_loop,
+use jarvis_sdk::CancellationToken;
+use jarvis_sdk::agent::{
+    AgentLoopConfig, LoopContext, ToolContext, ToolError, ToolRegistry, ToolResult, TypedTool, run_agent_loop,
 };
+use jarvis_sdk::model::{ChatRequest, FinishReason, Message, Provider, ProviderEvent, ProviderStream, Usage};
 use std::sync::Arc;
 
 /// Answers from rules: asks for the `clock` tool once, then reports its result.

@@ -5,10 +5,9 @@
 //!
 //! Run with `cargo run -p example-custom-security-stage`.
 
-use jarvis_sdk::{
-    AppConfig, Caller, FauxProvider, SecurityError, SecurityInput, SecurityStage, SessionPolicy, TurnError,
-    build_app,
-};
+use jarvis_sdk::app::{AppConfig, build_app};
+use jarvis_sdk::model::FauxProvider;
+use jarvis_sdk::turn::{Caller, SecurityError, SecurityInput, SecurityStage, SessionPolicy, TurnError};
 use std::sync::Arc;
 
 /// Refuses inputs holding something that looks like a card number.

@@ -10,11 +10,13 @@
 //!
 //! Run with `cargo run -p example-hello-agent`.
 
-use jarvis_sdk::{
-    AgentEvent, AgentLoopConfig, ApprovalDecision, Approver, CancellationToken, FauxProvider, FinalTool,
-    LoopContext, Message, MessageDelta, ModelSettings, ToolCallInfo, ToolContext, ToolError, ToolGate,
-    ToolRegistry, ToolResult, TypedTool, UIAdapter, run_agent_loop,
+use jarvis_sdk::CancellationToken;
+use jarvis_sdk::agent::{
+    AgentEvent, AgentLoopConfig, ApprovalDecision, Approver, FinalTool, LoopContext, MessageDelta,
+    ModelSettings, ToolCallInfo, ToolContext, ToolError, ToolGate, ToolRegistry, ToolResult, TypedTool,
+    UIAdapter, run_agent_loop,
 };
+use jarvis_sdk::model::{FauxProvider, Message};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use std::ops::ControlFlow;

@@ -3,10 +3,9 @@
 //! its rendering are the same either way.
 
 use anyhow::{Context, bail};
-use jarvis_sdk::{
-    AgentEvent, AgentSession, AppAssembly, ApprovalDecision, ApprovalRequest, Caller, PromptOptions,
-    SecurityError, SessionAttachment, SessionId, TurnError, UIAdapter,
-};
+use jarvis_sdk::agent::{AgentEvent, ApprovalDecision, ApprovalRequest, SessionId, UIAdapter};
+use jarvis_sdk::app::AppAssembly;
+use jarvis_sdk::turn::{AgentSession, Caller, PromptOptions, SecurityError, SessionAttachment, TurnError};
 use jarvis_server::client::{Connection, Incoming};
 use jarvis_server::protocol::{ClientMessage, ServerMessage, ServerNotice, codes};
 use std::ops::ControlFlow;
@@ -36,8 +35,13 @@ impl Backend {
                     (None, agent) if target.new => {
                         // The server creates a session it does not know
                         // with the agent the connection names.
-                        let agent = agent.clone().unwrap_or_else(|| jarvis_sdk::MAIN_AGENT.to_owned());
-                        let id = jarvis_sdk::IdSource::next_id(&jarvis_sdk::UniqueIds::new(), "s-");
+                        let agent = agent
+                            .clone()
+                            .unwrap_or_else(|| jarvis_sdk::app::MAIN_AGENT.to_owned());
+                        let id = jarvis_sdk::common::IdSource::next_id(
+                            &jarvis_sdk::common::UniqueIds::new(),
+                            "s-",
+                        );
                         eprintln!("session {id}");
                         (id, Some(agent))
                     }
@@ -48,7 +52,9 @@ impl Backend {
                         (id.clone(), None)
                     }
                     (None, agent) => {
-                        let agent = agent.clone().unwrap_or_else(|| jarvis_sdk::MAIN_AGENT.to_owned());
+                        let agent = agent
+                            .clone()
+                            .unwrap_or_else(|| jarvis_sdk::app::MAIN_AGENT.to_owned());
                         (format!("default-{agent}"), Some(agent))
                     }
                 };
@@ -151,7 +157,7 @@ impl Local {
                 }
             }
             (None, agent) => {
-                let agent = agent.as_deref().unwrap_or(jarvis_sdk::MAIN_AGENT);
+                let agent = agent.as_deref().unwrap_or(jarvis_sdk::app::MAIN_AGENT);
                 if !app.registry().contains(agent) {
                     let team: Vec<&str> = app.registry().ids().collect();
                     bail!("there is no agent {agent:?}; the team is {}", team.join(", "));

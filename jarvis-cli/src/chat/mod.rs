@@ -12,7 +12,7 @@
 mod backend;
 mod render;
 
-use jarvis_sdk::{AgentEvent, ApprovalRequest, StopReason};
+use jarvis_sdk::agent::{AgentEvent, ApprovalRequest, StopReason};
 use jarvis_server::client::Incoming;
 use jarvis_server::protocol::{ClientDecision, ClientMessage, ServerMessage, ServerNotice, codes};
 use std::collections::VecDeque;

@@ -2,7 +2,7 @@
 //! dimmed, tool activity with a spinner, approval questions. On a pipe the
 //! same appears as plain lines (no colours, no spinner, thinking labelled).
 
-use jarvis_sdk::{
+use jarvis_sdk::agent::{
     AgentEvent, ApprovalRequest, FocusPhase, FocusStepStatus, MessageDelta, ProactiveKind, StopReason,
 };
 use jarvis_server::protocol::{ServerMessage, ServerNotice, codes};

@@ -8,8 +8,8 @@
 //! as interrupted. Every completed turn is in the history once. A job in
 //! every node's `schedules/` runs once across the three.
 
+use jarvis_sdk::agent::{PostgresSessionStore, SessionId, SessionStore};
 use jarvis_sdk::testing::TempPostgres;
-use jarvis_sdk::{PostgresSessionStore, SessionId, SessionStore};
 use jarvis_server::protocol::ClientDecision;
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -90,7 +90,7 @@ fn slot_states(home: &std::path::Path, job: &str) -> Vec<String> {
 }
 
 /// The person's messages of a session's history (as JSON), in order.
-fn questions(entries: &[jarvis_sdk::SessionEntry]) -> Vec<String> {
+fn questions(entries: &[jarvis_sdk::agent::SessionEntry]) -> Vec<String> {
     entries
         .iter()
         .filter(|e| e.body.starts_turn())
@@ -127,12 +127,13 @@ fn three_nodes_forward_prompts_and_approvals_and_take_over_a_killed_owner() {
     // The same job file on every node (configuration is identical across
     // a deployment), written once they run (each reads its `schedules/`
     // again at its next look, every 0.2 s), due a few seconds later.
-    let due = jarvis_sdk::Timestamp::from_system_time(std::time::SystemTime::now()).as_millis() + 4_000;
-    let due = jarvis_sdk::Timestamp::from_millis(due - due % 1_000);
+    let due =
+        jarvis_sdk::common::Timestamp::from_system_time(std::time::SystemTime::now()).as_millis() + 4_000;
+    let due = jarvis_sdk::common::Timestamp::from_millis(due - due % 1_000);
     for home in [&home_a, &home_b, &home_c] {
         let dir = home.path().join("schedules");
         std::fs::create_dir_all(&dir).unwrap();
-        jarvis_sdk::write_atomic(
+        jarvis_sdk::common::write_atomic(
             &dir.join("cluster-ping.yaml"),
             format!("prompt: 오늘 일정 알려줘\nat: \"{due}\"\n").as_bytes(),
         )

@@ -4,7 +4,7 @@
 //! loud `SKIPPED` line and passes, unless `JARVIS_REQUIRE_MCP=1`, which
 //! makes it a failure.
 
-use jarvis_sdk::SessionKind;
+use jarvis_sdk::agent::SessionKind;
 use jarvis_server::client::Client;
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -44,10 +44,11 @@
 //! target, `-- --only en03,ko11` for some conversations, `-- --misses
 //! default` to print the questions a retriever misses).
 
-use jarvis_sdk::{
-    EmbedConfig, EmbedRole, Embedder, HashEmbedder, Layer, ManualClock, MemoryConfig, MemoryScope,
-    MemoryService, MemoryStore, SequentialIds, SqliteMemoryStore, Timestamp, TurnRecord, cosine,
+use jarvis_sdk::common::{ManualClock, SequentialIds, Timestamp};
+use jarvis_sdk::memory::{
+    Layer, MemoryConfig, MemoryScope, MemoryService, MemoryStore, SqliteMemoryStore, TurnRecord,
 };
+use jarvis_sdk::model::{EmbedConfig, EmbedRole, Embedder, HashEmbedder, cosine};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -354,7 +355,7 @@ impl Embedder for Cached {
         &self,
         texts: Vec<String>,
         role: EmbedRole,
-    ) -> futures::future::BoxFuture<'static, Result<Vec<Vec<f32>>, jarvis_sdk::ProviderError>> {
+    ) -> futures::future::BoxFuture<'static, Result<Vec<Vec<f32>>, jarvis_sdk::model::ProviderError>> {
         let query = role == EmbedRole::Query;
         let found: Option<Vec<Vec<f32>>> = {
             let vectors = self.vectors.lock().unwrap();
@@ -570,7 +571,7 @@ async fn main() {
         searches: 0,
     };
     let real: Option<Arc<Cached>> = match EmbedConfig::from_env() {
-        Ok(config) if config.provider != jarvis_sdk::EmbedProvider::Hash => {
+        Ok(config) if config.provider != jarvis_sdk::model::EmbedProvider::Hash => {
             let embedder = config.build().expect("the embedder named by JARVIS_EMBED__*");
             Some(Arc::new(Cached::new(embedder, !flag("--no-cache"))))
         }

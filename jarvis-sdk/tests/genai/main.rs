@@ -10,7 +10,9 @@
 //! subscribers at the same time, made that cache miss spans here now and
 //! then.
 
-use jarvis_sdk::{AppConfig, Caller, FauxProvider, build_app, otel_layer};
+use jarvis_sdk::app::{AppConfig, build_app, otel_layer};
+use jarvis_sdk::model::FauxProvider;
+use jarvis_sdk::turn::Caller;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::trace::v1::Span;
@@ -223,7 +225,7 @@ async fn a_turn_exports_its_genai_span_tree_over_otlp() {
 /// Flushes `guard` until a span whose `key` is `value` arrives; answers
 /// every span received.
 async fn until_span(
-    guard: &jarvis_sdk::OtelGuard,
+    guard: &jarvis_sdk::app::OtelGuard,
     received: &Mutex<Vec<Span>>,
     key: &str,
     value: &str,
@@ -245,9 +247,9 @@ async fn until_span(
 
 #[tokio::test]
 async fn a_refused_input_marks_its_turn_and_a_bare_harness_turn_has_one() {
-    use jarvis_sdk::{
-        AgentIdentity, CancellationToken, Harness, LoopContext, MemorySessionStore, NewSession, SessionId,
-        SessionStore,
+    use jarvis_sdk::CancellationToken;
+    use jarvis_sdk::agent::{
+        AgentIdentity, Harness, LoopContext, MemorySessionStore, NewSession, SessionId, SessionStore,
     };
 
     let (url, received) = receiver();

@@ -3,9 +3,13 @@
 //! cancellation closes it only in that session; slash commands answer
 //! without the model and leave no trace in the session.
 
+use jarvis_sdk::agent::AgentEvent;
+use jarvis_sdk::app::{AppAssembly, AppConfig, build_app};
+use jarvis_sdk::initiative::AgendaKind;
+use jarvis_sdk::model::FauxProvider;
 use jarvis_sdk::packs::housing::HousingPack;
 use jarvis_sdk::testing::ChannelAdapter;
-use jarvis_sdk::{AgendaKind, AgentEvent, AppAssembly, AppConfig, Caller, FauxProvider, build_app};
+use jarvis_sdk::turn::Caller;
 use std::sync::Arc;
 
 struct Home(std::path::PathBuf);
@@ -34,7 +38,7 @@ async fn app() -> (Home, AppAssembly, Arc<FauxProvider>) {
 
 /// The AGENDA's promises (KAREN's built-in `housing_watch` schedule is
 /// always there too).
-async fn promises(app: &AppAssembly) -> Vec<jarvis_sdk::AgendaItem> {
+async fn promises(app: &AppAssembly) -> Vec<jarvis_sdk::initiative::AgendaItem> {
     let agenda = app.agenda().await;
     assert!(
         agenda

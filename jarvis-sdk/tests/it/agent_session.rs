@@ -2,12 +2,17 @@
 //! every screen seeing the same events, rejected input never reaching the model.
 
 use async_trait::async_trait;
+use jarvis_sdk::agent::{
+    AgentEvent, ApprovalDecision, Harness, LoopContext, MemorySessionStore, NewSession, ScreenHub, SessionId,
+    SessionKind, SessionStore, StopReason, ThinkingHook, ThinkingInput, ThinkingOutcome, ToolGate,
+    ToolRegistry, ToolResult, UIAdapter,
+};
+use jarvis_sdk::common::{Extensions, SequentialIds};
+use jarvis_sdk::model::FauxProvider;
 use jarvis_sdk::testing::{FixedApprover, FnTool, RecordingAdapter};
-use jarvis_sdk::{
-    AgentEvent, AgentSession, AgentSessionParts, ApprovalBroker, ApprovalDecision, Caller, Extensions,
-    FauxProvider, Harness, LayeredApprovalRules, LoopContext, MemorySessionStore, NewSession, PromptOptions,
-    ScreenHub, SecurityPipeline, SequentialIds, SessionId, SessionKind, SessionStore, StopReason,
-    ThinkingHook, ThinkingInput, ThinkingOutcome, ToolGate, ToolRegistry, ToolResult, TurnError, UIAdapter,
+use jarvis_sdk::turn::{
+    AgentSession, AgentSessionParts, ApprovalBroker, Caller, LayeredApprovalRules, PromptOptions,
+    SecurityPipeline, TurnError,
 };
 use std::sync::Arc;
 use tokio::sync::Notify;
@@ -152,7 +157,7 @@ struct Waiting {
 }
 
 #[async_trait]
-impl jarvis_sdk::Tool for Waiting {
+impl jarvis_sdk::agent::Tool for Waiting {
     fn name(&self) -> &str {
         "wait"
     }
@@ -165,12 +170,12 @@ impl jarvis_sdk::Tool for Waiting {
     async fn call(
         &self,
         _a: serde_json::Value,
-        ctx: &jarvis_sdk::ToolContext,
-    ) -> Result<ToolResult, jarvis_sdk::ToolError> {
+        ctx: &jarvis_sdk::agent::ToolContext,
+    ) -> Result<ToolResult, jarvis_sdk::agent::ToolError> {
         self.entered.notify_one();
         tokio::select! {
             _ = self.release.notified() => Ok(ToolResult::ok("released")),
-            _ = ctx.cancel.cancelled() => Err(jarvis_sdk::ToolError::Cancelled),
+            _ = ctx.cancel.cancelled() => Err(jarvis_sdk::agent::ToolError::Cancelled),
         }
     }
 }
@@ -302,7 +307,8 @@ async fn the_thinking_hook_runs_between_security_and_the_harness() {
 struct NextOnEnd {
     session: std::sync::Mutex<Option<Arc<AgentSession>>>,
     first_poll: std::sync::Mutex<Option<&'static str>>,
-    next: std::sync::Mutex<Option<tokio::task::JoinHandle<Result<jarvis_sdk::LoopOutcome, TurnError>>>>,
+    next:
+        std::sync::Mutex<Option<tokio::task::JoinHandle<Result<jarvis_sdk::agent::LoopOutcome, TurnError>>>>,
 }
 
 impl UIAdapter for NextOnEnd {

@@ -1,12 +1,14 @@
 //! Approvals: the per-session broker with several screens, timeouts and
 //! cancellation; the layered rule files; the allow-list and boundaries.
 
-use jarvis_sdk::testing::{FnTool, RecordingAdapter};
-use jarvis_sdk::{
-    AgentToolPolicy, ApprovalBroker, ApprovalDecision, ApprovalRequest, Approver, Boundaries, GateDecision,
-    LayeredApprovalRules, Message, RuleDecision, SequentialIds, ToolCallInfo, ToolGate, ToolPolicy,
+use jarvis_sdk::agent::{
+    ApprovalDecision, ApprovalRequest, Approver, GateDecision, ToolCallInfo, ToolGate, ToolPolicy,
     ToolResult, UIAdapter,
 };
+use jarvis_sdk::common::SequentialIds;
+use jarvis_sdk::model::Message;
+use jarvis_sdk::testing::{FnTool, RecordingAdapter};
+use jarvis_sdk::turn::{AgentToolPolicy, ApprovalBroker, Boundaries, LayeredApprovalRules, RuleDecision};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -443,7 +445,7 @@ async fn a_person_approves_a_loop_tool_call_from_a_screen() {
 /// and "always allow" reports the failure instead of writing a file.
 #[tokio::test]
 async fn an_unreachable_deployment_rule_store_is_skipped_not_trusted() {
-    use jarvis_sdk::{ApprovalRule, RuleSource, SharedRuleStore};
+    use jarvis_sdk::turn::{ApprovalRule, RuleSource, SharedRuleStore};
 
     #[derive(Debug)]
     struct Down;
@@ -483,7 +485,8 @@ async fn an_unreachable_deployment_rule_store_is_skipped_not_trusted() {
 /// still see it asked and resolved.
 #[tokio::test]
 async fn an_answer_given_before_a_resumed_turn_asks_again_is_applied_when_it_does() {
-    use jarvis_sdk::{ManualClock, Timestamp, TurnBegin, TurnJournal};
+    use jarvis_sdk::agent::{TurnBegin, TurnJournal};
+    use jarvis_sdk::common::{ManualClock, Timestamp};
 
     let home = Home::new("early");
     let clock = Arc::new(ManualClock::new(std::time::UNIX_EPOCH + Duration::from_secs(10)));

@@ -1,7 +1,7 @@
 //! The shared assembler yields the same tool calls however the argument
 //! deltas are split and however parallel calls interleave.
 
-use jarvis_sdk::{FinishReason, ProviderEvent, ResponseAssembler, Usage};
+use jarvis_sdk::model::{FinishReason, ProviderEvent, ResponseAssembler, Usage};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 

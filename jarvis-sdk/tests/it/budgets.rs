@@ -3,11 +3,12 @@
 //! sub-agent bound by its parent's remainder, and a day limit that refuses
 //! the next turn until the next day.
 
+use jarvis_sdk::agent::{AgentEvent, Budget, StopReason, UsageTotal};
+use jarvis_sdk::app::{AppAssembly, AppConfig, build_app};
+use jarvis_sdk::common::ManualClock;
+use jarvis_sdk::model::{ChatRequest, FauxProvider, PRICES_FILE, Purpose};
 use jarvis_sdk::testing::RecordingAdapter;
-use jarvis_sdk::{
-    AgentEvent, AppAssembly, AppConfig, Budget, Caller, ChatRequest, FauxProvider, ManualClock, PRICES_FILE,
-    Purpose, StopReason, TurnError, UsageTotal, build_app,
-};
+use jarvis_sdk::turn::{Caller, TurnError};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 

@@ -13,14 +13,16 @@
 //!   closed as interrupted and the first screen is told.
 
 use async_trait::async_trait;
-use jarvis_sdk::packs::housing::{HousingPack, KAREN_DEFINITION};
-use jarvis_sdk::{
-    AgentEvent, AgentSession, AppAssembly, AppConfig, ApprovalDecision, ApprovalRequest, Caller, DualConfig,
-    DualReply, Durability, EntryBody, FauxProvider, Harness, INTERRUPTED_RESULT, JsonlSessionStore,
-    LoopContext, LoopState, ManualClock, MemorySessionStore, Message, NewSession, PromptOptions,
-    SessionAttachment, SessionEntry, SessionError, SessionId, SessionMeta, SessionStore, StopReason,
-    StoreBackend, TURN_JOURNAL_FILE, TurnBegin, TurnJournal, UIAdapter, build_app,
+use jarvis_sdk::agent::{
+    AgentEvent, ApprovalDecision, ApprovalRequest, Durability, EntryBody, Harness, INTERRUPTED_RESULT,
+    JsonlSessionStore, LoopContext, LoopState, MemorySessionStore, NewSession, SessionEntry, SessionError,
+    SessionId, SessionMeta, SessionStore, StopReason, TURN_JOURNAL_FILE, TurnBegin, TurnJournal, UIAdapter,
 };
+use jarvis_sdk::app::{AppAssembly, AppConfig, StoreBackend, build_app};
+use jarvis_sdk::common::ManualClock;
+use jarvis_sdk::model::{FauxProvider, Message};
+use jarvis_sdk::packs::{housing::HousingPack, housing::KAREN_DEFINITION};
+use jarvis_sdk::turn::{AgentSession, Caller, DualConfig, DualReply, PromptOptions, SessionAttachment};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -352,19 +354,19 @@ fn journal_allowed_without_result(home: &Path) {
             turn_id: "t-1".into(),
             session_id: "default-main".into(),
             agent_id: "main".into(),
-            at: jarvis_sdk::Timestamp::from_millis(1_800_000_000_000),
+            at: jarvis_sdk::common::Timestamp::from_millis(1_800_000_000_000),
             prompt: "메모 남겨 줘".into(),
             parent: None,
             resumable: true,
         });
-        let call = Message::Assistant(jarvis_sdk::AssistantMessage {
+        let call = Message::Assistant(jarvis_sdk::model::AssistantMessage {
             tool_calls: vec![
-                jarvis_sdk::ToolCall {
+                jarvis_sdk::model::ToolCall {
                     id: "call_a".into(),
                     name: "write_file".into(),
                     arguments: json!({"path": "memo.txt", "content": "hello"}),
                 },
-                jarvis_sdk::ToolCall {
+                jarvis_sdk::model::ToolCall {
                     id: "call_b".into(),
                     name: "write_file".into(),
                     arguments: json!({"path": "other.txt", "content": "again"}),
@@ -380,7 +382,7 @@ fn journal_allowed_without_result(home: &Path) {
             tool_name: "write_file".into(),
             args: json!({"path": path}),
         };
-        let at = jarvis_sdk::Timestamp::from_millis(1_800_000_000_000);
+        let at = jarvis_sdk::common::Timestamp::from_millis(1_800_000_000_000);
         journal
             .ask("t-1", "call_a", &request("approval_a", "memo.txt"), at)
             .await
@@ -471,13 +473,13 @@ fn a_turn_cut_short_elsewhere_is_closed_as_interrupted_and_the_first_screen_is_t
             turn_id: "t-9".into(),
             session_id: "s-1".into(),
             agent_id: "main".into(),
-            at: jarvis_sdk::Timestamp::from_millis(1),
+            at: jarvis_sdk::common::Timestamp::from_millis(1),
             prompt: "긴 계산 해 줘".into(),
             parent: None,
             resumable: true,
         });
-        let call = Message::Assistant(jarvis_sdk::AssistantMessage {
-            tool_calls: vec![jarvis_sdk::ToolCall {
+        let call = Message::Assistant(jarvis_sdk::model::AssistantMessage {
+            tool_calls: vec![jarvis_sdk::model::ToolCall {
                 id: "call_1".into(),
                 name: "list_dir".into(),
                 arguments: json!({}),

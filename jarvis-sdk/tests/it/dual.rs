@@ -2,12 +2,12 @@
 //! talking, and the answer arrives as `proactive_message {kind: "answer"}`;
 //! a delegation waits for a callee that goes background; abort cancels.
 
-use jarvis_sdk::packs::housing::{HousingPack, KAREN_DEFINITION};
+use jarvis_sdk::agent::{AgentEvent, ProactiveKind};
+use jarvis_sdk::app::{AppAssembly, AppConfig, build_app};
+use jarvis_sdk::model::{FauxProvider, Message};
+use jarvis_sdk::packs::{housing::HousingPack, housing::KAREN_DEFINITION};
 use jarvis_sdk::testing::ChannelAdapter;
-use jarvis_sdk::{
-    AgentEvent, AppAssembly, AppConfig, Caller, DualConfig, DualReply, FauxProvider, Message, ProactiveKind,
-    PromptOptions, build_app,
-};
+use jarvis_sdk::turn::{Caller, DualConfig, DualReply, PromptOptions};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -230,7 +230,7 @@ async fn abort_cancels_a_background_job() {
         .await;
     match end {
         AgentEvent::AgentEnd { final_message, .. } => {
-            assert_eq!(final_message.stop_reason, jarvis_sdk::StopReason::Aborted)
+            assert_eq!(final_message.stop_reason, jarvis_sdk::agent::StopReason::Aborted)
         }
         other => panic!("{other:?}"),
     }
@@ -272,7 +272,7 @@ async fn a_filler_nobody_sees_is_counted_and_one_a_screen_sees_is_not() {
 async fn a_background_answer_nobody_sees_is_handed_to_the_notification_channels() {
     let home = tempfile::tempdir().unwrap();
     std::fs::write(
-        home.path().join(jarvis_sdk::NOTIFICATIONS_FILE),
+        home.path().join(jarvis_sdk::initiative::NOTIFICATIONS_FILE),
         "channels:\n  - { kind: webhook, url: \"http://127.0.0.1:9/hook\" }\n",
     )
     .unwrap();
@@ -304,7 +304,8 @@ async fn a_background_answer_nobody_sees_is_handed_to_the_notification_channels(
     })
     .await
     .expect("the answer is queued for the channels");
-    let queued = std::fs::read_to_string(home.path().join(jarvis_sdk::NOTIFY_OUTBOX_FILE)).unwrap();
+    let queued =
+        std::fs::read_to_string(home.path().join(jarvis_sdk::initiative::NOTIFY_OUTBOX_FILE)).unwrap();
     assert!(
         queued.contains(&message_id) && queued.contains("늦은 답"),
         "{queued}"

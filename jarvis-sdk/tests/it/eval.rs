@@ -1,7 +1,8 @@
 //! Eval suites: the file's checks and errors, and a run on the faux model
 //! whose table, pass rate and threshold verdict follow what the model did.
 
-use jarvis_sdk::{AppConfig, EvalSuite, FauxProvider, FauxScript, run_eval};
+use jarvis_sdk::app::{AppConfig, EvalSuite, run_eval};
+use jarvis_sdk::model::{FauxProvider, FauxScript};
 use std::sync::Arc;
 
 const SCRIPT: &str = r#"

@@ -2,11 +2,12 @@
 //! turns and a restart, its four files, `focus_state` and `focus_panel`,
 //! the `[포커스]` section, and `/focus`.
 
+use jarvis_sdk::agent::{AgentEvent, Durability, FocusPhase, FocusStepStatus};
+use jarvis_sdk::app::{AppAssembly, AppConfig, StoreBackend, build_app};
+use jarvis_sdk::common::ManualClock;
+use jarvis_sdk::model::{FauxProvider, Message};
 use jarvis_sdk::testing::RecordingAdapter;
-use jarvis_sdk::{
-    AgentEvent, AppAssembly, AppConfig, Caller, Durability, FauxProvider, FocusPhase, FocusStepStatus,
-    ManualClock, Message, StoreBackend, build_app,
-};
+use jarvis_sdk::turn::Caller;
 use serde_json::Value;
 use std::path::Path;
 use std::sync::Arc;

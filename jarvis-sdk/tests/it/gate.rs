@@ -3,7 +3,7 @@
 //! by default, and the arguments every stage sees prepared once.
 
 use async_trait::async_trait;
-use jarvis_sdk::{
+use jarvis_sdk::agent::{
     ApprovalDecision, Approver, BeforeToolCall, GateDecision, GateStage, GateVerdict, ToolCallInfo, ToolGate,
     ToolPolicy,
 };
@@ -215,18 +215,21 @@ async fn a_hook_may_rewrite_arguments_for_the_stages_after_it_and_the_tool() {
         "replies: [ { tool_calls: [ { name: run_command, arguments: { program: ls } } ] }, { text: done } ]",
     )
     .tool(jarvis_sdk::testing::FnTool::new("run_command", |args| {
-        Ok(jarvis_sdk::ToolResult::ok(format!("ran {}", args["program"])))
+        Ok(jarvis_sdk::agent::ToolResult::ok(format!(
+            "ran {}",
+            args["program"]
+        )))
     }));
     turn.gate = ToolGate::new().with_hook(Arc::new(ForceGit {
         seen: Arc::default(),
         to: json!({"program": "git"}),
     }));
     let run = turn.run().await;
-    let jarvis_sdk::Message::Tool(result) = &run.outcome.new_messages[1] else {
+    let jarvis_sdk::model::Message::Tool(result) = &run.outcome.new_messages[1] else {
         panic!()
     };
     assert_eq!(result.content, "ran \"git\"");
-    let jarvis_sdk::Message::Assistant(call) = &run.outcome.new_messages[0] else {
+    let jarvis_sdk::model::Message::Assistant(call) = &run.outcome.new_messages[0] else {
         panic!()
     };
     assert_eq!(call.tool_calls[0].arguments, json!({"program": "ls"}));
@@ -238,7 +241,7 @@ fn counted(name: &str, asks: bool) -> (jarvis_sdk::testing::FnTool, Arc<std::syn
     let seen = calls.clone();
     let tool = jarvis_sdk::testing::FnTool::new(name, move |_| {
         seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Ok(jarvis_sdk::ToolResult::ok("ran"))
+        Ok(jarvis_sdk::agent::ToolResult::ok("ran"))
     });
     (if asks { tool.asking_approval() } else { tool }, calls)
 }
@@ -259,7 +262,7 @@ async fn the_default_gate_refuses_tools_that_need_approval_without_running_them(
         .new_messages
         .iter()
         .filter_map(|m| match m {
-            jarvis_sdk::Message::Tool(r) => Some(r.clone()),
+            jarvis_sdk::model::Message::Tool(r) => Some(r.clone()),
             _ => None,
         })
         .collect();
@@ -293,7 +296,7 @@ async fn the_default_gate_refuses_tools_that_need_approval_without_running_them(
             ..
         }
     ));
-    let ctx = jarvis_sdk::LoopContext::new(Arc::new(jarvis_sdk::FauxProvider::demo()));
+    let ctx = jarvis_sdk::agent::LoopContext::new(Arc::new(jarvis_sdk::model::FauxProvider::demo()));
     assert!(!ctx.gate.has_approver());
 }
 
@@ -306,7 +309,7 @@ async fn allow_all_unsafe_runs_everything_unasked() {
     .tool(asking);
     turn.gate = ToolGate::allow_all_unsafe();
     let run = turn.run().await;
-    let jarvis_sdk::Message::Tool(result) = &run.outcome.new_messages[1] else {
+    let jarvis_sdk::model::Message::Tool(result) = &run.outcome.new_messages[1] else {
         panic!("{:?}", run.outcome.new_messages)
     };
     assert_eq!((result.is_error, result.content.as_str()), (false, "ran"));
@@ -357,7 +360,7 @@ async fn declared_sandbox_paths_are_normalised_once_for_every_stage_and_the_tool
     let got = log.clone();
     let tool = jarvis_sdk::testing::FnTool::new("save", move |args| {
         got.lock().unwrap().push(format!("tool:{args}"));
-        Ok(jarvis_sdk::ToolResult::ok("saved"))
+        Ok(jarvis_sdk::agent::ToolResult::ok("saved"))
     })
     .with_sandbox_path("path")
     .asking_approval();
@@ -381,7 +384,7 @@ async fn declared_sandbox_paths_are_normalised_once_for_every_stage_and_the_tool
         ],
         "undeclared arguments are left alone; the climbing call reached no stage"
     );
-    let jarvis_sdk::Message::Tool(climbing) = &run.outcome.new_messages[2] else {
+    let jarvis_sdk::model::Message::Tool(climbing) = &run.outcome.new_messages[2] else {
         panic!("{:?}", run.outcome.new_messages)
     };
     assert!(climbing.is_error, "{climbing:?}");
@@ -421,7 +424,7 @@ async fn a_hooks_rewrite_is_prepared_again_before_approval() {
         .with_approver(Arc::new(Seen(log.clone(), "approval")));
     let run = turn.run().await;
     assert_eq!(*log.lock().unwrap(), [r#"approval:{"path":"y"}"#]);
-    let jarvis_sdk::Message::Tool(second) = &run.outcome.new_messages[2] else {
+    let jarvis_sdk::model::Message::Tool(second) = &run.outcome.new_messages[2] else {
         panic!("{:?}", run.outcome.new_messages)
     };
     assert!(second.is_error, "{second:?}");

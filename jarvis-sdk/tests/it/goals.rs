@@ -2,11 +2,13 @@
 //! commands, the `[목표]` section in the next request (memory off and on),
 //! the AGENDA, and the reminder of a due goal, once across a restart.
 
-use jarvis_sdk::packs::housing::{HousingPack, KAREN_DEFINITION};
-use jarvis_sdk::{
-    AgendaKind, AppAssembly, AppConfig, Caller, ChatRequest, Durability, EntryBody, FauxProvider,
-    ManualClock, Message, SessionId, StoreBackend, build_app,
-};
+use jarvis_sdk::agent::{Durability, EntryBody, SessionId};
+use jarvis_sdk::app::{AppAssembly, AppConfig, StoreBackend, build_app};
+use jarvis_sdk::common::ManualClock;
+use jarvis_sdk::initiative::AgendaKind;
+use jarvis_sdk::model::{ChatRequest, FauxProvider, Message};
+use jarvis_sdk::packs::{housing::HousingPack, housing::KAREN_DEFINITION};
+use jarvis_sdk::turn::Caller;
 use serde_json::Value;
 use std::path::Path;
 use std::sync::Arc;
@@ -228,7 +230,7 @@ async fn the_agenda_lists_active_goals_with_the_agents_label() {
     assert_eq!(json["kind"], "goal");
 }
 
-fn reminders(entries: &[jarvis_sdk::SessionEntry]) -> Vec<String> {
+fn reminders(entries: &[jarvis_sdk::agent::SessionEntry]) -> Vec<String> {
     entries
         .iter()
         .filter_map(|e| match &e.body {
@@ -288,7 +290,7 @@ async fn a_due_goal_is_reminded_once_across_a_restart_and_a_lost_mark() {
         "2026-12-02"
     );
     // A new due date is reminded again, once.
-    let moved = jarvis_sdk::GoalPatch {
+    let moved = jarvis_sdk::initiative::GoalPatch {
         due: Some("2026-12-03".into()),
         ..Default::default()
     };

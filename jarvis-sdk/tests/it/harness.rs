@@ -3,13 +3,14 @@
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use jarvis_sdk::testing::{FnTool, RecordingAdapter};
-use jarvis_sdk::{
-    AgentError, AgentEvent, AgentIdentity, AgentLoopConfig, AssistantMessage, CancellationToken, EntryBody,
-    FauxProvider, FauxReply, FauxScript, Harness, HarnessConfig, JsonlOptions, JsonlSessionStore,
-    LoopContext, MemorySessionStore, Message, NewSession, SessionEntry, SessionError, SessionId, SessionMeta,
-    SessionStore, StopReason, ToolCall, ToolRegistry,
+use jarvis_sdk::CancellationToken;
+use jarvis_sdk::agent::{
+    AgentError, AgentEvent, AgentIdentity, AgentLoopConfig, EntryBody, Harness, HarnessConfig, JsonlOptions,
+    JsonlSessionStore, LoopContext, MemorySessionStore, NewSession, SessionEntry, SessionError, SessionId,
+    SessionMeta, SessionStore, StopReason, ToolRegistry,
 };
+use jarvis_sdk::model::{AssistantMessage, FauxProvider, FauxReply, FauxScript, Message, ToolCall};
+use jarvis_sdk::testing::{FnTool, RecordingAdapter};
 use serde_json::json;
 
 use crate::sessions_contract::{id, msg};

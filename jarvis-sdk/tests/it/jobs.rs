@@ -4,12 +4,14 @@
 //! screens, the AGENDA lists it with the agent's label, and `housing_watch`
 //! results reach KAREN's session through the reflection daemon.
 
-use jarvis_sdk::packs::housing::{HousingConfig, HousingPack, KAREN_DEFINITION};
+use jarvis_sdk::agent::{ProactiveKind, SessionId};
+use jarvis_sdk::app::{AppAssembly, AppConfig, build_app};
+use jarvis_sdk::common::{Clock, ManualClock, Timestamp};
+use jarvis_sdk::initiative::{AgendaKind, RunOutcome};
+use jarvis_sdk::model::FauxProvider;
+use jarvis_sdk::packs::{housing::HousingConfig, housing::HousingPack, housing::KAREN_DEFINITION};
 use jarvis_sdk::testing::{ChannelAdapter, EventStream};
-use jarvis_sdk::{
-    AgendaKind, AppAssembly, AppConfig, Caller, Clock, FauxProvider, ManualClock, ProactiveKind, RunOutcome,
-    SessionId, Timestamp, build_app,
-};
+use jarvis_sdk::turn::Caller;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,9 +61,9 @@ impl Fixture {
         &self,
         agent: &str,
     ) -> (
-        Arc<jarvis_sdk::AgentSession>,
+        Arc<jarvis_sdk::turn::AgentSession>,
         EventStream,
-        jarvis_sdk::SessionAttachment,
+        jarvis_sdk::turn::SessionAttachment,
     ) {
         let meta = self.app.default_session(agent).await.unwrap();
         let session = self.app.session(&meta.id).await.unwrap();
@@ -196,7 +198,7 @@ async fn a_jobs_approval_is_asked_on_the_agents_open_screen() {
     let _answer = main.attach(Arc::new(crate::team::AnswerAll(
         f.app.clone(),
         main.id().clone(),
-        jarvis_sdk::ApprovalDecision::Allow,
+        jarvis_sdk::agent::ApprovalDecision::Allow,
     )));
     let reply = main
         .prompt("/schedule in 10 minutes 메모 남겨 줘", Caller::Local)

@@ -4,12 +4,12 @@
 //! an app holds at most its limit of sessions in memory, never unloading one
 //! in use.
 
-use jarvis_sdk::packs::housing::{HousingPack, KAREN_DEFINITION};
+use jarvis_sdk::agent::{Durability, JsonlSessionStore, NewSession, SessionId, SessionKind, SessionStore};
+use jarvis_sdk::app::{AppConfig, StoreBackend, build_app};
+use jarvis_sdk::model::FauxProvider;
+use jarvis_sdk::packs::{housing::HousingPack, housing::KAREN_DEFINITION};
 use jarvis_sdk::testing::ChannelAdapter;
-use jarvis_sdk::{
-    AppConfig, Caller, Durability, FauxProvider, JsonlSessionStore, NewSession, SessionId, SessionKind,
-    SessionStore, StoreBackend, TurnError, build_app,
-};
+use jarvis_sdk::turn::{Caller, TurnError};
 use std::sync::Arc;
 
 #[tokio::test]
@@ -81,7 +81,7 @@ fn kinds_have_stable_names_and_only_user_is_writable() {
     assert_eq!(SessionKind::parse("admin"), None);
 }
 
-async fn app(home: &std::path::Path, max_loaded: usize) -> jarvis_sdk::AppAssembly {
+async fn app(home: &std::path::Path, max_loaded: usize) -> jarvis_sdk::app::AppAssembly {
     let script = r#"
 rules:
   - when: { last_user: "천천히" }
@@ -124,7 +124,7 @@ async fn people_cannot_prompt_in_a_job_session() {
 #[tokio::test]
 async fn mcp_sessions_are_numbered_per_agent_never_reuse_an_id_and_take_only_mcp_callers() {
     let home = tempfile::tempdir().unwrap();
-    let ids = |metas: &[jarvis_sdk::SessionMeta]| -> Vec<String> {
+    let ids = |metas: &[jarvis_sdk::agent::SessionMeta]| -> Vec<String> {
         metas.iter().map(|m| m.id.to_string()).collect()
     };
     {

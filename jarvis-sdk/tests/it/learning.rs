@@ -9,14 +9,19 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use jarvis_sdk::{
-    AgentLoopConfig, AgentSession, AppAssembly, AppConfig, Caller, DEFAULT_REFLECTION_TEMPLATE, DEFAULT_USER,
-    DistillConfig, Distiller, FauxProvider, HashEmbedder, InMemoryMemoryStore, KIND_PROCEDURE, Layer,
-    LearnError, ManualClock, MemoryConfig, MemoryError, MemoryFilter, MemoryRecord, MemoryScope,
-    MemoryService, MemoryStore, PostgresMemoryStore, Provider, Purpose, REFLECTION_TEMPLATE_FILE, Reflection,
-    ReflectionConfig, Reflector, ScopeResolver, SectionKind, SqliteMemoryStore, StaticScopes, StopReason,
-    TurnRecord, TurnReport, build_app, fact_digest, normalise_fact,
+use jarvis_sdk::agent::{
+    AgentLoopConfig, DEFAULT_REFLECTION_TEMPLATE, DistillConfig, Distiller, LearnError, Reflection,
+    ReflectionConfig, Reflector, StopReason, TurnReport,
 };
+use jarvis_sdk::app::{AppAssembly, AppConfig, REFLECTION_TEMPLATE_FILE, build_app};
+use jarvis_sdk::common::ManualClock;
+use jarvis_sdk::memory::{
+    DEFAULT_USER, InMemoryMemoryStore, KIND_PROCEDURE, Layer, MemoryConfig, MemoryError, MemoryFilter,
+    MemoryRecord, MemoryScope, MemoryService, MemoryStore, PostgresMemoryStore, ScopeResolver, SectionKind,
+    SqliteMemoryStore, StaticScopes, TurnRecord, fact_digest, normalise_fact,
+};
+use jarvis_sdk::model::{FauxProvider, HashEmbedder, Provider, Purpose};
+use jarvis_sdk::turn::{AgentSession, Caller};
 
 use crate::memory::fixed_clock;
 use crate::pg::fresh_schema;
@@ -607,7 +612,9 @@ fallback: { text: "?" }
     assert_eq!(report.added, 2, "{report:?}");
     if let Some(other) = &other_process {
         let ids: Vec<String> = other
-            .list(&MemoryFilter::for_user(DEFAULT_USER).layer(Layer::Semantic, jarvis_sdk::Agents::Any))
+            .list(
+                &MemoryFilter::for_user(DEFAULT_USER).layer(Layer::Semantic, jarvis_sdk::memory::Agents::Any),
+            )
             .await
             .unwrap()
             .into_iter()
@@ -660,7 +667,9 @@ fallback: { text: "?" }
     );
     if let Some(other) = &other_process {
         let texts: Vec<String> = other
-            .list(&MemoryFilter::for_user(DEFAULT_USER).layer(Layer::Semantic, jarvis_sdk::Agents::Any))
+            .list(
+                &MemoryFilter::for_user(DEFAULT_USER).layer(Layer::Semantic, jarvis_sdk::memory::Agents::Any),
+            )
             .await
             .unwrap()
             .into_iter()
@@ -694,7 +703,7 @@ fallback: { text: "?" }
     assert!(shown.contains("문 열어 줘") && !shown.contains("4321"), "{shown}");
     let episodes = memory
         .store()
-        .list(&MemoryFilter::for_user(DEFAULT_USER).layer(Layer::Episodic, jarvis_sdk::Agents::Any))
+        .list(&MemoryFilter::for_user(DEFAULT_USER).layer(Layer::Episodic, jarvis_sdk::memory::Agents::Any))
         .await
         .unwrap();
     assert_eq!(
@@ -727,7 +736,7 @@ async fn forgetting_on_postgres_reaches_every_process() {
     // A process that starts after the forgetting never sees the facts.
     let late = PostgresMemoryStore::connect(&url).await.unwrap();
     let texts: Vec<String> = late
-        .list(&MemoryFilter::for_user(DEFAULT_USER).layer(Layer::Semantic, jarvis_sdk::Agents::Any))
+        .list(&MemoryFilter::for_user(DEFAULT_USER).layer(Layer::Semantic, jarvis_sdk::memory::Agents::Any))
         .await
         .unwrap()
         .into_iter()

@@ -3,7 +3,7 @@
 //! window of a session it holds without asking the database, and a node
 //! that left or crashed with its home gives its sessions up at once.
 
-use jarvis_sdk::{Claim, NewSession, NodeOptions, PostgresSessionStore, SessionError, SessionStore};
+use jarvis_sdk::agent::{Claim, NewSession, NodeOptions, PostgresSessionStore, SessionError, SessionStore};
 use std::time::Duration;
 use tokio_postgres::NoTls;
 
@@ -48,39 +48,39 @@ async fn lapse(url: &str, node: &str) {
 struct Runs(std::sync::Mutex<Vec<String>>);
 
 #[async_trait::async_trait]
-impl jarvis_sdk::JobRunner for Runs {
+impl jarvis_sdk::initiative::JobRunner for Runs {
     async fn run(
         &self,
-        job: &jarvis_sdk::Job,
-        slot: jarvis_sdk::Timestamp,
-    ) -> Result<jarvis_sdk::JobOutput, String> {
+        job: &jarvis_sdk::initiative::Job,
+        slot: jarvis_sdk::common::Timestamp,
+    ) -> Result<jarvis_sdk::initiative::JobOutput, String> {
         self.0
             .lock()
             .unwrap()
             .push(format!("{} {} {slot}", job.id, job.prompt));
-        Ok(jarvis_sdk::JobOutput::default())
+        Ok(jarvis_sdk::initiative::JobOutput::default())
     }
 }
 
 /// How many runs of three nodes' ticks were done here, and how many ran
 /// elsewhere.
-fn done_and_elsewhere(ticks: [&jarvis_sdk::ScheduleTick; 3]) -> (usize, usize) {
-    let outcomes: Vec<&jarvis_sdk::RunOutcome> = ticks
+fn done_and_elsewhere(ticks: [&jarvis_sdk::initiative::ScheduleTick; 3]) -> (usize, usize) {
+    let outcomes: Vec<&jarvis_sdk::initiative::RunOutcome> = ticks
         .iter()
         .flat_map(|t| t.runs.iter().map(|r| &r.outcome))
         .collect();
     let done = outcomes
         .iter()
-        .filter(|o| matches!(o, jarvis_sdk::RunOutcome::Done(_)))
+        .filter(|o| matches!(o, jarvis_sdk::initiative::RunOutcome::Done(_)))
         .count();
     let elsewhere = outcomes
         .iter()
-        .filter(|o| matches!(o, jarvis_sdk::RunOutcome::RanElsewhere))
+        .filter(|o| matches!(o, jarvis_sdk::initiative::RunOutcome::RanElsewhere))
         .count();
     (done, elsewhere)
 }
 
-fn seqs(entries: &[jarvis_sdk::SessionEntry]) -> Vec<u64> {
+fn seqs(entries: &[jarvis_sdk::agent::SessionEntry]) -> Vec<u64> {
     entries.iter().map(|e| e.seq).collect()
 }
 
@@ -274,7 +274,9 @@ async fn of_two_nodes_claiming_at_once_one_wins() {
 /// skipped, with no run.
 #[tokio::test]
 async fn a_schedule_slot_runs_once_across_three_nodes() {
-    use jarvis_sdk::{ManualClock, PostgresSlotClaim, Scheduler, SchedulerConfig, Timestamp};
+    use jarvis_sdk::app::PostgresSlotClaim;
+    use jarvis_sdk::common::{ManualClock, Timestamp};
+    use jarvis_sdk::initiative::{Scheduler, SchedulerConfig};
     use std::sync::Arc;
 
     let Some((url, _schema)) = fresh_schema("leases: schedule slots").await else {
@@ -361,7 +363,7 @@ async fn a_turn_left_running_is_closed_as_interrupted_by_the_next_owner() {
     // late) is not closed twice.
     c.record_turn(&id("s"), "t-10", "late").await.unwrap();
     let mut done = turn(2);
-    done[0] = jarvis_sdk::EntryBody::turn_start("t-10");
+    done[0] = jarvis_sdk::agent::EntryBody::turn_start("t-10");
     c.append(&id("s"), done).await.unwrap();
     c.record_turn(&id("s"), "t-10", "late").await.unwrap();
     lapse(&url, "node-c").await;
@@ -379,10 +381,9 @@ async fn a_turn_left_running_is_closed_as_interrupted_by_the_next_owner() {
 /// job file, and removing it stops it everywhere.
 #[tokio::test]
 async fn a_job_scheduled_on_one_node_is_due_on_every_node() {
-    use jarvis_sdk::{
-        JobOrigin, ManualClock, PostgresJobs, PostgresSlotClaim, ScheduleCommand, Scheduler, SchedulerConfig,
-        Timestamp,
-    };
+    use jarvis_sdk::app::{PostgresJobs, PostgresSlotClaim};
+    use jarvis_sdk::common::{ManualClock, Timestamp};
+    use jarvis_sdk::initiative::{JobOrigin, ScheduleCommand, Scheduler, SchedulerConfig};
     use std::sync::Arc;
 
     let Some((url, _schema)) = fresh_schema("leases: shared jobs").await else {
@@ -458,7 +459,9 @@ async fn a_job_scheduled_on_one_node_is_due_on_every_node() {
 /// file's deny still comes first, and other agents are not covered.
 #[tokio::test]
 async fn always_allow_on_one_node_holds_on_every_node() {
-    use jarvis_sdk::{LayeredApprovalRules, PostgresApprovalRules, RuleDecision, RuleSource, ToolCallInfo};
+    use jarvis_sdk::agent::ToolCallInfo;
+    use jarvis_sdk::app::PostgresApprovalRules;
+    use jarvis_sdk::turn::{LayeredApprovalRules, RuleDecision, RuleSource};
     use serde_json::json;
     use std::sync::Arc;
 
@@ -509,7 +512,7 @@ async fn always_allow_on_one_node_holds_on_every_node() {
 /// (sent by reference) too.
 #[tokio::test]
 async fn a_broken_link_connects_again() {
-    use jarvis_sdk::{ClusterLink, NodeMessage, PgCluster};
+    use jarvis_sdk::app::{ClusterLink, NodeMessage, PgCluster};
 
     let Some((url, _schema)) = fresh_schema("leases: link reconnects").await else {
         return;
@@ -563,10 +566,11 @@ async fn a_broken_link_connects_again() {
 /// the turn ends leaves it to be closed as interrupted with what it did.
 #[tokio::test]
 async fn a_turn_waiting_for_approval_moves_with_its_session() {
-    use jarvis_sdk::{
-        ApprovalDecision, ApprovalRequest, AssistantMessage, INTERRUPTED_RESULT, LoopState, Message,
-        Timestamp, ToolCall, TurnBegin, TurnJournal,
+    use jarvis_sdk::agent::{
+        ApprovalDecision, ApprovalRequest, INTERRUPTED_RESULT, LoopState, TurnBegin, TurnJournal,
     };
+    use jarvis_sdk::common::Timestamp;
+    use jarvis_sdk::model::{AssistantMessage, Message, ToolCall};
     use serde_json::json;
     use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! results still reach the model in call order.
 
 use async_trait::async_trait;
-use jarvis_sdk::{AgentEvent, Tool, ToolContext, ToolError, ToolResult};
+use jarvis_sdk::agent::{AgentEvent, Tool, ToolContext, ToolError, ToolResult};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -88,7 +88,7 @@ replies:
         .messages
         .iter()
         .filter_map(|m| match m {
-            jarvis_sdk::Message::Tool(t) => Some(t.content.clone()),
+            jarvis_sdk::model::Message::Tool(t) => Some(t.content.clone()),
             _ => None,
         })
         .collect();

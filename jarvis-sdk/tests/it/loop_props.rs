@@ -1,9 +1,10 @@
 //! Property tests of the loop's bounds (R-LOOP-12) over generated scripts
 //! that reach single and double overflows, empty answers, errors and aborts.
 
-use jarvis_sdk::prompts::SUMMARY_INSTRUCTION;
+use jarvis_sdk::agent::prompts::SUMMARY_INSTRUCTION;
+use jarvis_sdk::agent::{AgentEvent, StopReason, ToolResult};
+use jarvis_sdk::model::{FauxProvider, FauxReply, FauxScript, Message, Purpose};
 use jarvis_sdk::testing::FnTool;
-use jarvis_sdk::{AgentEvent, FauxProvider, FauxReply, FauxScript, Message, Purpose, StopReason, ToolResult};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use serde_json::json;

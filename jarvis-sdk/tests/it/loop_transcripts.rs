@@ -4,13 +4,14 @@
 //! summary calls carry, and what must never be recorded or shown.
 
 use futures::StreamExt;
-use jarvis_sdk::prompts::{ANSWER_SO_FAR, NUDGE_INSTRUCTION, SUMMARY_INSTRUCTION};
-use jarvis_sdk::testing::{FixedApprover, FnTool, RecordingAdapter};
-use jarvis_sdk::{
-    AgentEvent, AgentLoopConfig, ApprovalDecision, ChatRequest, FauxProvider, GateDecision, LoopContext,
-    Message, Provider, ProviderStream, Purpose, StopReason, ToolCallInfo, ToolGate, ToolPolicy, ToolResult,
-    char_len, run_agent_loop,
+use jarvis_sdk::agent::{
+    AgentEvent, AgentLoopConfig, ApprovalDecision, GateDecision, LoopContext, StopReason, ToolCallInfo,
+    ToolGate, ToolPolicy, ToolResult, run_agent_loop,
 };
+use jarvis_sdk::agent::{prompts::ANSWER_SO_FAR, prompts::NUDGE_INSTRUCTION, prompts::SUMMARY_INSTRUCTION};
+use jarvis_sdk::common::char_len;
+use jarvis_sdk::model::{ChatRequest, FauxProvider, Message, Provider, ProviderStream, Purpose};
+use jarvis_sdk::testing::{FixedApprover, FnTool, RecordingAdapter};
 use serde_json::json;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -120,7 +121,7 @@ replies:
     assert_eq!(second.messages.last(), Some(&o.new_messages[1]));
     assert!(second.tools.iter().any(|t| t.name == "read_file"));
     assert!(run.ui.events().contains(&AgentEvent::MessageUpdate {
-        delta: jarvis_sdk::MessageDelta::ThinkingDelta("need the file".into())
+        delta: jarvis_sdk::agent::MessageDelta::ThinkingDelta("need the file".into())
     }));
 }
 
@@ -292,7 +293,7 @@ fallback: { text: "never reached" }
 "#,
     )
     .tool(read_tool())
-    .tool(jarvis_sdk::Typed::new(jarvis_sdk::FinalTool))
+    .tool(jarvis_sdk::agent::Typed::new(jarvis_sdk::agent::FinalTool))
     .run()
     .await;
     snapshot("final_tool", &run);
@@ -307,7 +308,7 @@ fallback: { text: "never reached" }
 #[tokio::test]
 async fn a_final_call_without_an_answer_is_an_error_result_and_the_loop_goes_on() {
     let run = Turn::new("replies: [ { tool_calls: [ { name: final, arguments: {} } ] }, { text: ok } ]")
-        .tool(jarvis_sdk::Typed::new(jarvis_sdk::FinalTool))
+        .tool(jarvis_sdk::agent::Typed::new(jarvis_sdk::agent::FinalTool))
         .run()
         .await;
     assert_eq!(run.faux.request_count(), 2);
@@ -692,7 +693,7 @@ async fn missing_and_repeated_call_ids_are_replaced_with_unique_ones() {
     struct NoIds;
     impl Provider for NoIds {
         fn stream(&self, request: ChatRequest) -> ProviderStream {
-            use jarvis_sdk::{FinishReason, ProviderEvent, Usage};
+            use jarvis_sdk::model::{FinishReason, ProviderEvent, Usage};
             let events = if request.messages.len() == 1 {
                 vec![
                     ProviderEvent::ToolCallDelta {
@@ -733,11 +734,11 @@ async fn missing_and_repeated_call_ids_are_replaced_with_unique_ones() {
             "no-ids"
         }
     }
-    let mut tools = jarvis_sdk::ToolRegistry::new();
+    let mut tools = jarvis_sdk::agent::ToolRegistry::new();
     tools.register(Arc::new(read_tool())).unwrap();
     let ctx = LoopContext::new(Arc::new(NoIds))
         .with_tools(tools)
-        .with_ids(Arc::new(jarvis_sdk::SequentialIds::default()));
+        .with_ids(Arc::new(jarvis_sdk::common::SequentialIds::default()));
     let o = run_agent_loop(
         &ctx,
         &AgentLoopConfig::default(),
@@ -768,7 +769,7 @@ async fn a_turn_instruction_rides_on_every_call_and_tools_see_extensions() {
     struct Chain(&'static str);
     struct SeeChain;
     #[async_trait::async_trait]
-    impl jarvis_sdk::Tool for SeeChain {
+    impl jarvis_sdk::agent::Tool for SeeChain {
         fn name(&self) -> &str {
             "read_file"
         }
@@ -781,8 +782,8 @@ async fn a_turn_instruction_rides_on_every_call_and_tools_see_extensions() {
         async fn call(
             &self,
             _args: serde_json::Value,
-            ctx: &jarvis_sdk::ToolContext,
-        ) -> Result<ToolResult, jarvis_sdk::ToolError> {
+            ctx: &jarvis_sdk::agent::ToolContext,
+        ) -> Result<ToolResult, jarvis_sdk::agent::ToolError> {
             Ok(ToolResult::ok(format!(
                 "chain {}",
                 ctx.extensions.get::<Chain>().map_or("?", |c| c.0)
@@ -790,7 +791,7 @@ async fn a_turn_instruction_rides_on_every_call_and_tools_see_extensions() {
         }
     }
     let faux = Arc::new(FauxProvider::from_yaml(&overflow_script("{ text: S }", "{ text: done }")).unwrap());
-    let mut tools = jarvis_sdk::ToolRegistry::new();
+    let mut tools = jarvis_sdk::agent::ToolRegistry::new();
     tools.register(Arc::new(SeeChain)).unwrap();
     let mut ctx = LoopContext::new(faux.clone()).with_tools(tools);
     ctx.turn_instruction = Some("RULE: answer from tool results only.".into());

@@ -3,12 +3,13 @@
 //! hours, retried after a failure, kept across a restart), and to an SMTP
 //! server played here; a message a screen shows goes nowhere else.
 
-use jarvis_sdk::packs::housing::{HousingPack, KAREN_DEFINITION};
+use jarvis_sdk::agent::{Durability, ProactiveKind};
+use jarvis_sdk::app::{AppAssembly, AppConfig, StoreBackend, build_app};
+use jarvis_sdk::common::{ManualClock, Timestamp};
+use jarvis_sdk::initiative::OutboxItem;
+use jarvis_sdk::model::FauxProvider;
+use jarvis_sdk::packs::{housing::HousingPack, housing::KAREN_DEFINITION};
 use jarvis_sdk::testing::RecordingAdapter;
-use jarvis_sdk::{
-    AppAssembly, AppConfig, Durability, FauxProvider, ManualClock, OutboxItem, ProactiveKind, StoreBackend,
-    Timestamp, build_app,
-};
 use serde_json::Value;
 use std::path::Path;
 use std::sync::Arc;
@@ -101,7 +102,7 @@ fn report(id: &str, at: Timestamp) -> OutboxItem {
 }
 
 fn now(clock: &ManualClock) -> Timestamp {
-    Timestamp::from_system_time(jarvis_sdk::Clock::now(clock))
+    Timestamp::from_system_time(jarvis_sdk::common::Clock::now(clock))
 }
 
 #[tokio::test]
@@ -158,7 +159,7 @@ async fn a_message_nobody_sees_goes_to_the_webhook_once_after_quiet_hours_and_ac
 
     // A message a screen shows is not sent anywhere else.
     let session = app
-        .session(&jarvis_sdk::SessionId::new("default-karen").unwrap())
+        .session(&jarvis_sdk::agent::SessionId::new("default-karen").unwrap())
         .await
         .unwrap();
     let screen = Arc::new(RecordingAdapter::new());

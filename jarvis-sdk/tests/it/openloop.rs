@@ -3,11 +3,13 @@
 //! only from the session that opened a loop, the model judge falling back to
 //! the rules, due times, and the JSONL store across a restart.
 
-use jarvis_sdk::testing::RecordingAdapter;
-use jarvis_sdk::{
-    FauxProvider, JsonlOpenLoopStore, LoopFilter, LoopKind, ManualClock, MemoryOpenLoopStore, ModelJudge,
-    OpenLoopStore, OpenLoops, RuleJudge, SequentialIds, Timestamp, detect, due_time, has_cue,
+use jarvis_sdk::agent::{
+    JsonlOpenLoopStore, LoopFilter, LoopKind, MemoryOpenLoopStore, ModelJudge, OpenLoopStore, OpenLoops,
+    RuleJudge, detect, due_time, has_cue,
 };
+use jarvis_sdk::common::{ManualClock, SequentialIds, Timestamp};
+use jarvis_sdk::model::FauxProvider;
+use jarvis_sdk::testing::RecordingAdapter;
 use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Duration;
@@ -319,7 +321,7 @@ async fn the_jsonl_store_survives_a_restart_and_skips_a_torn_line() {
             .unwrap();
     }
     // A crash tore the last line.
-    let path = home.path().join(jarvis_sdk::OPEN_LOOPS_FILE);
+    let path = home.path().join(jarvis_sdk::agent::OPEN_LOOPS_FILE);
     let mut text = std::fs::read_to_string(&path).unwrap();
     text.push_str("{\"kind\":\"open\",\"v\":1,\"open_lo");
     std::fs::write(&path, text).unwrap();
@@ -354,7 +356,7 @@ async fn due_loops_are_found_when_their_time_comes() {
         )
         .await
         .unwrap();
-    let now = |c: &ManualClock| Timestamp::from_system_time(jarvis_sdk::Clock::now(c));
+    let now = |c: &ManualClock| Timestamp::from_system_time(jarvis_sdk::common::Clock::now(c));
     assert!(loops.due(Some("s1"), now(&clock)).await.unwrap().is_empty());
     clock.advance(Duration::from_secs(31 * 60));
     assert_eq!(loops.due(Some("s1"), now(&clock)).await.unwrap().len(), 1);
@@ -368,8 +370,11 @@ async fn the_postgres_store_keeps_loops_and_closes_only_from_their_session() {
     };
     let clock = clock();
     {
-        let store: Arc<dyn OpenLoopStore> =
-            Arc::new(jarvis_sdk::PostgresOpenLoopStore::connect(&url).await.unwrap());
+        let store: Arc<dyn OpenLoopStore> = Arc::new(
+            jarvis_sdk::agent::PostgresOpenLoopStore::connect(&url)
+                .await
+                .unwrap(),
+        );
         let loops = service(store.clone(), clock.clone());
         let screen = RecordingAdapter::new();
         loops
@@ -389,7 +394,9 @@ async fn the_postgres_store_keeps_loops_and_closes_only_from_their_session() {
             .unwrap();
     }
     // A second process: migrations run again, the loops are there.
-    let store = jarvis_sdk::PostgresOpenLoopStore::connect(&url).await.unwrap();
+    let store = jarvis_sdk::agent::PostgresOpenLoopStore::connect(&url)
+        .await
+        .unwrap();
     store.migrate().await.unwrap();
     let open = store
         .list(&LoopFilter {

@@ -4,12 +4,14 @@
 //! running turn, the per-session rate limit holds, and dismissals widen an
 //! agent's gap while answers do not.
 
-use jarvis_sdk::packs::housing::{HousingPack, KAREN_DEFINITION};
+use jarvis_sdk::agent::{AgentEvent, EntryBody, LoopFilter, LoopKind, OpenLoop, ProactiveKind, SessionId};
+use jarvis_sdk::app::{AppAssembly, AppConfig, build_app};
+use jarvis_sdk::common::{ManualClock, Timestamp};
+use jarvis_sdk::initiative::{OutboxItem, Reaction, reminder_id};
+use jarvis_sdk::model::FauxProvider;
+use jarvis_sdk::packs::{housing::HousingPack, housing::KAREN_DEFINITION};
 use jarvis_sdk::testing::{ChannelAdapter, EventStream};
-use jarvis_sdk::{
-    AgentEvent, AgentSession, AppAssembly, AppConfig, Caller, EntryBody, FauxProvider, LoopFilter, LoopKind,
-    ManualClock, OpenLoop, OutboxItem, ProactiveKind, Reaction, SessionId, Timestamp, build_app, reminder_id,
-};
+use jarvis_sdk::turn::{AgentSession, Caller};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -49,11 +51,18 @@ async fn fixture(script: &str) -> Fixture {
 
 impl Fixture {
     fn now(&self) -> Timestamp {
-        Timestamp::from_system_time(jarvis_sdk::Clock::now(self.clock.as_ref()))
+        Timestamp::from_system_time(jarvis_sdk::common::Clock::now(self.clock.as_ref()))
     }
 
     /// An open session of `agent` with a screen attached.
-    async fn session(&self, agent: &str) -> (Arc<AgentSession>, EventStream, jarvis_sdk::SessionAttachment) {
+    async fn session(
+        &self,
+        agent: &str,
+    ) -> (
+        Arc<AgentSession>,
+        EventStream,
+        jarvis_sdk::turn::SessionAttachment,
+    ) {
         let meta = self.app.create_session(Some(agent)).await.unwrap();
         let session = self.app.session(&meta.id).await.unwrap();
         let (screen, events) = ChannelAdapter::new();
@@ -455,8 +464,8 @@ async fn app_at(home: &std::path::Path, clock: Arc<ManualClock>) -> AppAssembly 
     let mut config = AppConfig::embedded(home)
         .with_definition("karen", KAREN_DEFINITION)
         .with_provider(faux);
-    config.store = jarvis_sdk::StoreBackend::Jsonl;
-    config.durability = jarvis_sdk::Durability::Never;
+    config.store = jarvis_sdk::app::StoreBackend::Jsonl;
+    config.durability = jarvis_sdk::agent::Durability::Never;
     config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
     config.agenda.model_judge = false;
     config.reflection.daemon.min_gap = Duration::ZERO;
@@ -475,7 +484,7 @@ async fn a_reminder_is_recorded_once_whatever_restarts_happen() {
     ));
     let app = app_at(home.path(), clock.clone()).await;
     let meta = app.create_session(Some("karen")).await.unwrap();
-    let now = Timestamp::from_system_time(jarvis_sdk::Clock::now(clock.as_ref()));
+    let now = Timestamp::from_system_time(jarvis_sdk::common::Clock::now(clock.as_ref()));
     let due = OpenLoop {
         id: "loop-1".into(),
         session_id: meta.id.to_string(),

@@ -6,11 +6,17 @@
 //! takes the forgotten text out of the cassette.
 
 use async_trait::async_trait;
-use jarvis_sdk::cassette::{Cassette, CassetteLine, Exchange, RecordedKind, forget_in_cassettes};
-use jarvis_sdk::{
-    AgentEvent, AppAssembly, AppConfig, ApprovalBroker, ApprovalDecision, ApprovalRequest, Caller,
-    FauxProvider, Pack, PackContext, PackParts, ReplayAgainst, Tool, ToolContext, ToolError, ToolResult,
-    UIAdapter, build_app, replay_cassette,
+use jarvis_sdk::agent::{
+    AgentEvent, ApprovalDecision, ApprovalRequest, Tool, ToolContext, ToolError, ToolResult, UIAdapter,
+};
+use jarvis_sdk::app::{
+    AppAssembly, AppConfig, Pack, PackContext, PackParts, ReplayAgainst, build_app, replay_cassette,
+};
+use jarvis_sdk::model::FauxProvider;
+use jarvis_sdk::turn::{ApprovalBroker, Caller};
+use jarvis_sdk::turn::{
+    cassette::Cassette, cassette::CassetteLine, cassette::Exchange, cassette::RecordedKind,
+    cassette::forget_in_cassettes,
 };
 use serde_json::{Value, json};
 use std::ops::ControlFlow;

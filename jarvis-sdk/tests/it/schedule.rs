@@ -4,15 +4,16 @@
 //! Every test moves a `ManualClock` and calls `tick()`; nothing sleeps.
 
 use async_trait::async_trait;
-use jarvis_sdk::packs::housing::{
-    EXTERNAL_SEEN_FILE, FileWatchStore, FixtureNoticeSource, HOUSING_WATCH_JOB, NoticeSource, WatchJob,
-    WatchStore,
+use jarvis_sdk::common::{ManualClock, Timestamp, UtcOffset};
+use jarvis_sdk::initiative::{
+    CatchUp, CronExpr, Job, JobOutput, JobRunner, JobSpec, OutboxItem, ProactiveSink, RunOutcome, RunState,
+    SCHEDULE_RUNS_FILE, ScheduleError, Scheduler, SchedulerConfig, StandardCommands, Trigger, parse_when,
 };
-use jarvis_sdk::{
-    CatchUp, CommandContext, CronExpr, Job, JobOutput, JobRunner, JobSpec, ManualClock, OutboxItem,
-    ProactiveSink, RunOutcome, RunState, SCHEDULE_RUNS_FILE, ScheduleError, Scheduler, SchedulerConfig,
-    SlashCommands, StandardCommands, Timestamp, Trigger, UtcOffset, parse_when,
+use jarvis_sdk::packs::{
+    housing::EXTERNAL_SEEN_FILE, housing::FileWatchStore, housing::FixtureNoticeSource,
+    housing::HOUSING_WATCH_JOB, housing::NoticeSource, housing::WatchJob, housing::WatchStore,
 };
+use jarvis_sdk::turn::{CommandContext, SlashCommands};
 use proptest::prelude::*;
 use serde_json::Value;
 use std::collections::HashSet;
@@ -38,7 +39,7 @@ fn clock_at(local: &str) -> Arc<ManualClock> {
 
 /// Moves `clock` forward to `local` (Seoul time).
 fn set(clock: &ManualClock, local: &str) {
-    use jarvis_sdk::Clock;
+    use jarvis_sdk::common::Clock;
     let now = Timestamp::from(clock.now());
     let target = kst(local);
     assert!(target >= now, "the clock only moves forward");
@@ -1297,7 +1298,7 @@ fn at(rfc3339: &str) -> Timestamp {
 
 /// Moves `clock` forward to the instant `rfc3339`.
 fn set_to(clock: &ManualClock, rfc3339: &str) {
-    use jarvis_sdk::Clock;
+    use jarvis_sdk::common::Clock;
     let now = Timestamp::from(clock.now());
     let target = at(rfc3339);
     assert!(target >= now, "the clock only moves forward");
@@ -1528,7 +1529,7 @@ async fn a_ledger_written_before_time_zones_is_honoured() {
         h.clock.clone(),
         h.runner.clone(),
         SchedulerConfig {
-            time_zone: jarvis_sdk::TimeZone::named("Asia/Seoul").unwrap(),
+            time_zone: jarvis_sdk::common::TimeZone::named("Asia/Seoul").unwrap(),
             ..SchedulerConfig::default()
         },
     )
@@ -1654,7 +1655,7 @@ async fn time_zone_mistakes_in_job_files_name_the_file_and_the_zone() {
         .add_job(
             JobSpec::new("main", "x", Trigger::cron("0 9 * * *").unwrap())
                 .with_id("named")
-                .with_time_zone(jarvis_sdk::TimeZone::named("America/New_York").unwrap()),
+                .with_time_zone(jarvis_sdk::common::TimeZone::named("America/New_York").unwrap()),
         )
         .unwrap();
     let text = std::fs::read_to_string(h.path().join("schedules/named.yaml")).unwrap();
@@ -1673,7 +1674,7 @@ async fn the_schedule_command_answers_in_the_jobs_zone() {
         h.clock.clone(),
         h.runner.clone(),
         SchedulerConfig {
-            time_zone: jarvis_sdk::TimeZone::named("America/New_York").unwrap(),
+            time_zone: jarvis_sdk::common::TimeZone::named("America/New_York").unwrap(),
             ..SchedulerConfig::default()
         },
     )
@@ -1699,7 +1700,8 @@ async fn the_schedule_command_answers_in_the_jobs_zone() {
 
 #[test]
 fn the_persons_zone_comes_from_the_environment_and_never_the_system() {
-    use jarvis_sdk::{AppConfig, TimeZone};
+    use jarvis_sdk::app::AppConfig;
+    use jarvis_sdk::common::TimeZone;
     let home = tempfile::tempdir().unwrap();
     let home_path = home.path().to_str().unwrap().to_owned();
     let config = |vars: &[(&str, &str)]| {

@@ -3,7 +3,7 @@
 //! failing input; disguised script patterns; and generated inputs.
 
 use async_trait::async_trait;
-use jarvis_sdk::{
+use jarvis_sdk::turn::{
     Caller, SecurityError, SecurityInput, SecurityPipeline, SecurityStage, SessionPolicy, TokenAuth,
     Validation, ValidationConfig,
 };

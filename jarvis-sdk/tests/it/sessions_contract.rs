@@ -5,11 +5,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use jarvis_sdk::{
-    AssistantMessage, EntryBody, JsonlOptions, JsonlSessionStore, ManualClock, MemorySessionStore, Message,
-    NewSession, PostgresSessionStore, SessionEntry, SessionError, SessionId, SessionKind, SessionStore,
-    StopReason, ThinkingBlock, Timestamp, ToolCall, ToolResultMessage, Usage,
+use jarvis_sdk::agent::{
+    EntryBody, JsonlOptions, JsonlSessionStore, MemorySessionStore, NewSession, PostgresSessionStore,
+    SessionEntry, SessionError, SessionId, SessionKind, SessionStore, StopReason,
 };
+use jarvis_sdk::common::{ManualClock, Timestamp};
+use jarvis_sdk::model::{AssistantMessage, Message, ThinkingBlock, ToolCall, ToolResultMessage, Usage};
 use serde_json::json;
 
 /// Which store a case runs against.
@@ -86,7 +87,7 @@ impl Fixture {
     }
 
     pub(crate) fn now(&self) -> Timestamp {
-        Timestamp::from(jarvis_sdk::Clock::now(&*self.clock))
+        Timestamp::from(jarvis_sdk::common::Clock::now(&*self.clock))
     }
 }
 
@@ -301,8 +302,9 @@ async fn list_is_newest_first(fx: Fixture) {
     store.append(&id("c"), turn(1)).await.unwrap();
     fx.tick();
     store.set_title(&id("b"), Some("renamed".into())).await.unwrap();
-    let order =
-        |metas: Vec<jarvis_sdk::SessionMeta>| metas.into_iter().map(|m| m.id.to_string()).collect::<Vec<_>>();
+    let order = |metas: Vec<jarvis_sdk::agent::SessionMeta>| {
+        metas.into_iter().map(|m| m.id.to_string()).collect::<Vec<_>>()
+    };
     assert_eq!(order(store.list().await.unwrap()), ["b", "c", "d", "a"]);
     let fx = fx.reopen().await;
     assert_eq!(order(fx.store.list().await.unwrap()), ["b", "c", "d", "a"]);

@@ -20,10 +20,12 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use jarvis_sdk::{
-    AgentIdentity, CancellationToken, EntryBody, FauxProvider, FauxReply, FauxScript, Harness,
-    JsonlSessionStore, LoopContext, Message, NewSession, SessionEntry, SessionId, SessionStore,
+use jarvis_sdk::CancellationToken;
+use jarvis_sdk::agent::{
+    AgentIdentity, EntryBody, Harness, JsonlSessionStore, LoopContext, NewSession, SessionEntry, SessionId,
+    SessionStore,
 };
+use jarvis_sdk::model::{FauxProvider, FauxReply, FauxScript, Message};
 
 const HOME_ENV: &str = "JARVIS_CRASH_HOME";
 const SESSIONS_ENV: &str = "JARVIS_CRASH_SESSIONS";

@@ -6,10 +6,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use jarvis_sdk::{
-    JsonlOptions, JsonlSessionStore, ManualClock, Message, NewSession, SessionEntry, SessionError, SessionId,
-    SessionStore,
+use jarvis_sdk::agent::{
+    JsonlOptions, JsonlSessionStore, NewSession, SessionEntry, SessionError, SessionId, SessionStore,
 };
+use jarvis_sdk::common::ManualClock;
+use jarvis_sdk::model::Message;
 
 use crate::capture::capture;
 use crate::sessions_contract::{id, msg, start_time, turn};
@@ -406,7 +407,7 @@ async fn a_failed_write_is_an_error_and_the_session_refuses_more() {
 
 #[tokio::test]
 async fn durable_and_fast_modes_store_the_same() {
-    use jarvis_sdk::Durability;
+    use jarvis_sdk::agent::Durability;
     for durability in [Durability::EndOfTurn, Durability::Never] {
         let home = Home::new();
         let store = home.open_with(home.options().durability(durability));
@@ -422,7 +423,8 @@ async fn durable_and_fast_modes_store_the_same() {
 
 #[tokio::test]
 async fn a_synced_turn_survives_a_history_that_lost_its_tail_and_replaying_twice_changes_nothing() {
-    use jarvis_sdk::{EntryBody, JsonlSessionStore, Message, NewSession, SessionId, SessionStore};
+    use jarvis_sdk::agent::{EntryBody, JsonlSessionStore, NewSession, SessionId, SessionStore};
+    use jarvis_sdk::model::Message;
     let home = tempfile::tempdir().unwrap();
     let id = SessionId::new("s-wal").unwrap();
     let path = home.path().join("sessions/s-wal.jsonl");

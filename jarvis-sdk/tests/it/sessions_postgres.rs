@@ -2,8 +2,8 @@
 //! migrations, a legacy table without `agent_id`, damaged rows, and clear
 //! errors when the database cannot be reached.
 
+use jarvis_sdk::agent::{NewSession, PostgresSessionStore, SessionError, SessionStore};
 use jarvis_sdk::testing::TempPostgres;
-use jarvis_sdk::{NewSession, PostgresSessionStore, SessionError, SessionStore};
 
 use crate::capture::capture;
 use crate::pg::{admin, fresh_schema};

@@ -5,11 +5,13 @@
 //! either is recorded once, by the node owning its session; nothing lands
 //! in either home.
 
-use jarvis_sdk::{
-    AppAssembly, AppConfig, Caller, Clock, DEFAULT_USER, EntryBody, FauxProvider, GoalPatch, GoalStatus,
-    GoalStore, ManualClock, MemoryError, MemoryScope, OUTBOX_FILE, Outbox, OutboxItem, PostgresUserModel,
-    ProactiveKind, StoreBackend, TimeZone, Timestamp, UserModelStore, build_app,
-};
+use jarvis_sdk::agent::{EntryBody, ProactiveKind};
+use jarvis_sdk::app::{AppAssembly, AppConfig, StoreBackend, build_app};
+use jarvis_sdk::common::{Clock, ManualClock, TimeZone, Timestamp};
+use jarvis_sdk::initiative::{GoalPatch, GoalStatus, GoalStore, OUTBOX_FILE, Outbox, OutboxItem};
+use jarvis_sdk::memory::{DEFAULT_USER, MemoryError, MemoryScope, PostgresUserModel, UserModelStore};
+use jarvis_sdk::model::FauxProvider;
+use jarvis_sdk::turn::Caller;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -46,7 +48,7 @@ async fn node_at(
 ) -> AppAssembly {
     let mut config = AppConfig::embedded(home).with_provider(faux);
     config.store = StoreBackend::Postgres { url: url.to_owned() };
-    config.memory.backend = jarvis_sdk::MemoryBackend::Auto;
+    config.memory.backend = jarvis_sdk::app::MemoryBackend::Auto;
     config.node.id = Some(name.to_owned());
     config.clock = clock;
     build_app(config).await.unwrap()
@@ -206,7 +208,7 @@ async fn user_model_updates_from_two_nodes_at_once_both_land() {
         PostgresUserModel::connect(&url).await.unwrap(),
     ));
     assert!(a.load().await.entries.is_empty(), "no row yet reads as empty");
-    let now = jarvis_sdk::Timestamp::from_millis(1_796_083_200_000);
+    let now = jarvis_sdk::common::Timestamp::from_millis(1_796_083_200_000);
     let mut tasks = Vec::new();
     for (store, name) in [(a.clone(), "a"), (b.clone(), "b")] {
         for i in 0..20 {

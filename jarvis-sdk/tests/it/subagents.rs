@@ -4,11 +4,14 @@
 //! depth and tool lists.
 
 use async_trait::async_trait;
-use jarvis_sdk::testing::RecordingAdapter;
-use jarvis_sdk::{
-    AgentEvent, AppAssembly, AppConfig, ApprovalDecision, BeforeToolCall, Caller, ChatRequest, FauxProvider,
-    GateDecision, Message, Purpose, SessionId, SessionKind, StopReason, ToolCallInfo, build_app,
+use jarvis_sdk::agent::{
+    AgentEvent, ApprovalDecision, BeforeToolCall, GateDecision, SessionId, SessionKind, StopReason,
+    ToolCallInfo,
 };
+use jarvis_sdk::app::{AppAssembly, AppConfig, build_app};
+use jarvis_sdk::model::{ChatRequest, FauxProvider, Message, Purpose};
+use jarvis_sdk::testing::RecordingAdapter;
+use jarvis_sdk::turn::Caller;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Barrier, Notify};
@@ -550,32 +553,35 @@ struct Tape {
     calls: Mutex<Vec<String>>,
 }
 
-impl jarvis_sdk::Provider for Tape {
-    fn stream(&self, request: ChatRequest) -> jarvis_sdk::ProviderStream {
+impl jarvis_sdk::model::Provider for Tape {
+    fn stream(&self, request: ChatRequest) -> jarvis_sdk::model::ProviderStream {
         let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let c = self.choices[i % self.choices.len()];
         self.calls.lock().unwrap().push(request.metadata.agent_id.clone());
-        let list = || jarvis_sdk::FauxReply::tool_call("list_dir", serde_json::json!({"path": "."}));
+        let list = || jarvis_sdk::model::FauxReply::tool_call("list_dir", serde_json::json!({"path": "."}));
         let run = || {
-            jarvis_sdk::FauxReply::tool_call("run_subagent", serde_json::json!({"name": "r", "task": "t"}))
+            jarvis_sdk::model::FauxReply::tool_call(
+                "run_subagent",
+                serde_json::json!({"name": "r", "task": "t"}),
+            )
         };
         let reply = if request.tools.is_empty() {
-            jarvis_sdk::FauxReply::text("summary")
+            jarvis_sdk::model::FauxReply::text("summary")
         } else if request.metadata.agent_id == "main" {
             match c % 4 {
-                0 => jarvis_sdk::FauxReply::text("done"),
+                0 => jarvis_sdk::model::FauxReply::text("done"),
                 1 => list(),
                 2 => run(),
                 _ => run().and_tool_call("run_subagent", serde_json::json!({"name": "r", "task": "u"})),
             }
         } else {
             match c % 3 {
-                0 => jarvis_sdk::FauxReply::text("found"),
+                0 => jarvis_sdk::model::FauxReply::text("found"),
                 1 => list(),
-                _ => jarvis_sdk::FauxReply::empty(),
+                _ => jarvis_sdk::model::FauxReply::empty(),
             }
         };
-        FauxProvider::new(jarvis_sdk::FauxScript::new().reply(reply))
+        FauxProvider::new(jarvis_sdk::model::FauxScript::new().reply(reply))
             .unwrap()
             .stream(request)
     }

@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use jarvis_sdk::testing::RecordingAdapter;
-use jarvis_sdk::{
-    AgentIdentity, AgentLoopConfig, ChatRequest, FauxProvider, LoopContext, LoopOutcome, Message, Provider,
-    Purpose, ToolGate, ToolRegistry, run_agent_loop,
+use jarvis_sdk::agent::{
+    AgentIdentity, AgentLoopConfig, LoopContext, LoopOutcome, ToolGate, ToolRegistry, run_agent_loop,
 };
+use jarvis_sdk::model::{ChatRequest, FauxProvider, Message, Provider, Purpose};
+use jarvis_sdk::testing::RecordingAdapter;
 use tokio_util::sync::CancellationToken;
 
 /// One finished turn.
@@ -86,7 +86,7 @@ impl Turn {
         self
     }
 
-    pub(crate) fn tool(mut self, tool: impl jarvis_sdk::Tool + 'static) -> Self {
+    pub(crate) fn tool(mut self, tool: impl jarvis_sdk::agent::Tool + 'static) -> Self {
         self.tools.register(Arc::new(tool)).unwrap();
         self
     }

@@ -2,13 +2,14 @@
 //! registry, the assembled app, and `ask_agent` delegation (§12) end to end
 //! on FauxProvider.
 
-use jarvis_sdk::packs::housing::{HOUSING_TOOLS, HousingPack, KAREN_DEFINITION};
-use jarvis_sdk::testing::RecordingAdapter;
-use jarvis_sdk::{
-    AgentProfile, AppAssembly, AppConfig, ApprovalDecision, ApprovalRequest, Caller, ChatRequest,
-    FauxProvider, MAIN_AGENT, Message, PEER_REQUEST_RULE, SessionId, SessionKind, StopReason, TeamContext,
-    UIAdapter, build_app, parse_definition,
+use jarvis_sdk::agent::{ApprovalDecision, ApprovalRequest, SessionId, SessionKind, StopReason, UIAdapter};
+use jarvis_sdk::app::{
+    AgentProfile, AppAssembly, AppConfig, MAIN_AGENT, TeamContext, build_app, parse_definition,
 };
+use jarvis_sdk::model::{ChatRequest, FauxProvider, Message};
+use jarvis_sdk::packs::{housing::HOUSING_TOOLS, housing::HousingPack, housing::KAREN_DEFINITION};
+use jarvis_sdk::testing::RecordingAdapter;
+use jarvis_sdk::turn::{Caller, PEER_REQUEST_RULE};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -40,12 +41,12 @@ async fn app(home: &TempHome, script: &str) -> (AppAssembly, Arc<FauxProvider>) 
 }
 
 fn main_profile() -> AgentProfile {
-    jarvis_sdk::AgentProfile {
+    jarvis_sdk::app::AgentProfile {
         id: MAIN_AGENT.into(),
         name: "J.A.R.V.I.S.".into(),
         description: "팀 총괄".into(),
         quote: "Just A Rather Very Intelligent System".into(),
-        palette: jarvis_sdk::Palette {
+        palette: jarvis_sdk::app::Palette {
             primary: "#5fc8e2".into(),
             accent: "#ffd166".into(),
         },
@@ -61,7 +62,7 @@ fn main_profile() -> AgentProfile {
         boundaries: Default::default(),
         sandbox: Default::default(),
         thinking: Default::default(),
-        feedback: Arc::new(jarvis_sdk::CountingFeedback::default()),
+        feedback: Arc::new(jarvis_sdk::initiative::CountingFeedback::default()),
         subagents: Vec::new(),
         budget: Default::default(),
     }
@@ -180,7 +181,7 @@ fn a_definitions_sandbox_is_strict_absolute_and_not_inherited() {
     .unwrap();
     assert_eq!(
         widened.sandbox,
-        jarvis_sdk::SandboxSettings::new()
+        jarvis_sdk::turn::SandboxSettings::new()
             .with_network(true)
             .with_read("/opt/data")
             .with_write("/srv/out")
@@ -214,7 +215,7 @@ fn jarvis_sandbox_settings_come_from_the_environment() {
     .unwrap();
     assert_eq!(
         config.sandbox,
-        jarvis_sdk::SandboxSettings::new()
+        jarvis_sdk::turn::SandboxSettings::new()
             .with_network(true)
             .with_read("/opt/a")
             .with_read("/opt/b")
@@ -617,7 +618,7 @@ async fn a_peer_session_opened_by_a_person_stays_read_only() {
     let _ = app.create_session(None).await.unwrap();
     let store = app.store().clone();
     store
-        .get_or_create(jarvis_sdk::NewSession::peer(
+        .get_or_create(jarvis_sdk::agent::NewSession::peer(
             SessionId::new("peer-main-karen").unwrap(),
             "main",
             "karen",
@@ -801,8 +802,8 @@ rules:
 #[derive(Default)]
 struct Observer(Mutex<Vec<(String, String, String)>>);
 
-impl jarvis_sdk::SessionObserver for Observer {
-    fn on_session_event(&self, session_id: &str, agent_id: &str, event: &jarvis_sdk::AgentEvent) {
+impl jarvis_sdk::app::SessionObserver for Observer {
+    fn on_session_event(&self, session_id: &str, agent_id: &str, event: &jarvis_sdk::agent::AgentEvent) {
         self.0.lock().unwrap().push((
             session_id.to_owned(),
             agent_id.to_owned(),
@@ -854,9 +855,11 @@ fn user_texts(request: &ChatRequest) -> Vec<&str> {
         .collect()
 }
 
-async fn all_episodes(memory: &jarvis_sdk::MemoryService) -> Vec<jarvis_sdk::MemoryRecord> {
-    let filter = jarvis_sdk::MemoryFilter::for_user(jarvis_sdk::DEFAULT_USER)
-        .layer(jarvis_sdk::Layer::Episodic, jarvis_sdk::Agents::Any);
+async fn all_episodes(memory: &jarvis_sdk::memory::MemoryService) -> Vec<jarvis_sdk::memory::MemoryRecord> {
+    let filter = jarvis_sdk::memory::MemoryFilter::for_user(jarvis_sdk::memory::DEFAULT_USER).layer(
+        jarvis_sdk::memory::Layer::Episodic,
+        jarvis_sdk::memory::Agents::Any,
+    );
     memory.store().list(&filter).await.unwrap()
 }
 
@@ -891,7 +894,8 @@ fallback: { text: "네." }
     let (app, faux) = app(&home, script).await;
     let memory = app.memory().unwrap().clone();
     let jarvis = app.default_session("main").await.unwrap();
-    let scope = jarvis_sdk::MemoryScope::new(jarvis_sdk::DEFAULT_USER, "main", jarvis.id.as_str());
+    let scope =
+        jarvis_sdk::memory::MemoryScope::new(jarvis_sdk::memory::DEFAULT_USER, "main", jarvis.id.as_str());
     memory
         .remember(&scope, "사용자는 서울 마포구에 산다")
         .await
@@ -1031,7 +1035,7 @@ async fn the_offline_demo_answers_uses_tools_and_delegates_to_karen_on_sample_no
         .events()
         .into_iter()
         .filter_map(|e| match e {
-            jarvis_sdk::AgentEvent::ToolExecutionEnd {
+            jarvis_sdk::agent::AgentEvent::ToolExecutionEnd {
                 tool_name,
                 is_error,
                 result,
@@ -1061,9 +1065,9 @@ fn store_durability_and_the_demo_come_from_the_environment() {
         AppConfig::from_lookup(move |k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()))
     };
     let c = lookup(&[("JARVIS_HOME", "/tmp/x")]).unwrap();
-    assert_eq!(c.durability, jarvis_sdk::Durability::EndOfTurn);
+    assert_eq!(c.durability, jarvis_sdk::agent::Durability::EndOfTurn);
     let c = lookup(&[("JARVIS_HOME", "/tmp/x"), ("JARVIS_STORE__FSYNC", "never")]).unwrap();
-    assert_eq!(c.durability, jarvis_sdk::Durability::Never);
+    assert_eq!(c.durability, jarvis_sdk::agent::Durability::Never);
     let e = lookup(&[("JARVIS_HOME", "/tmp/x"), ("JARVIS_STORE__FSYNC", "sometimes")]).unwrap_err();
     assert!(e.to_string().contains("end_of_turn or never"), "{e}");
     // A configured model is not the demo.
@@ -1080,7 +1084,7 @@ fn store_durability_and_the_demo_come_from_the_environment() {
 
 #[test]
 fn the_memory_store_comes_from_the_environment() {
-    use jarvis_sdk::MemoryBackend;
+    use jarvis_sdk::app::MemoryBackend;
     let lookup = |vars: &'static [(&'static str, &'static str)]| {
         AppConfig::from_lookup(move |k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()))
     };
@@ -1132,12 +1136,13 @@ fn the_memory_store_comes_from_the_environment() {
 
 #[tokio::test]
 async fn a_home_keeps_memory_in_sqlite_unless_told_otherwise() {
-    use jarvis_sdk::{InMemoryMemoryStore, MemoryBackend, MemoryScope};
+    use jarvis_sdk::app::MemoryBackend;
+    use jarvis_sdk::memory::{InMemoryMemoryStore, MemoryScope};
     let script = "fallback: { text: \"ok\" }";
     let remembered = |app: &AppAssembly| {
         let memory = app.memory().unwrap().clone();
         async move {
-            let scope = MemoryScope::new(jarvis_sdk::DEFAULT_USER, MAIN_AGENT, "s");
+            let scope = MemoryScope::new(jarvis_sdk::memory::DEFAULT_USER, MAIN_AGENT, "s");
             memory.remember(&scope, "우리 고양이 이름은 나비").await.unwrap();
         }
     };
@@ -1157,7 +1162,7 @@ async fn a_home_keeps_memory_in_sqlite_unless_told_otherwise() {
     let found = app
         .memory()
         .unwrap()
-        .search(&scope, "고양이 이름", jarvis_sdk::Layer::Semantic, 3)
+        .search(&scope, "고양이 이름", jarvis_sdk::memory::Layer::Semantic, 3)
         .await
         .unwrap();
     assert_eq!(found.len(), 1, "memory came back after the restart");
@@ -1199,7 +1204,7 @@ fn mcp_names_are_kept_and_a_definitions_servers_are_its_own() {
     assert!(server.serves("karen") && !server.serves("main"));
     assert_eq!(
         server.transport,
-        jarvis_sdk::McpTransport::Stdio {
+        jarvis_sdk::turn::McpTransport::Stdio {
             command: "srv".into(),
             args: vec!["t0ken".into()],
             env: Default::default(),

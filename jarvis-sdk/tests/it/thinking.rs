@@ -3,12 +3,15 @@
 //! frame, provider error, timeout) ending in `thought_end {ok: false}` while
 //! the turn still answers.
 
+use jarvis_sdk::agent::{
+    AgentEvent, AgentLoopConfig, Harness, HarnessConfig, LoopContext, MemorySessionStore, NewSession,
+    ScreenHub, SessionId, SessionKind, SessionStore, ThoughtConfig, ThoughtEngine,
+};
+use jarvis_sdk::common::SequentialIds;
+use jarvis_sdk::model::{FauxProvider, Purpose};
 use jarvis_sdk::testing::RecordingAdapter;
-use jarvis_sdk::{
-    AgentEvent, AgentLoopConfig, AgentSession, AgentSessionParts, ApprovalBroker, Caller, FauxProvider,
-    Harness, HarnessConfig, LayeredApprovalRules, LoopContext, MemorySessionStore, NewSession, Purpose,
-    ScreenHub, SecurityPipeline, SequentialIds, SessionId, SessionKind, SessionStore, ThoughtConfig,
-    ThoughtEngine,
+use jarvis_sdk::turn::{
+    AgentSession, AgentSessionParts, ApprovalBroker, Caller, LayeredApprovalRules, SecurityPipeline,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -183,21 +186,21 @@ async fn a_simple_request_is_routed_off_without_a_call() {
 /// Records what the thinking slot is told, before and after each turn.
 struct Spy {
     failures: std::sync::Mutex<Vec<usize>>,
-    reports: tokio::sync::mpsc::UnboundedSender<jarvis_sdk::TurnReport>,
+    reports: tokio::sync::mpsc::UnboundedSender<jarvis_sdk::agent::TurnReport>,
 }
 
 #[async_trait::async_trait]
-impl jarvis_sdk::ThinkingHook for Spy {
+impl jarvis_sdk::agent::ThinkingHook for Spy {
     async fn before_turn(
         &self,
-        input: &jarvis_sdk::ThinkingInput<'_>,
-        _ui: &dyn jarvis_sdk::UIAdapter,
-    ) -> jarvis_sdk::ThinkingOutcome {
+        input: &jarvis_sdk::agent::ThinkingInput<'_>,
+        _ui: &dyn jarvis_sdk::agent::UIAdapter,
+    ) -> jarvis_sdk::agent::ThinkingOutcome {
         self.failures.lock().unwrap().push(input.recent_failures);
-        jarvis_sdk::ThinkingOutcome::default()
+        jarvis_sdk::agent::ThinkingOutcome::default()
     }
 
-    async fn after_turn(&self, report: &jarvis_sdk::TurnReport) {
+    async fn after_turn(&self, report: &jarvis_sdk::agent::TurnReport) {
         let _ = self.reports.send(report.clone());
     }
 }

@@ -4,11 +4,12 @@
 //! delegated turn writes its own row in its peer session, and turns that
 //! never reach the model write none.
 
+use jarvis_sdk::agent::{SessionId, SessionKind};
+use jarvis_sdk::app::{AppConfig, build_app};
+use jarvis_sdk::common::{ManualClock, Timestamp};
+use jarvis_sdk::model::{FauxProvider, PRICES_FILE, Usage};
 use jarvis_sdk::packs::housing::HousingPack;
-use jarvis_sdk::{
-    AppConfig, Caller, FauxProvider, ManualClock, PRICES_FILE, SessionId, SessionKind, Spent, Timestamp,
-    USAGE_FILE, Usage, UsageBy, UsageLedger, UsageSummary, build_app,
-};
+use jarvis_sdk::turn::{Caller, Spent, USAGE_FILE, UsageBy, UsageLedger, UsageSummary};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -59,7 +60,7 @@ lead-model: { input: 2.5, output: 10, cached_input: 1.25 }
 const NOW: i64 = 1_795_966_200_000;
 
 /// An app on `script` whose clock stands at [`NOW`], JARVIS on `lead-model`.
-async fn app(home: &TempHome, script: &str) -> jarvis_sdk::AppAssembly {
+async fn app(home: &TempHome, script: &str) -> jarvis_sdk::app::AppAssembly {
     let faux = Arc::new(FauxProvider::from_yaml(script).unwrap());
     let mut config = AppConfig::for_home(&home.0).with_provider(faux).without_memory();
     config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];

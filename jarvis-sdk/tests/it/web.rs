@@ -22,10 +22,12 @@ use std::time::Duration;
 
 use crate::housing::{assert_error, assert_ok, call};
 
-use jarvis_sdk::packs::housing::{HousingPack, KAREN_DEFINITION};
-use jarvis_sdk::{
-    AppConfig, AppError, Caller, FauxProvider, Message, SearchProvider, Tool, ToolContext, WebFetchSettings,
-    WebSearchSettings, build_app, web_fetch_tool, web_search_tool,
+use jarvis_sdk::agent::{Tool, ToolContext};
+use jarvis_sdk::app::{AppConfig, AppError, build_app};
+use jarvis_sdk::model::{FauxProvider, Message};
+use jarvis_sdk::packs::{housing::HousingPack, housing::KAREN_DEFINITION};
+use jarvis_sdk::turn::{
+    Caller, SearchProvider, WebFetchSettings, WebSearchSettings, web_fetch_tool, web_search_tool,
 };
 
 // ------------------------------------------------------------- helpers
@@ -334,7 +336,7 @@ async fn an_aborted_turn_cancels_the_fetch() {
     cancel.cancel();
     let outcome = call.await;
     assert!(
-        matches!(outcome, Err(jarvis_sdk::ToolError::Cancelled)),
+        matches!(outcome, Err(jarvis_sdk::agent::ToolError::Cancelled)),
         "{outcome:?}"
     );
 }

@@ -3,7 +3,7 @@
 //! its peak memory.
 
 use futures::{SinkExt, StreamExt};
-use jarvis_sdk::{AppConfig, build_app};
+use jarvis_sdk::app::{AppConfig, build_app};
 use jarvis_server::{Limits, ServerConfig, ServerState, serve};
 use std::io::Read;
 use std::sync::Arc;

@@ -2,8 +2,8 @@
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use jarvis_sdk::Caller;
 use jarvis_sdk::packs::housing::HousingPack;
+use jarvis_sdk::turn::Caller;
 use jarvis_server::{Limits, ServerConfig, ServerState, router};
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -412,9 +412,9 @@ async fn without_a_token_only_loopback_host_names_are_answered() {
 #[tokio::test]
 async fn the_page_is_embedded_and_says_when_the_demo_plays() {
     let home = TempHome::new();
-    let mut config = jarvis_sdk::AppConfig::for_home(&home.0);
+    let mut config = jarvis_sdk::app::AppConfig::for_home(&home.0);
     config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
-    let demo = jarvis_sdk::build_app(config).await.unwrap();
+    let demo = jarvis_sdk::app::build_app(config).await.unwrap();
     assert!(demo.is_demo());
     let state = ServerState::new(demo, ServerConfig::loopback(0));
     let (s, headers, page) = call(&state, get("/")).await;
@@ -510,7 +510,7 @@ rules:
 async fn usage_is_summed_by_agent_session_and_day_and_unknown_costs_are_null() {
     let home = TempHome::new();
     std::fs::write(
-        home.0.join(jarvis_sdk::PRICES_FILE),
+        home.0.join(jarvis_sdk::model::PRICES_FILE),
         "lead-model: { input: 2.5, output: 10, cached_input: 1.25 }\n",
     )
     .unwrap();
@@ -520,16 +520,16 @@ async fn usage_is_summed_by_agent_session_and_day_and_unknown_costs_are_null() {
         "name: K.A.R.E.N.\nmodel: field-model\n",
     )
     .unwrap();
-    let faux = std::sync::Arc::new(jarvis_sdk::FauxProvider::from_yaml(PRICED).unwrap());
-    let mut config = jarvis_sdk::AppConfig::for_home(&home.0).with_provider(faux);
+    let faux = std::sync::Arc::new(jarvis_sdk::model::FauxProvider::from_yaml(PRICED).unwrap());
+    let mut config = jarvis_sdk::app::AppConfig::for_home(&home.0).with_provider(faux);
     config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
     config.llm.model = "lead-model".into();
     // 2026-11-29T15:30:00Z: already the 30th in the person's zone (+09:00).
-    config.clock = std::sync::Arc::new(jarvis_sdk::ManualClock::new(
-        jarvis_sdk::Timestamp::from_millis(1_795_966_200_000).to_system_time(),
+    config.clock = std::sync::Arc::new(jarvis_sdk::common::ManualClock::new(
+        jarvis_sdk::common::Timestamp::from_millis(1_795_966_200_000).to_system_time(),
     ));
     let state = ServerState::new(
-        jarvis_sdk::build_app(config).await.unwrap(),
+        jarvis_sdk::app::build_app(config).await.unwrap(),
         ServerConfig::loopback(0),
     );
 

@@ -13,10 +13,9 @@ use fantoccini::actions::{
 };
 use fantoccini::key::Key;
 use futures::StreamExt;
+use jarvis_sdk::agent::{AgentEvent, NewSession, OpenLoop, UIAdapter};
+use jarvis_sdk::model::{ChatRequest, FauxProvider, Provider, ProviderStream};
 use jarvis_sdk::packs::housing::HousingPack;
-use jarvis_sdk::{
-    AgentEvent, ChatRequest, FauxProvider, NewSession, OpenLoop, Provider, ProviderStream, UIAdapter,
-};
 use jarvis_server::ServerConfig;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -70,7 +69,7 @@ impl Hud {
         format!("http://{}/?{query}", self.server.addr)
     }
 
-    fn app(&self) -> &jarvis_sdk::AppAssembly {
+    fn app(&self) -> &jarvis_sdk::app::AppAssembly {
         self.server.state.app()
     }
 
@@ -793,9 +792,9 @@ async fn thoughts_tools_proactive_messages_and_errors_each_show_as_what_they_are
     .await;
     // A promise falls due: the reflection daemon sends a real proactive message.
     let app = hud.app().clone();
-    let now = jarvis_sdk::Timestamp::from_system_time(std::time::SystemTime::now());
+    let now = jarvis_sdk::common::Timestamp::from_system_time(std::time::SystemTime::now());
     let mut due = open_loop("l-due", "s-talk", "main", "The notice is out.");
-    due.due = Some(jarvis_sdk::Timestamp::from_millis(now.as_millis() - 1000));
+    due.due = Some(jarvis_sdk::common::Timestamp::from_millis(now.as_millis() - 1000));
     app.open_loops().open(due).await.unwrap();
     // The server's own daemon may get there first; either way it shows once
     // a tick finds the session idle.
@@ -1025,9 +1024,9 @@ async fn the_demos_note_is_said_once_and_scrolls_with_the_conversation() {
     // No provider: the offline demo plays (a config built in code looks
     // for no local model).
     let home = TempHome::new();
-    let mut config = jarvis_sdk::AppConfig::for_home(&home.0);
+    let mut config = jarvis_sdk::app::AppConfig::for_home(&home.0);
     config.packs = vec![std::sync::Arc::new(HousingPack::in_memory())];
-    let app = jarvis_sdk::build_app(config).await.unwrap();
+    let app = jarvis_sdk::app::build_app(config).await.unwrap();
     assert!(app.is_demo());
     let server = Server::start(app, ServerConfig::loopback(0)).await;
     browser
@@ -1205,7 +1204,7 @@ async fn the_bar_shows_the_sessions_tokens_and_cost_after_each_turn() {
     };
     let home = TempHome::new();
     std::fs::write(
-        home.0.join(jarvis_sdk::PRICES_FILE),
+        home.0.join(jarvis_sdk::model::PRICES_FILE),
         "faux: { input: 2.5, output: 10 }\n",
     )
     .unwrap();
@@ -1302,7 +1301,7 @@ impl Provider for HeldAfterTools {
     fn stream(&self, request: ChatRequest) -> ProviderStream {
         let after_tools = matches!(
             request.recorded_messages().last(),
-            Some(jarvis_sdk::Message::Tool(_))
+            Some(jarvis_sdk::model::Message::Tool(_))
         );
         if request.metadata.agent_id != self.agent || !after_tools {
             return self.inner.stream(request);

@@ -3,7 +3,7 @@
 //! origin rules, the tools, a call's session, and its approval answered on
 //! that session's screen.
 
-use jarvis_sdk::SessionKind;
+use jarvis_sdk::agent::SessionKind;
 use jarvis_server::ServerConfig;
 use serde_json::{Value, json};
 

@@ -1,6 +1,6 @@
 //! The WebSocket against a server on 127.0.0.1:0, with a real client.
 
-use jarvis_sdk::EntryBody;
+use jarvis_sdk::agent::EntryBody;
 use jarvis_server::{Limits, ServerConfig, ServerFile};
 use serde_json::{Value, json};
 
@@ -277,15 +277,15 @@ async fn a_due_promise_reaches_the_screen_and_its_dismissal_teaches_that_agent()
     let server = Server::start(app(&home, SLOW).await, ServerConfig::loopback(0)).await;
     let app = server.state.app().clone();
     let mut ws = Ws::connect(&server.ws_url("session_id=s-karen&agent=karen")).await;
-    let now = jarvis_sdk::Timestamp::from_system_time(std::time::SystemTime::now());
+    let now = jarvis_sdk::common::Timestamp::from_system_time(std::time::SystemTime::now());
     app.open_loops()
-        .open(jarvis_sdk::OpenLoop {
+        .open(jarvis_sdk::agent::OpenLoop {
             id: "loop-1".into(),
             session_id: "s-karen".into(),
             agent_id: "karen".into(),
             text: "청약 서류 챙기기".into(),
-            kind: jarvis_sdk::LoopKind::Promise,
-            due: Some(jarvis_sdk::Timestamp::from_millis(now.as_millis() - 1000)),
+            kind: jarvis_sdk::agent::LoopKind::Promise,
+            due: Some(jarvis_sdk::common::Timestamp::from_millis(now.as_millis() - 1000)),
             condition: None,
             created_at: now,
             closed_at: None,

@@ -27,26 +27,30 @@ use jarvis_agent::{
 };
 use jarvis_common::{Extensions, HomeLock};
 use jarvis_common::{TimeZone, Timestamp};
-use jarvis_core::cassette::{CASSETTES_DIR, CassetteRecorder};
-use jarvis_core::{
-    AgendaItem, AgendaKind, AgendaSource, AgentDirectory, AgentSession, AgentSessionParts, AgentToolPolicy,
-    ApprovalBroker, AskAgentTool, Boundaries, BuiltinConfig, Caller, CountingFeedback,
-    DEFAULT_OUTBOX_CAPACITY, Delegation, DelegationError, DirectoryLink, LayeredApprovalRules, OUTBOX_FILE,
-    Outbox, OutboxItem, PEER_REQUEST_RULE, ProactiveDaemon, ProactiveSessions, ProactiveTarget,
-    PromptOptions, RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, Reaction, RosterEntry, SandboxSettings,
-    SecurityPipeline, SessionPolicy, StandardCommands, TokenAuth, TurnError, Validation, WEB_FETCH_TOOL,
-    WEB_SEARCH_TOOL, builtin_tools, kernel_confinement, memory_tools,
+use jarvis_initiative::{
+    AgendaItem, AgendaKind, AgendaSource, CountingFeedback, DEFAULT_OUTBOX_CAPACITY, OUTBOX_FILE, Outbox,
+    OutboxItem, ProactiveDaemon, ProactiveSessions, ProactiveTarget, Reaction, StandardCommands,
 };
-use jarvis_core::{
+use jarvis_initiative::{
     AgentStance, FocusStore, Goal, GoalStore, Job, JobOutput, JobRunner, Notifier, ProactiveSink, Scheduler,
-    SchedulerConfig, Supervisor, TaskHealth, TaskStatus, USAGE_FILE, UsageBy, UsageLedger, UsageMeter,
-    UsageSummary, focus_tools, goal_items, goal_tools,
+    SchedulerConfig, focus_tools, goal_items, goal_tools,
 };
 use jarvis_memory::{
     InMemoryMemoryStore, MemoryRead, MemoryScope, MemoryService, MemoryStore, ReembedPhase, ScopeResolver,
     SectionKind, StaticScopes,
 };
 use jarvis_model::{Embedder, PRICES_FILE, PriceTable, Provider};
+use jarvis_turn::cassette::{CASSETTES_DIR, CassetteRecorder};
+use jarvis_turn::{
+    AgentDirectory, AgentSession, AgentSessionParts, AgentToolPolicy, ApprovalBroker, AskAgentTool,
+    Boundaries, BuiltinConfig, Caller, Delegation, DelegationError, DirectoryLink, LayeredApprovalRules,
+    PEER_REQUEST_RULE, PromptOptions, RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, RosterEntry,
+    SandboxSettings, SecurityPipeline, SessionPolicy, TokenAuth, TurnError, Validation, WEB_FETCH_TOOL,
+    WEB_SEARCH_TOOL, builtin_tools, kernel_confinement, memory_tools,
+};
+use jarvis_turn::{
+    Supervisor, TaskHealth, TaskStatus, USAGE_FILE, UsageBy, UsageLedger, UsageMeter, UsageSummary,
+};
 
 /// Sees the events of every session of the app, peer sessions included
 /// (the server's `agent_activity`, logs, metrics).
@@ -379,17 +383,17 @@ pub async fn build_app(config: AppConfig) -> Result<AppAssembly, AppError> {
         rules = rules.with_shared(Arc::new(super::cluster::PostgresApprovalRules(store)));
     }
     #[cfg(feature = "sources")]
-    let source_status = jarvis_core::SourceStatus::default();
+    let source_status = jarvis_initiative::SourceStatus::default();
     #[cfg(feature = "sources")]
     let scheduler = {
-        let seen = Arc::new(jarvis_core::SeenStore::new(&config.home));
+        let seen = Arc::new(jarvis_initiative::SeenStore::new(&config.home));
         let mut scheduler = scheduler;
-        for source in jarvis_core::load_sources(&config.home, &source_kinds) {
+        for source in jarvis_initiative::load_sources(&config.home, &source_kinds) {
             if !registry.contains(&source.file.agent) {
                 tracing::warn!(source = %source.id, agent = %source.file.agent, "external source skipped: its agent is not in the team");
                 continue;
             }
-            scheduler = scheduler.with_builtin(Arc::new(jarvis_core::SourceJob::new(
+            scheduler = scheduler.with_builtin(Arc::new(jarvis_initiative::SourceJob::new(
                 source,
                 seen.clone(),
                 Arc::new(AppJobs(app_link.clone())),
@@ -497,13 +501,13 @@ async fn mcp_servers(
     config: &AppConfig,
     registry: &AgentRegistry,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Arc<jarvis_core::McpHub> {
-    let mut servers = jarvis_core::load_mcp_file(&config.home, env);
+) -> Arc<jarvis_turn::McpHub> {
+    let mut servers = jarvis_turn::load_mcp_file(&config.home, env);
     servers.extend(config.mcp_servers.iter().cloned());
     for profile in registry.agents() {
         servers.extend(profile.mcp_servers.iter().cloned());
     }
-    let hub = jarvis_core::McpHub::start(servers);
+    let hub = jarvis_turn::McpHub::start(servers);
     if !hub.servers().is_empty() && !hub.wait_started(MCP_START_WAIT).await {
         tracing::info!("some MCP servers are still starting; their tools join when they are up");
     }
@@ -513,7 +517,7 @@ async fn mcp_servers(
 /// Without the feature `mcp`, configured servers are named in a warning.
 #[cfg(not(feature = "mcp"))]
 async fn mcp_servers(config: &AppConfig, registry: &AgentRegistry, env: &dyn Fn(&str) -> Option<String>) {
-    let mut names: Vec<String> = jarvis_core::load_mcp_file(&config.home, env)
+    let mut names: Vec<String> = jarvis_turn::load_mcp_file(&config.home, env)
         .into_iter()
         .chain(config.mcp_servers.iter().cloned())
         .chain(registry.agents().iter().flat_map(|p| p.mcp_servers.clone()))
@@ -532,10 +536,10 @@ fn web_tools(config: &AppConfig) -> Result<Vec<Arc<dyn Tool>>, AppError> {
     let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
     #[cfg(feature = "http")]
     {
-        tools.push(jarvis_core::web_fetch_tool(config.web_fetch.clone()));
+        tools.push(jarvis_turn::web_fetch_tool(config.web_fetch.clone()));
         if let Some(search) = &config.web_search {
             tools.push(
-                jarvis_core::web_search_tool(search.clone()).map_err(|e| AppError::Config(e.to_string()))?,
+                jarvis_turn::web_search_tool(search.clone()).map_err(|e| AppError::Config(e.to_string()))?,
             );
         }
     }
@@ -792,7 +796,7 @@ struct AppInner {
     sandboxed: BTreeMap<String, ToolRegistry>,
     /// The MCP servers; dropping the app stops them.
     #[cfg(feature = "mcp")]
-    mcp: Arc<jarvis_core::McpHub>,
+    mcp: Arc<jarvis_turn::McpHub>,
     rules: Arc<LayeredApprovalRules>,
     security: SecurityPipeline,
     memory: Option<Arc<MemoryService>>,
@@ -809,7 +813,7 @@ struct AppInner {
     notifier: Arc<Notifier>,
     /// How each external source is doing (`external_sources/`).
     #[cfg(feature = "sources")]
-    source_status: jarvis_core::SourceStatus,
+    source_status: jarvis_initiative::SourceStatus,
     /// Every session's Focus tasks (`$JARVIS_HOME/focus/`).
     focus: Arc<FocusStore>,
     /// The reflection daemon; it sees the open sessions through a weak link.
@@ -952,7 +956,7 @@ impl AppAssembly {
 
     /// The MCP servers: their state and tools (feature `mcp`).
     #[cfg(feature = "mcp")]
-    pub fn mcp(&self) -> &Arc<jarvis_core::McpHub> {
+    pub fn mcp(&self) -> &Arc<jarvis_turn::McpHub> {
         &self.inner.mcp
     }
 
@@ -1167,7 +1171,7 @@ impl AppAssembly {
     }
 
     /// Starts or stops recording session `id`'s cassette, for good (see
-    /// [`jarvis_core::cassette`]); answers the cassette's path.
+    /// [`jarvis_turn::cassette`]); answers the cassette's path.
     pub async fn set_recording(&self, id: &SessionId, enabled: bool) -> Result<PathBuf, AppError> {
         let session = self.inner.open(id).await?;
         let cassette = session
@@ -1777,10 +1781,15 @@ impl ProactiveSink for AppJobs {
 
 #[cfg(feature = "sources")]
 #[async_trait]
-impl jarvis_core::SourceReporter for AppJobs {
+impl jarvis_initiative::SourceReporter for AppJobs {
     /// Queues the report, durably, for the source agent's `default-<agent>`
     /// session, like a watch report: recorded exactly once by the daemon.
-    async fn report(&self, source: &jarvis_core::Source, message_id: &str, text: &str) -> Result<(), String> {
+    async fn report(
+        &self,
+        source: &jarvis_initiative::Source,
+        message_id: &str,
+        text: &str,
+    ) -> Result<(), String> {
         let app = self.app()?;
         let agent = &source.file.agent;
         let item = OutboxItem {
@@ -1800,7 +1809,7 @@ impl jarvis_core::SourceReporter for AppJobs {
 impl AppInner {
     /// Reports a job queued before a stop or a crash may be unrecorded by
     /// the job: each built-in job sees every message the outbox still holds
-    /// and finishes its records ([`BuiltinJob::recover`](jarvis_core::BuiltinJob::recover)),
+    /// and finishes its records ([`BuiltinJob::recover`](jarvis_initiative::BuiltinJob::recover)),
     /// then the outbox forgets what it delivered.
     async fn recover_reports(&self) {
         let queued = self.proactive.outbox().logged().await;
@@ -1861,7 +1870,7 @@ impl AppInner {
     /// (failing ones say so), any other as `schedule`.
     fn job_kind(&self, job_id: &str, trigger: String) -> (AgendaKind, String) {
         #[cfg(feature = "sources")]
-        if let Some(id) = job_id.strip_prefix(jarvis_core::SOURCE_JOB_PREFIX) {
+        if let Some(id) = job_id.strip_prefix(jarvis_initiative::SOURCE_JOB_PREFIX) {
             let health = self
                 .source_status
                 .lock()

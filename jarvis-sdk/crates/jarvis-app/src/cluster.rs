@@ -2,7 +2,7 @@
 //! nodes talk ([`ClusterLink`]).
 //!
 //! Every session is owned by one node at a time through a lease (see
-//! `jarvis_sdk::lease`). A screen may be attached to any node: a node that
+//! `jarvis_sdk::agent::lease`). A screen may be attached to any node: a node that
 //! does not own a session forwards what its screens ask of it (prompts,
 //! aborts, approval answers) to the owner as a [`NodeMessage`], and the
 //! owner sends the session's frames back to every node with a screen on
@@ -482,7 +482,7 @@ mod pg {
     pub struct PostgresSlotClaim(pub PostgresSessionStore);
 
     #[async_trait]
-    impl jarvis_core::SlotClaim for PostgresSlotClaim {
+    impl jarvis_initiative::SlotClaim for PostgresSlotClaim {
         async fn claim(&self, job: &str, slot: jarvis_common::Timestamp) -> Result<bool, String> {
             let node = self.0.node_id().unwrap_or_default().to_owned();
             self.0
@@ -505,8 +505,8 @@ mod pg {
     pub struct PostgresApprovalRules(pub PostgresSessionStore);
 
     #[async_trait]
-    impl jarvis_core::SharedRuleStore for PostgresApprovalRules {
-        async fn rules(&self, agent_id: &str) -> Result<Vec<jarvis_core::ApprovalRule>, String> {
+    impl jarvis_turn::SharedRuleStore for PostgresApprovalRules {
+        async fn rules(&self, agent_id: &str) -> Result<Vec<jarvis_turn::ApprovalRule>, String> {
             let texts = self
                 .0
                 .query_strings(
@@ -527,7 +527,7 @@ mod pg {
                 .collect())
         }
 
-        async fn add(&self, agent_id: &str, rule: &jarvis_core::ApprovalRule) -> Result<bool, String> {
+        async fn add(&self, agent_id: &str, rule: &jarvis_turn::ApprovalRule) -> Result<bool, String> {
             let text = serde_json::to_string(rule).map_err(|e| e.to_string())?;
             self.0
                 .execute(
@@ -548,7 +548,7 @@ mod pg {
     pub struct PostgresJobs(pub PostgresSessionStore);
 
     #[async_trait]
-    impl jarvis_core::SharedJobs for PostgresJobs {
+    impl jarvis_initiative::SharedJobs for PostgresJobs {
         async fn load(&self) -> Result<Vec<String>, String> {
             self.0
                 .query_strings("SELECT spec FROM jarvis_jobs ORDER BY seq", &[])

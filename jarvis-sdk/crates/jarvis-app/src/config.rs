@@ -8,12 +8,12 @@ use std::time::Duration;
 use super::error::AppError;
 use jarvis_agent::{AgentLoopConfig, BeforeToolCall, Durability};
 use jarvis_common::{Clock, IdSource, OffsetClock, SystemClock, TimeZone, Timestamp, UniqueIds, UtcOffset};
-use jarvis_core::{
+use jarvis_memory::{DEFAULT_USER, MemoryConfig, MemoryStore};
+use jarvis_model::{EmbedConfig, Embedder, LlmConfig, Provider, ProviderKind};
+use jarvis_turn::{
     DEFAULT_APPROVAL_TIMEOUT, DEFAULT_ASK_TIMEOUT, SandboxSettings, SecurityStage, WebFetchSettings,
     WebSearchSettings,
 };
-use jarvis_memory::{DEFAULT_USER, MemoryConfig, MemoryStore};
-use jarvis_model::{EmbedConfig, Embedder, LlmConfig, Provider, ProviderKind};
 
 /// JARVIS's brand (`JARVIS_BRAND__*`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,7 +61,7 @@ pub enum StoreBackend {
 
 /// This process as a node of a deployment: several `jarvis` processes on
 /// one Postgres, each session owned by one node at a time through a lease
-/// (`jarvis_sdk::lease`, feature `postgres`).
+/// (`jarvis_sdk::agent::lease`, feature `postgres`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct NodeSettings {
@@ -197,14 +197,14 @@ pub struct ReflectionSettings {
     /// Tick interval (`JARVIS_REFLECTION__INTERVAL_SECS`), gap between two
     /// messages to one session (`JARVIS_REFLECTION__MIN_GAP_SECS`) and when
     /// an unanswered message counts as ignored.
-    pub daemon: jarvis_core::ProactiveConfig,
+    pub daemon: jarvis_initiative::ProactiveConfig,
 }
 
 impl Default for ReflectionSettings {
     fn default() -> Self {
         Self {
             enabled: true,
-            daemon: jarvis_core::ProactiveConfig::default(),
+            daemon: jarvis_initiative::ProactiveConfig::default(),
         }
     }
 }
@@ -251,7 +251,7 @@ pub struct AppConfig {
     /// default).
     pub budget: jarvis_agent::Budget,
     /// The dual channel of people's sessions.
-    pub dual: jarvis_core::DualConfig,
+    pub dual: jarvis_turn::DualConfig,
     /// Where sessions (and, with Postgres, memory) are kept.
     pub store: StoreBackend,
     /// This process as a node of a deployment sharing one Postgres
@@ -264,7 +264,7 @@ pub struct AppConfig {
     /// The reflection daemon (proactive messages).
     pub reflection: ReflectionSettings,
     /// Whether every session records a cassette from its start
-    /// (`JARVIS_RECORD__ENABLED`, default off; see [`jarvis_core::cassette`]).
+    /// (`JARVIS_RECORD__ENABLED`, default off; see [`jarvis_turn::cassette`]).
     /// One session is switched with [`AppHandle::set_recording`](super::AppHandle::set_recording).
     pub record: bool,
 
@@ -313,7 +313,7 @@ pub struct AppConfig {
     pub hooks: Vec<Arc<dyn BeforeToolCall>>,
     /// MCP servers given in code; they start beside those of
     /// `$JARVIS_HOME/mcp.yaml` and of the definitions (feature `mcp`).
-    pub mcp_servers: Vec<jarvis_core::McpServerConfig>,
+    pub mcp_servers: Vec<jarvis_turn::McpServerConfig>,
     /// A validation stage to use instead of the standard one.
     pub validation: Option<Arc<dyn SecurityStage>>,
     /// A policy stage to use instead of the standard one.
@@ -367,7 +367,7 @@ impl AppConfig {
             proactive: true,
             thinking: super::profile::ThinkingSettings::default(),
             budget: jarvis_agent::Budget::default(),
-            dual: jarvis_core::DualConfig::default(),
+            dual: jarvis_turn::DualConfig::default(),
             store: StoreBackend::Jsonl,
             node: NodeSettings::default(),
             memory: MemorySettings::default(),
@@ -379,7 +379,7 @@ impl AppConfig {
             web_token: None,
             loop_config: AgentLoopConfig::default(),
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
-            schedule_poll: jarvis_core::DEFAULT_POLL_INTERVAL,
+            schedule_poll: jarvis_initiative::DEFAULT_POLL_INTERVAL,
             ask_timeout: DEFAULT_ASK_TIMEOUT,
             max_loaded_sessions: DEFAULT_MAX_LOADED_SESSIONS,
             packs: Vec::new(),
@@ -708,7 +708,7 @@ impl AppConfig {
     }
 
     /// Adds an MCP server given in code (see [`AppConfig::mcp_servers`]).
-    pub fn with_mcp_server(mut self, server: jarvis_core::McpServerConfig) -> Self {
+    pub fn with_mcp_server(mut self, server: jarvis_turn::McpServerConfig) -> Self {
         self.mcp_servers.push(server);
         self
     }

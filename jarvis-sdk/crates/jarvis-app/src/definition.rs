@@ -30,11 +30,11 @@ use std::sync::Arc;
 use super::profile::{AgentProfile, MAIN_AGENT, Palette, wordmark};
 use super::subagent::{RUN_SUBAGENT_TOOL, SubagentBuilder, SubagentDefinition};
 use jarvis_agent::Budget;
-use jarvis_core::Boundaries;
-use jarvis_core::CountingFeedback;
-use jarvis_core::SandboxSettings;
-use jarvis_core::{is_mcp_name, parse_agent_servers};
+use jarvis_initiative::CountingFeedback;
 use jarvis_memory::MemoryRead;
+use jarvis_turn::Boundaries;
+use jarvis_turn::SandboxSettings;
+use jarvis_turn::{is_mcp_name, parse_agent_servers};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

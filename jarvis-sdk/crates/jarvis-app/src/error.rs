@@ -27,7 +27,7 @@ pub enum AppError {
     Memory(#[from] MemoryError),
     /// The scheduler could not start (its run ledger).
     #[error(transparent)]
-    Schedule(#[from] jarvis_core::ScheduleError),
+    Schedule(#[from] jarvis_initiative::ScheduleError),
     /// No agent of the team has this id.
     #[error("app: there is no agent {0:?} in the team")]
     UnknownAgent(String),

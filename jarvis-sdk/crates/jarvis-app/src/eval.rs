@@ -41,9 +41,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{AppConfig, MAIN_AGENT, build_app};
 use jarvis_agent::{AgentEvent, ApprovalDecision, ApprovalRequest, UIAdapter};
-use jarvis_core::cassette::Cassette;
-use jarvis_core::{ApprovalBroker, Caller, PromptOptions};
 use jarvis_model::Message;
+use jarvis_turn::cassette::Cassette;
+use jarvis_turn::{ApprovalBroker, Caller, PromptOptions};
 
 /// Files of a home an eval's temporary homes get a copy of.
 const COPIED: &[&str] = &["approvals.yaml", "approvals", "prices.yaml", "mcp.yaml"];

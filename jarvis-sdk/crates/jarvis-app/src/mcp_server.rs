@@ -45,7 +45,7 @@ use tokio_util::task::TaskTracker;
 use super::assembly::AppAssembly;
 use jarvis_agent::{ApprovalDecision, ApprovalRequest, SessionId, StopReason, UIAdapter};
 use jarvis_common::truncate_with_marker;
-use jarvis_core::{AgentSession, ApprovalBroker, Caller, McpServeError, PromptOptions, TurnError};
+use jarvis_turn::{AgentSession, ApprovalBroker, Caller, McpServeError, PromptOptions, TurnError};
 
 /// The prefix of every tool's name: `ask_<agent_id>`.
 pub const ASK_TOOL_PREFIX: &str = "ask_";
@@ -390,7 +390,7 @@ struct ClientAsks {
 /// when dropped.
 struct ClientAsking {
     asks: Arc<ClientAsks>,
-    _attachment: jarvis_core::Attachment,
+    _attachment: jarvis_turn::Attachment,
 }
 
 impl Drop for ClientAsking {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use jarvis_agent::Tool;
 use jarvis_common::{Clock, TimeZone};
-use jarvis_core::{BuiltinJob, ProactiveSink};
+use jarvis_initiative::{BuiltinJob, ProactiveSink};
 
 /// A domain pack; see the [module docs](self).
 pub trait Pack: Send + Sync + fmt::Debug {
@@ -68,11 +68,11 @@ pub struct PackParts {
     /// Tools, registered beside the built-in ones (a name taken twice stops
     /// the build).
     pub tools: Vec<Arc<dyn Tool>>,
-    /// Jobs on the scheduler ([`JobOrigin::BuiltIn`](jarvis_core::JobOrigin)).
+    /// Jobs on the scheduler ([`JobOrigin::BuiltIn`](jarvis_initiative::JobOrigin)).
     pub jobs: Vec<Arc<dyn BuiltinJob>>,
     /// Kinds of external source (`external_sources/*.yaml`, `kind: <name>`).
     #[cfg(feature = "sources")]
-    pub source_kinds: Vec<Arc<dyn jarvis_core::SourceType>>,
+    pub source_kinds: Vec<Arc<dyn jarvis_initiative::SourceType>>,
 }
 
 impl fmt::Debug for PackParts {

@@ -4,8 +4,9 @@
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-use jarvis_core::{Boundaries, FeedbackLearner, SandboxSettings};
+use jarvis_initiative::FeedbackLearner;
 use jarvis_memory::MemoryRead;
+use jarvis_turn::{Boundaries, SandboxSettings};
 
 /// The id of JARVIS, the lead agent.
 pub const MAIN_AGENT: &str = "main";
@@ -94,7 +95,7 @@ pub struct AgentProfile {
     pub mcp_tools: Option<Vec<String>>,
     /// The MCP servers its definition declares (its `mcp`); they serve
     /// this agent only.
-    pub mcp_servers: Vec<jarvis_core::McpServerConfig>,
+    pub mcp_servers: Vec<jarvis_turn::McpServerConfig>,
     /// Whether the agent speaks first and reflects.
     pub proactive: bool,
     /// Whose memory it reads besides its own.

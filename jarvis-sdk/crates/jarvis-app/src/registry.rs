@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::definition::Skipped;
 use super::profile::{AgentProfile, MAIN_AGENT};
-use jarvis_core::RosterEntry;
+use jarvis_turn::RosterEntry;
 
 /// The team.
 #[derive(Debug, Clone)]

@@ -37,10 +37,10 @@ use super::eval::scratch_config;
 use super::{AppConfig, AppError, MAIN_AGENT, build_app};
 use jarvis_agent::{AgentEvent, ApprovalDecision, ApprovalRequest, ToolResult, TurnTap, UIAdapter};
 use jarvis_common::truncate_with_marker;
-use jarvis_core::cassette::{Cassette, CassetteTurn, ModelExchange, ToolExchange, request_json};
-use jarvis_core::{ApprovalBroker, Caller, PromptOptions};
 use jarvis_memory::SectionKind;
 use jarvis_model::{ChatRequest, Message, Provider, ProviderError, ProviderStream, ToolCall};
+use jarvis_turn::cassette::{Cassette, CassetteTurn, ModelExchange, ToolExchange, request_json};
+use jarvis_turn::{ApprovalBroker, Caller, PromptOptions};
 
 /// What answers the replayed turns' model calls.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -58,9 +58,9 @@ use jarvis_agent::{
     UIAdapter, run_agent_loop,
 };
 use jarvis_common::trace::{self, invoke_agent_span};
-use jarvis_core::{AgentToolPolicy, REMEMBER_TASK_PATTERN_TOOL, UsageMeter};
 use jarvis_memory::{MemoryScope, MemoryService};
 use jarvis_model::Message;
+use jarvis_turn::{AgentToolPolicy, REMEMBER_TASK_PATTERN_TOOL, UsageMeter};
 
 /// The tool's name.
 pub const RUN_SUBAGENT_TOOL: &str = "run_subagent";

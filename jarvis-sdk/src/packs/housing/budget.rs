@@ -28,7 +28,7 @@ use super::format::{notice_block, won};
 use super::loan::{LoanTerms, RepaymentMethod, amortize};
 use super::notice::{MAX_NOTICE_LIMIT, Notice, NoticeQuery, NoticeSource, sort_newest_first};
 use super::profile::{HousingProfile, ProfileStore};
-use crate::{ToolContext, ToolError, ToolResult, TypedTool};
+use crate::agent::{ToolContext, ToolError, ToolResult, TypedTool};
 
 /// The yearly rate (%) of the reference loan that prices a sale's gap.
 pub const DEFAULT_REFERENCE_RATE: f64 = 4.0;

@@ -26,10 +26,12 @@ use super::{
     HousingConfig, HousingError, Notice, NoticeQuery, NoticeSource, NoticeWatch, WatchStore, new_notices,
     normalize_watch_text, sort_newest_first, watch_report,
 };
-use crate::{
-    BuiltinJob, CatchUp, Job, JobOrigin, JobOutput, MAIN_AGENT, MAX_INTERVAL, MIN_INTERVAL, OutboxItem,
-    ProactiveKind, ProactiveSink, SourceItem, SourceReader, SourceType, TimeZone, Timestamp, Trigger,
-    UtcOffset,
+use crate::agent::ProactiveKind;
+use crate::app::MAIN_AGENT;
+use crate::common::{TimeZone, Timestamp, UtcOffset};
+use crate::initiative::{
+    BuiltinJob, CatchUp, Job, JobOrigin, JobOutput, MAX_INTERVAL, MIN_INTERVAL, OutboxItem, ProactiveSink,
+    SourceItem, SourceReader, SourceType, Trigger,
 };
 
 /// The id of the built-in watch job.
@@ -163,7 +165,7 @@ impl WatchJob {
                 message_id: format!(
                     "watch-{}-{:016x}",
                     watch.id,
-                    crate::fnv1a64(keys.join("\n").as_bytes())
+                    crate::common::fnv1a64(keys.join("\n").as_bytes())
                 ),
                 session_id: format!("default-{agent}"),
                 agent_id: agent.to_owned(),

@@ -9,7 +9,7 @@
 //!
 //! ```no_run
 //! # use std::sync::Arc;
-//! # use jarvis_sdk::{AppConfig, packs::housing::HousingPack};
+//! # use jarvis_sdk::{app::AppConfig, packs::housing::HousingPack};
 //! let config = AppConfig::embedded("/tmp/jarvis-home").with_pack(Arc::new(HousingPack::from_env()));
 //! ```
 //!
@@ -74,7 +74,8 @@ pub use watch::{
     WatchAdded, WatchStore, check_watch, new_notices, normalize_watch_text, watch_report,
 };
 
-use crate::{Pack, PackContext, PackParts, Tool, Typed};
+use crate::agent::{Tool, Typed};
+use crate::app::{Pack, PackContext, PackParts};
 
 /// KAREN's definition, written into a new team directory as `karen.yaml`.
 pub const KAREN_DEFINITION: &str = include_str!("../../../../team/karen.yaml");
@@ -181,7 +182,7 @@ impl HousingConfig {
                 .parse::<u64>()
                 .ok()
                 .map(Duration::from_secs)
-                .filter(|d| (crate::MIN_INTERVAL..=Duration::from_secs(86_400)).contains(d))
+                .filter(|d| (crate::initiative::MIN_INTERVAL..=Duration::from_secs(86_400)).contains(d))
                 .ok_or_else(|| {
                     HousingError::Invalid(format!(
                         "{HOUSING_WATCH_EVERY_ENV} must be whole seconds from 60 to 86400, got {every:?}"
@@ -235,7 +236,7 @@ impl HousingConfig {
         get: &dyn Fn(&str) -> Option<String>,
         timeout: Duration,
     ) -> Result<Arc<dyn NoticeSource>, HousingError> {
-        let mut config = LhConfig::new(get(LH_SERVICE_KEY_ENV).map(crate::ApiKey::new));
+        let mut config = LhConfig::new(get(LH_SERVICE_KEY_ENV).map(crate::model::ApiKey::new));
         if let Some(base) = get(LH_BASE_URL_ENV) {
             config = config.with_base_url(base);
         }
@@ -256,9 +257,9 @@ impl HousingConfig {
 
     #[cfg(feature = "http")]
     fn sh_source(feed: ShFeed, timeout: Duration) -> Result<ShNoticeSource, HousingError> {
-        let http = crate::HttpSettings {
+        let http = crate::model::HttpSettings {
             read_timeout: timeout,
-            ..crate::HttpSettings::default()
+            ..crate::model::HttpSettings::default()
         };
         Ok(ShNoticeSource::with_http(feed, http)?)
     }

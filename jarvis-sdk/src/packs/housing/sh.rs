@@ -17,9 +17,9 @@ use super::error::NoticeError;
 use super::feed::parse_feed;
 use super::notice::{Notice, NoticeAgency, NoticeQuery, NoticeSource};
 #[cfg(feature = "http")]
-use crate::HttpClient;
+use crate::model::HttpClient;
 #[cfg(feature = "http")]
-use crate::HttpSettings;
+use crate::model::HttpSettings;
 
 /// The environment variable naming the SH feed (URL or file path).
 pub const SH_URL_ENV: &str = "JARVIS_HOUSING__SH_URL";

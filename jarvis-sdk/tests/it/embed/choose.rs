@@ -10,11 +10,11 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::{get, post};
+use jarvis_sdk::app::{AppAssembly, AppConfig, EMBEDDER_FILE, EmbedderChoice, build_app};
+use jarvis_sdk::memory::{Layer, MemoryFilter, MemoryScope, MemoryService, ReembedPhase, SectionKind};
+use jarvis_sdk::model::{EmbedRoles, FauxProvider};
 use jarvis_sdk::packs::housing::HousingPack;
-use jarvis_sdk::{
-    AppAssembly, AppConfig, Caller, EMBEDDER_FILE, EmbedRoles, EmbedderChoice, FauxProvider, Layer,
-    MemoryFilter, MemoryScope, MemoryService, ReembedPhase, SectionKind, build_app,
-};
+use jarvis_sdk::turn::Caller;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::Path;
@@ -232,7 +232,7 @@ async fn key_facts(memory: &MemoryService, scope: &MemoryScope, query: &str) -> 
 async fn facts(memory: &MemoryService) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = memory
         .store()
-        .list(&MemoryFilter::for_user("default").layer(Layer::Semantic, jarvis_sdk::Agents::Any))
+        .list(&MemoryFilter::for_user("default").layer(Layer::Semantic, jarvis_sdk::memory::Agents::Any))
         .await
         .unwrap()
         .into_iter()

@@ -1,7 +1,7 @@
 //! The offline `HashEmbedder`: fixed vectors, unit length, Korean particles
 //! and English inflections, and retrieval on a small labelled set.
 
-use jarvis_sdk::{EmbedRole, Embedder, EmbedderExt, HashEmbedder, cosine};
+use jarvis_sdk::model::{EmbedRole, Embedder, EmbedderExt, HashEmbedder, cosine};
 use std::sync::Arc;
 
 fn sim(e: &HashEmbedder, a: &str, b: &str) -> f32 {

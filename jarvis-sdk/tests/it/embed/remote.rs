@@ -2,7 +2,7 @@
 //! replaying their wire transcripts: request bodies, ordering, batching,
 //! errors, retries and malformed answers.
 
-use jarvis_sdk::{
+use jarvis_sdk::model::{
     ApiKey, EmbedRole, EmbedRoles, Embedder, EmbedderExt, HttpSettings, OllamaEmbedder, OllamaEmbedderConfig,
     OpenAiEmbedder, OpenAiEmbedderConfig, ProviderError, RetryPolicy,
 };

@@ -2,10 +2,10 @@
 //! allow-list and `boundaries` first, then the server's `approval`),
 //! `mcp.yaml` read from the home, and a definition's own servers.
 
-use jarvis_sdk::{
-    AgentEvent, AppAssembly, AppConfig, ApprovalDecision, ApprovalRequest, Caller, FauxProvider, McpApproval,
-    McpServerConfig, UIAdapter, build_app,
-};
+use jarvis_sdk::agent::{AgentEvent, ApprovalDecision, ApprovalRequest, UIAdapter};
+use jarvis_sdk::app::{AppAssembly, AppConfig, build_app};
+use jarvis_sdk::model::FauxProvider;
+use jarvis_sdk::turn::{Caller, McpApproval, McpServerConfig};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 

@@ -2,7 +2,8 @@
 //! results and errors, timeouts and cancellation, `tools/list_changed`, a
 //! server that does not start.
 
-use jarvis_sdk::{McpHub, McpServerConfig, McpServerState, McpServerStatus, Tool, ToolContext};
+use jarvis_sdk::agent::{Tool, ToolContext};
+use jarvis_sdk::turn::{McpHub, McpServerConfig, McpServerState, McpServerStatus};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
@@ -90,13 +91,14 @@ async fn a_servers_tools_are_named_described_and_called() {
 async fn approval_follows_the_servers_setting() {
     let served = serve().await;
     let hub = McpHub::start(vec![
-        McpServerConfig::http("test", &served.url).with_approval(jarvis_sdk::McpApproval::ReadOnlyAllow),
+        McpServerConfig::http("test", &served.url)
+            .with_approval(jarvis_sdk::turn::McpApproval::ReadOnlyAllow),
     ]);
     hub.servers()[0].wait_for(running).await;
     assert!(!tool_named(&hub, "test__echo").requires_approval());
     assert!(tool_named(&hub, "test__add").requires_approval());
     let allow = McpHub::start(vec![
-        McpServerConfig::http("test", &served.url).with_approval(jarvis_sdk::McpApproval::Allow),
+        McpServerConfig::http("test", &served.url).with_approval(jarvis_sdk::turn::McpApproval::Allow),
     ]);
     allow.servers()[0].wait_for(running).await;
     assert!(!tool_named(&allow, "test__add").requires_approval());

@@ -4,9 +4,8 @@
 //! HTTP). Without the cache these tests print a loud SKIPPED line; with
 //! `JARVIS_REQUIRE_MCP=1` they fail instead.
 
-use jarvis_sdk::{
-    ApprovalDecision, Caller, McpApproval, McpHub, McpServerConfig, McpServerState, Tool, ToolContext,
-};
+use jarvis_sdk::agent::{ApprovalDecision, Tool, ToolContext};
+use jarvis_sdk::turn::{Caller, McpApproval, McpHub, McpServerConfig, McpServerState};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -5,10 +5,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use jarvis_sdk::{
-    HashEmbedder, InMemoryMemoryStore, Layer, MemoryConfig, MemoryError, MemoryRead, MemoryScope,
-    MemoryService, SectionKind,
+use jarvis_sdk::memory::{
+    InMemoryMemoryStore, Layer, MemoryConfig, MemoryError, MemoryRead, MemoryScope, MemoryService,
+    SectionKind,
 };
+use jarvis_sdk::model::HashEmbedder;
 
 use super::fixed_clock;
 use crate::capture::capture;

@@ -11,10 +11,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use jarvis_sdk::{
-    Agents, DistilledFact, HashEmbedder, Layer, MemoryConfig, MemoryFilter, MemoryRecord, MemoryScope,
-    MemoryService, SqliteMemoryStore, Timestamp, UserModel, fact_digest, normalise_fact,
+use jarvis_sdk::common::Timestamp;
+use jarvis_sdk::memory::{
+    Agents, DistilledFact, Layer, MemoryConfig, MemoryFilter, MemoryRecord, MemoryScope, MemoryService,
+    SqliteMemoryStore, UserModel, fact_digest, normalise_fact,
 };
+use jarvis_sdk::model::HashEmbedder;
 
 const ROUNDS: usize = 1_000;
 

@@ -8,13 +8,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use jarvis_sdk::testing::{FnTool, RecordingAdapter};
-use jarvis_sdk::{
-    AgentIdentity, AgentLoopConfig, CancellationToken, EmbedRole, Embedder, FauxProvider, Harness,
-    HarnessConfig, HashEmbedder, InMemoryMemoryStore, Layer, LoopContext, MemoryFilter, MemoryRead,
-    MemoryScope, MemoryService, MemorySessionStore, MemoryStore, Message, NewSession, ProviderError, Purpose,
-    SequentialIds, SessionStore, ToolRegistry, ToolResult,
+use jarvis_sdk::CancellationToken;
+use jarvis_sdk::agent::{
+    AgentIdentity, AgentLoopConfig, Harness, HarnessConfig, LoopContext, MemorySessionStore, NewSession,
+    SessionStore, ToolRegistry, ToolResult,
 };
+use jarvis_sdk::common::SequentialIds;
+use jarvis_sdk::memory::{
+    InMemoryMemoryStore, Layer, MemoryFilter, MemoryRead, MemoryScope, MemoryService, MemoryStore,
+};
+use jarvis_sdk::model::{EmbedRole, Embedder, FauxProvider, HashEmbedder, Message, ProviderError, Purpose};
+use jarvis_sdk::testing::{FnTool, RecordingAdapter};
 use serde_json::json;
 
 use super::fixed_clock;
@@ -103,7 +107,7 @@ async fn turn_episodes_say_overflow_when_the_turn_overflowed() {
 
     let episodes = s
         .memory
-        .list(&MemoryFilter::for_user("u").layer(Layer::Episodic, jarvis_sdk::Agents::only(["main"])))
+        .list(&MemoryFilter::for_user("u").layer(Layer::Episodic, jarvis_sdk::memory::Agents::only(["main"])))
         .await
         .unwrap();
     let by_prompt = |p: &str| {

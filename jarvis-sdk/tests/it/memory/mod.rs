@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use jarvis_sdk::ManualClock;
+use jarvis_sdk::common::ManualClock;
 
 mod bad_input;
 mod forget_race;

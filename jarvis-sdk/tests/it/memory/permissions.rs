@@ -5,10 +5,12 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use jarvis_sdk::{
-    HashEmbedder, InMemoryMemoryStore, Layer, MemoryConfig, MemoryFilter, MemoryRead, MemoryScope,
-    MemoryService, MemoryStore, SectionKind, SequentialIds, TurnRecord,
+use jarvis_sdk::common::SequentialIds;
+use jarvis_sdk::memory::{
+    InMemoryMemoryStore, Layer, MemoryConfig, MemoryFilter, MemoryRead, MemoryScope, MemoryService,
+    MemoryStore, SectionKind, TurnRecord,
 };
+use jarvis_sdk::model::HashEmbedder;
 
 use super::fixed_clock;
 

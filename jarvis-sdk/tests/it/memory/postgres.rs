@@ -6,11 +6,11 @@
 
 use std::sync::Arc;
 
-use jarvis_sdk::testing::TempPostgres;
-use jarvis_sdk::{
-    Embedder, HashEmbedder, Layer, MemoryError, MemoryFilter, MemoryScope, MemoryService, MemoryStore,
-    PostgresMemoryStore,
+use jarvis_sdk::memory::{
+    Layer, MemoryError, MemoryFilter, MemoryScope, MemoryService, MemoryStore, PostgresMemoryStore,
 };
+use jarvis_sdk::model::{Embedder, HashEmbedder};
+use jarvis_sdk::testing::TempPostgres;
 
 use crate::capture::capture;
 use crate::pg::{admin, fresh_schema};
@@ -413,7 +413,7 @@ async fn a_recall_asks_the_database_only_after_a_notice() {
     store.hear(heard).await;
     assert_eq!(recalled(&store, &all).await, ["heard", "quiet"]);
 
-    let own = |id: &str| jarvis_sdk::MemoryRecord {
+    let own = |id: &str| jarvis_sdk::memory::MemoryRecord {
         id: id.into(),
         user: "u".into(),
         agent_id: "main".into(),
@@ -422,7 +422,7 @@ async fn a_recall_asks_the_database_only_after_a_notice() {
         source: "note".into(),
         text: format!("row {id}"),
         metadata: serde_json::json!({}),
-        created_at: jarvis_sdk::Timestamp::from_millis(1_795_910_400_000),
+        created_at: jarvis_sdk::common::Timestamp::from_millis(1_795_910_400_000),
         rehearsal: 0,
         embedder: String::new(),
         embedding: Vec::new(),

@@ -5,10 +5,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use jarvis_sdk::{
-    HashEmbedder, InMemoryMemoryStore, MemoryConfig, MemoryScope, MemoryService, Message, SectionBudgets,
-    SectionKind, SequentialIds, TurnRecord, char_len,
+use jarvis_sdk::common::{SequentialIds, char_len};
+use jarvis_sdk::memory::{
+    InMemoryMemoryStore, MemoryConfig, MemoryScope, MemoryService, SectionBudgets, SectionKind, TurnRecord,
 };
+use jarvis_sdk::model::{HashEmbedder, Message};
 
 use super::fixed_clock;
 
@@ -179,7 +180,8 @@ async fn the_user_model_file_decides_the_user_model_lines() {
         .update_user_model(&scope, set(&[("city", "Seoul"), ("pet", "a cat named Nabi")]))
         .await
         .unwrap();
-    let facts = |c: &jarvis_sdk::MemoryContext| c.section(SectionKind::KeyFacts).map(|s| s.items.clone());
+    let facts =
+        |c: &jarvis_sdk::memory::MemoryContext| c.section(SectionKind::KeyFacts).map(|s| s.items.clone());
     let before = service.observe(&scope, "what is my cat called").await.unwrap();
     assert_eq!(
         facts(&before),

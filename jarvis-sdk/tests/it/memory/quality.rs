@@ -10,7 +10,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use jarvis_sdk::{HashEmbedder, InMemoryMemoryStore, Layer, MemoryScope, MemoryService, SequentialIds};
+use jarvis_sdk::common::SequentialIds;
+use jarvis_sdk::memory::{InMemoryMemoryStore, Layer, MemoryScope, MemoryService};
+use jarvis_sdk::model::HashEmbedder;
 use serde::Deserialize;
 
 use super::fixed_clock;

@@ -4,10 +4,11 @@
 //! background task lets go of the store when the service goes.
 
 use futures::future::BoxFuture;
-use jarvis_sdk::{
-    Agents, EmbedRole, Embedder, HashEmbedder, InMemoryMemoryStore, Layer, MemoryFilter, MemoryScope,
-    MemoryService, MemoryStore, ProviderError, ReembedPhase, SectionKind,
+use jarvis_sdk::memory::{
+    Agents, InMemoryMemoryStore, Layer, MemoryFilter, MemoryScope, MemoryService, MemoryStore, ReembedPhase,
+    SectionKind,
 };
+use jarvis_sdk::model::{EmbedRole, Embedder, HashEmbedder, ProviderError};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

@@ -14,11 +14,13 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use jarvis_sdk::{
-    AnnOptions, HashEmbedder, Layer, MEMORY_DB_FILE, MemoryConfig, MemoryError, MemoryFilter, MemoryRecord,
-    MemoryScope, MemoryService, MemoryStore, SQLITE_SCHEMA_VERSION, SearchQuery, SectionKind,
-    SqliteMemoryStore, Timestamp, TurnRecord, WorkingMemory,
+use jarvis_sdk::common::Timestamp;
+use jarvis_sdk::memory::{
+    AnnOptions, Layer, MEMORY_DB_FILE, MemoryConfig, MemoryError, MemoryFilter, MemoryRecord, MemoryScope,
+    MemoryService, MemoryStore, SQLITE_SCHEMA_VERSION, SearchQuery, SectionKind, SqliteMemoryStore,
+    TurnRecord, WorkingMemory,
 };
+use jarvis_sdk::model::HashEmbedder;
 use serde_json::json;
 
 fn record(id: &str, text: &str) -> MemoryRecord {
@@ -138,7 +140,7 @@ async fn memory_survives_a_restart_through_the_service() {
     assert_eq!(working.items[0].text, "SH 행복주택 공고 찾아줘");
     assert_eq!(working.recent_episodes, std::slice::from_ref(&episode_id));
     let facts = store
-        .list(&MemoryFilter::for_user("u").layer(Layer::Semantic, jarvis_sdk::Agents::Any))
+        .list(&MemoryFilter::for_user("u").layer(Layer::Semantic, jarvis_sdk::memory::Agents::Any))
         .await
         .unwrap();
     assert_eq!(facts.len(), 1);
@@ -579,7 +581,7 @@ fn graph_note(i: usize) -> MemoryRecord {
     let embedder = HashEmbedder::default();
     let mut r = record(&format!("r{i}"), &text);
     r.embedding = embedder.embed_text(&text);
-    r.embedder = jarvis_sdk::Embedder::name(&embedder).to_owned();
+    r.embedder = jarvis_sdk::model::Embedder::name(&embedder).to_owned();
     r
 }
 

@@ -5,9 +5,10 @@
 
 use std::sync::Arc;
 
-use jarvis_sdk::{
+use jarvis_sdk::common::Timestamp;
+use jarvis_sdk::memory::{
     Agents, InMemoryMemoryStore, Layer, MemoryFilter, MemoryRecord, MemoryStore, PostgresMemoryStore,
-    SearchQuery, SqliteMemoryStore, Timestamp, WorkingItem, WorkingMemory,
+    SearchQuery, SqliteMemoryStore, WorkingItem, WorkingMemory,
 };
 use serde_json::json;
 
@@ -248,7 +249,7 @@ async fn contract(backend: Backend) {
         terms: SearchQuery::terms_of("zebra 횡단보도"),
         ..query(mains.clone(), unit(8, &[(7, 1.0)]), 5, 0.5)
     };
-    let found = |hits: Vec<Vec<jarvis_sdk::SearchHit>>| -> Vec<String> {
+    let found = |hits: Vec<Vec<jarvis_sdk::memory::SearchHit>>| -> Vec<String> {
         hits.into_iter().flatten().map(|h| h.id).collect()
     };
     let hits = s
@@ -409,7 +410,7 @@ async fn a_postgres_recall_reads_as_of_its_catch_up() {
         .await
         .unwrap();
 
-    let seen = |hits: Vec<Vec<jarvis_sdk::SearchHit>>| -> Vec<String> {
+    let seen = |hits: Vec<Vec<jarvis_sdk::memory::SearchHit>>| -> Vec<String> {
         let mut ids: Vec<String> = hits.into_iter().flatten().map(|h| h.id).collect();
         ids.sort();
         ids
@@ -522,7 +523,7 @@ async fn rehearsals_sent_in_the_background_come_before_the_stores_next_read() {
     for sent in futures::future::join_all(recalls).await {
         sent.unwrap();
     }
-    let rehearsal = |records: Vec<jarvis_sdk::MemoryRecord>| records[0].rehearsal;
+    let rehearsal = |records: Vec<jarvis_sdk::memory::MemoryRecord>| records[0].rehearsal;
     assert_eq!(
         rehearsal(one.list(&MemoryFilter::for_user("u")).await.unwrap()),
         11
@@ -570,40 +571,46 @@ struct CountingReads {
 
 #[async_trait::async_trait]
 impl MemoryStore for CountingReads {
-    async fn put(&self, record: MemoryRecord) -> Result<(), jarvis_sdk::MemoryError> {
+    async fn put(&self, record: MemoryRecord) -> Result<(), jarvis_sdk::memory::MemoryError> {
         self.inner.put(record).await
     }
-    async fn get(&self, ids: &[String]) -> Result<Vec<MemoryRecord>, jarvis_sdk::MemoryError> {
+    async fn get(&self, ids: &[String]) -> Result<Vec<MemoryRecord>, jarvis_sdk::memory::MemoryError> {
         self.inner.get(ids).await
     }
-    async fn list(&self, filter: &MemoryFilter) -> Result<Vec<MemoryRecord>, jarvis_sdk::MemoryError> {
+    async fn list(
+        &self,
+        filter: &MemoryFilter,
+    ) -> Result<Vec<MemoryRecord>, jarvis_sdk::memory::MemoryError> {
         self.inner.list(filter).await
     }
     async fn search(
         &self,
         query: &SearchQuery,
-    ) -> Result<Vec<jarvis_sdk::SearchHit>, jarvis_sdk::MemoryError> {
+    ) -> Result<Vec<jarvis_sdk::memory::SearchHit>, jarvis_sdk::memory::MemoryError> {
         self.inner.search(query).await
     }
-    async fn touch(&self, ids: &[String]) -> Result<(), jarvis_sdk::MemoryError> {
+    async fn touch(&self, ids: &[String]) -> Result<(), jarvis_sdk::memory::MemoryError> {
         self.inner.touch(ids).await
     }
-    async fn delete(&self, ids: &[String]) -> Result<usize, jarvis_sdk::MemoryError> {
+    async fn delete(&self, ids: &[String]) -> Result<usize, jarvis_sdk::memory::MemoryError> {
         self.inner.delete(ids).await
     }
     async fn stale(
         &self,
         embedder: &str,
         limit: usize,
-    ) -> Result<Vec<MemoryRecord>, jarvis_sdk::MemoryError> {
+    ) -> Result<Vec<MemoryRecord>, jarvis_sdk::memory::MemoryError> {
         self.inner.stale(embedder, limit).await
     }
-    async fn load_working(&self, session_id: &str) -> Result<Option<WorkingMemory>, jarvis_sdk::MemoryError> {
+    async fn load_working(
+        &self,
+        session_id: &str,
+    ) -> Result<Option<WorkingMemory>, jarvis_sdk::memory::MemoryError> {
         self.working_reads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.inner.load_working(session_id).await
     }
-    async fn save_working(&self, memory: &WorkingMemory) -> Result<(), jarvis_sdk::MemoryError> {
+    async fn save_working(&self, memory: &WorkingMemory) -> Result<(), jarvis_sdk::memory::MemoryError> {
         self.inner.save_working(memory).await
     }
 }
@@ -613,7 +620,8 @@ impl MemoryStore for CountingReads {
 /// prompt or session; what it writes is the same either way.
 #[tokio::test]
 async fn a_turn_reads_its_working_memory_once() {
-    use jarvis_sdk::{HashEmbedder, MemoryScope, MemoryService, TurnRecord};
+    use jarvis_sdk::memory::{MemoryScope, MemoryService, TurnRecord};
+    use jarvis_sdk::model::HashEmbedder;
     let store = Arc::new(CountingReads::default());
     let memory = MemoryService::new(store.clone(), Arc::new(HashEmbedder::default()));
     let reads = || store.working_reads.load(std::sync::atomic::Ordering::Relaxed);

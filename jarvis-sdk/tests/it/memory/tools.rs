@@ -3,12 +3,18 @@
 
 use std::sync::Arc;
 
-use jarvis_sdk::{
-    AgentIdentity, Agents, CancellationToken, FauxProvider, Harness, HashEmbedder, InMemoryMemoryStore,
-    Layer, LoopContext, MemoryFilter, MemoryRead, MemoryScope, MemoryService, MemorySessionStore,
-    MemoryStore, Message, NewSession, RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, SectionKind,
-    SequentialIds, SessionStore, StaticScopes, ToolContext, ToolRegistry, TurnRecord, register_memory_tools,
+use jarvis_sdk::CancellationToken;
+use jarvis_sdk::agent::{
+    AgentIdentity, Harness, LoopContext, MemorySessionStore, NewSession, SessionStore, ToolContext,
+    ToolRegistry,
 };
+use jarvis_sdk::common::SequentialIds;
+use jarvis_sdk::memory::{
+    Agents, InMemoryMemoryStore, Layer, MemoryFilter, MemoryRead, MemoryScope, MemoryService, MemoryStore,
+    SectionKind, StaticScopes, TurnRecord,
+};
+use jarvis_sdk::model::{FauxProvider, HashEmbedder, Message};
+use jarvis_sdk::turn::{RECALL_EPISODES_TOOL, REMEMBER_TASK_PATTERN_TOOL, register_memory_tools};
 use serde_json::json;
 
 use super::fixed_clock;

@@ -1,11 +1,14 @@
 //! The Anthropic provider against its wire transcripts.
 
-use jarvis_sdk::testing::{FnTool, RecordingAdapter};
-use jarvis_sdk::{
-    AgentLoopConfig, AnthropicConfig, AnthropicDecoder, AnthropicProvider, ApiKey, CancellationToken,
-    ChatRequest, HttpSettings, LoopContext, Message, ModelSettings, Purpose, StopReason, ToolRegistry,
-    ToolResult, Usage, run_agent_loop,
+use jarvis_sdk::CancellationToken;
+use jarvis_sdk::agent::{
+    AgentLoopConfig, LoopContext, ModelSettings, StopReason, ToolRegistry, ToolResult, run_agent_loop,
 };
+use jarvis_sdk::model::{
+    AnthropicConfig, AnthropicDecoder, AnthropicProvider, ApiKey, ChatRequest, HttpSettings, Message,
+    Purpose, Usage,
+};
+use jarvis_sdk::testing::{FnTool, RecordingAdapter};
 use std::sync::Arc;
 use std::time::Duration;
 

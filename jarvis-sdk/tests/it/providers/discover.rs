@@ -2,9 +2,10 @@
 //! on loopback (listings written from the servers' documentation, cited in
 //! `discover.rs`), a refused port, a server that never answers.
 
-use jarvis_sdk::{
-    AppConfig, ChatRequest, DISCOVERED_MAX_TOKENS, DISCOVERY_BUDGET, DiscoveryTarget, LlmConfig, Message,
-    ProviderKind, discover_models,
+use jarvis_sdk::app::AppConfig;
+use jarvis_sdk::model::{
+    ChatRequest, DISCOVERED_MAX_TOKENS, DISCOVERY_BUDGET, DiscoveryTarget, LlmConfig, Message, ProviderKind,
+    discover_models,
 };
 use std::collections::HashMap;
 use std::time::Instant;
@@ -124,7 +125,7 @@ async fn embedding_only_servers_and_non_model_answers_are_passed_over() {
     let found = discover_models(&targets, DISCOVERY_BUDGET).await;
     assert_eq!(found.len(), 1, "the page that is not a listing is left out");
     assert!(found[0].chat_model().is_none());
-    assert!(jarvis_sdk::first_chat_model(&found).is_none());
+    assert!(jarvis_sdk::model::first_chat_model(&found).is_none());
 }
 
 #[test]

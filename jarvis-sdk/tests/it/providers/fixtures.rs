@@ -3,7 +3,7 @@
 //! the server sends them.
 
 use futures::StreamExt;
-use jarvis_sdk::{ChatRequest, Provider, ProviderEvent, StreamDecoder};
+use jarvis_sdk::model::{ChatRequest, Provider, ProviderEvent, StreamDecoder};
 use std::path::PathBuf;
 
 /// One recorded response.

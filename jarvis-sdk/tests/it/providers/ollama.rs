@@ -1,10 +1,12 @@
 //! The Ollama provider against its wire transcripts.
 
-use jarvis_sdk::testing::FnTool;
-use jarvis_sdk::{
-    AgentLoopConfig, CancellationToken, ChatRequest, HttpSettings, LoopContext, Message, ModelSettings,
-    OllamaConfig, OllamaDecoder, OllamaProvider, SequentialIds, ToolRegistry, ToolResult, run_agent_loop,
+use jarvis_sdk::CancellationToken;
+use jarvis_sdk::agent::{
+    AgentLoopConfig, LoopContext, ModelSettings, ToolRegistry, ToolResult, run_agent_loop,
 };
+use jarvis_sdk::common::SequentialIds;
+use jarvis_sdk::model::{ChatRequest, HttpSettings, Message, OllamaConfig, OllamaDecoder, OllamaProvider};
+use jarvis_sdk::testing::FnTool;
 use std::sync::Arc;
 
 use super::fixtures::{self, collect, decode};

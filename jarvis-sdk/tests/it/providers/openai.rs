@@ -1,12 +1,16 @@
 //! The OpenAI-compatible provider against its wire transcripts.
 
 use futures::StreamExt;
-use jarvis_sdk::testing::{FnTool, RecordingAdapter};
-use jarvis_sdk::{
-    AgentEvent, AgentLoopConfig, ApiKey, CancellationToken, ChatRequest, HttpSettings, LoopContext, Message,
-    ModelSettings, OpenAiConfig, OpenAiDecoder, OpenAiProvider, Provider, ProviderError, RetryPolicy,
-    StopReason, ToolRegistry, ToolResult, Usage, run_agent_loop,
+use jarvis_sdk::CancellationToken;
+use jarvis_sdk::agent::{
+    AgentEvent, AgentLoopConfig, LoopContext, ModelSettings, StopReason, ToolRegistry, ToolResult,
+    run_agent_loop,
 };
+use jarvis_sdk::model::{
+    ApiKey, ChatRequest, HttpSettings, Message, OpenAiConfig, OpenAiDecoder, OpenAiProvider, Provider,
+    ProviderError, RetryPolicy, Usage,
+};
+use jarvis_sdk::testing::{FnTool, RecordingAdapter};
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::Response;
 use futures::{StreamExt, stream};
-use jarvis_sdk::Sleeper;
+use jarvis_sdk::model::Sleeper;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -11,13 +11,15 @@
 //! Without Landlock and seccomp these tests print a loud SKIPPED line and
 //! pass, unless `JARVIS_REQUIRE_SANDBOX=1`, which makes them fail instead.
 
+use jarvis_sdk::agent::{
+    AgentEvent, AgentIdentity, AgentLoopConfig, ApprovalDecision, LoopContext, ToolGate, ToolRegistry,
+    run_agent_loop,
+};
+use jarvis_sdk::app::{AppAssembly, AppConfig, build_app};
+use jarvis_sdk::model::{FauxProvider, Message};
 use jarvis_sdk::packs::housing::HousingPack;
 use jarvis_sdk::testing::{FixedApprover, RecordingAdapter};
-use jarvis_sdk::{
-    AgentEvent, AgentIdentity, AgentLoopConfig, AppAssembly, AppConfig, ApprovalDecision, BuiltinConfig,
-    Caller, FauxProvider, LoopContext, Message, SandboxSettings, ToolGate, ToolRegistry, build_app,
-    builtin_tools, run_agent_loop,
-};
+use jarvis_sdk::turn::{BuiltinConfig, Caller, SandboxSettings, builtin_tools};
 use serde_json::{Value, json};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -36,7 +38,7 @@ const SECRET: &str = "SECRET-c0ffee";
 /// Whether programs are fully confined here. Prints a loud SKIPPED line
 /// when not, or fails the test under `JARVIS_REQUIRE_SANDBOX=1`.
 pub(crate) fn confined_or_skip(test: &str) -> bool {
-    let confinement = jarvis_sdk::kernel_confinement();
+    let confinement = jarvis_sdk::turn::kernel_confinement();
     if confinement.full {
         return true;
     }

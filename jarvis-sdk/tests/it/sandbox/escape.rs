@@ -3,7 +3,7 @@
 //! sandbox is read or written. Legitimate paths (nested directories,
 //! symlinks that stay inside, Hangul names, `..` that stays inside) work.
 
-use jarvis_sdk::{EntryKind, Sandbox, SandboxError};
+use jarvis_sdk::turn::{EntryKind, Sandbox, SandboxError};
 use serde_json::json;
 use std::os::unix::fs::symlink;
 
@@ -312,7 +312,7 @@ async fn the_tools_refuse_the_same_and_leak_nothing() {
 async fn legitimate_paths_work() {
     let fx = Fixture::new();
     let root = fx.sandbox("s");
-    let ok = |r: &jarvis_sdk::ToolResult| assert!(!r.is_error, "{r:?}");
+    let ok = |r: &jarvis_sdk::agent::ToolResult| assert!(!r.is_error, "{r:?}");
 
     // Nested directories are created; Hangul names round-trip.
     let r = fx
@@ -331,7 +331,7 @@ async fn legitimate_paths_work() {
     let r = fx
         .call("read_file", "s", json!({"path": "보고서/2024/요약.txt"}))
         .await;
-    assert_eq!(r, jarvis_sdk::ToolResult::ok("주택 예산 3억"));
+    assert_eq!(r, jarvis_sdk::agent::ToolResult::ok("주택 예산 3억"));
     let r = fx
         .call(
             "read_file",

@@ -10,7 +10,8 @@ mod process;
 mod rules;
 mod through_loop;
 
-use jarvis_sdk::{BuiltinConfig, Tool, ToolContext, ToolResult, builtin_tools};
+use jarvis_sdk::agent::{Tool, ToolContext, ToolResult};
+use jarvis_sdk::turn::{BuiltinConfig, builtin_tools};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -55,7 +56,7 @@ impl Fixture {
 
     /// The sandbox directory of `session` on the host, created.
     fn sandbox(&self, session: &str) -> PathBuf {
-        jarvis_sdk::Sandbox::open(&self.base(), session)
+        jarvis_sdk::turn::Sandbox::open(&self.base(), session)
             .expect("valid session")
             .root()
             .to_owned()

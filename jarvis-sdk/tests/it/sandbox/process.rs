@@ -3,7 +3,8 @@
 //! dropped; no API key reaches a child; output is capped; no shell reads
 //! the arguments; non-zero exits are errors; `run_python` runs code.
 
-use jarvis_sdk::{CancellationToken, ToolContext, ToolError, ToolResult};
+use jarvis_sdk::CancellationToken;
+use jarvis_sdk::agent::{ToolContext, ToolError, ToolResult};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::Duration;
@@ -358,7 +359,7 @@ async fn run_python_honours_the_timeout_and_the_interpreter_setting() {
 #[test]
 fn names_schemas_and_approval_defaults() {
     let fx = Fixture::new();
-    let tools = jarvis_sdk::builtin_tools(fx.config.clone());
+    let tools = jarvis_sdk::turn::builtin_tools(fx.config.clone());
     let table: Vec<(String, bool, Value)> = tools
         .iter()
         .map(|t| {
@@ -379,8 +380,8 @@ fn names_schemas_and_approval_defaults() {
             ("write_file".to_owned(), true, json!(["path", "content"])),
         ]
     );
-    let mut registry = jarvis_sdk::ToolRegistry::new();
-    jarvis_sdk::register_builtin_tools(&mut registry, fx.config.clone()).unwrap();
+    let mut registry = jarvis_sdk::agent::ToolRegistry::new();
+    jarvis_sdk::turn::register_builtin_tools(&mut registry, fx.config.clone()).unwrap();
     assert_eq!(registry.len(), 5);
-    assert!(jarvis_sdk::register_builtin_tools(&mut registry, fx.config.clone()).is_err());
+    assert!(jarvis_sdk::turn::register_builtin_tools(&mut registry, fx.config.clone()).is_err());
 }

@@ -6,11 +6,13 @@
 //! allow a `./git` written into the sandbox.
 
 use async_trait::async_trait;
-use jarvis_sdk::{
-    AgentIdentity, AgentLoopConfig, ApprovalBroker, ApprovalDecision, ApprovalRequest, BeforeToolCall,
-    BuiltinConfig, FauxProvider, GateDecision, LayeredApprovalRules, LoopContext, Message, SequentialIds,
-    ToolCallInfo, ToolGate, ToolRegistry, ToolResultMessage, UIAdapter, builtin_tools, run_agent_loop,
+use jarvis_sdk::agent::{
+    AgentIdentity, AgentLoopConfig, ApprovalDecision, ApprovalRequest, BeforeToolCall, GateDecision,
+    LoopContext, ToolCallInfo, ToolGate, ToolRegistry, UIAdapter, run_agent_loop,
 };
+use jarvis_sdk::common::SequentialIds;
+use jarvis_sdk::model::{FauxProvider, Message, ToolResultMessage};
+use jarvis_sdk::turn::{ApprovalBroker, BuiltinConfig, LayeredApprovalRules, builtin_tools};
 use serde_json::{Value, json};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

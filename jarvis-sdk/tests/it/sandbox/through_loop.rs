@@ -2,8 +2,9 @@
 //! `write_file` and reads it back with `read_file`, through a gate whose
 //! approver allows everything: the tools work as the model sees them.
 
+use jarvis_sdk::agent::{AgentEvent, ApprovalDecision, StopReason, ToolGate};
+use jarvis_sdk::model::Message;
 use jarvis_sdk::testing::FixedApprover;
-use jarvis_sdk::{AgentEvent, ApprovalDecision, Message, StopReason, ToolGate};
 use std::sync::Arc;
 
 use super::Fixture;
@@ -21,7 +22,7 @@ replies:
     let mut turn = Turn::new(script);
     let approver = Arc::new(FixedApprover::new(ApprovalDecision::Allow));
     turn.gate = ToolGate::new().with_approver(approver.clone());
-    for tool in jarvis_sdk::builtin_tools(fx.config.clone()) {
+    for tool in jarvis_sdk::turn::builtin_tools(fx.config.clone()) {
         turn.tools.register(tool).unwrap();
     }
     let run = turn.run().await;

@@ -163,11 +163,22 @@ pub struct AgentSessionParts {
     /// The person's time zone: where a budget's day starts.
     pub time_zone: TimeZone,
     /// Where a background answer goes when no screen is attached to see it.
-    pub notifier: Option<Arc<super::notify::Notifier>>,
+    pub notifier: Option<Arc<dyn AnswerNotifier>>,
     /// Records the session's exchanges while it is enabled (see
     /// [`crate::cassette`]); give the same recorder to the broker
     /// ([`ApprovalBroker::with_cassette`]) so approvals are recorded too.
     pub cassette: Option<Arc<CassetteRecorder>>,
+}
+
+/// Where a background answer goes when it ends while no screen is attached
+/// to see it: the person's notification channels (the initiative layer's
+/// `Notifier` is one).
+#[async_trait::async_trait]
+pub trait AnswerNotifier: Send + Sync {
+    /// Sends `text`, the answer `message_id` of agent `agent_id` in session
+    /// `session_id`, through the channels; failures are the notifier's to
+    /// report.
+    async fn notify_answer(&self, session_id: &str, agent_id: &str, message_id: &str, text: &str);
 }
 
 impl fmt::Debug for AgentSessionParts {
@@ -213,7 +224,7 @@ impl AgentSessionParts {
 
     /// A background answer that ends while no screen is attached goes
     /// through `notifier`'s channels.
-    pub fn with_notifier(mut self, notifier: Arc<super::notify::Notifier>) -> Self {
+    pub fn with_notifier(mut self, notifier: Arc<dyn AnswerNotifier>) -> Self {
         self.notifier = Some(notifier);
         self
     }
@@ -774,16 +785,9 @@ impl AgentSession {
                 if parts.screens.is_empty()
                     && let Some(notifier) = &parts.notifier
                 {
-                    let notification = super::notify::Notification {
-                        message_id: id.clone(),
-                        session_id: parts.id.to_string(),
-                        agent_id: parts.agent_id.clone(),
-                        agent_name: notifier.agent_name(&parts.agent_id),
-                        kind: ProactiveKind::Answer,
-                        text: text.clone(),
-                        at: notifier.now(),
-                    };
-                    notifier.notify(&notification).await;
+                    notifier
+                        .notify_answer(parts.id.as_ref(), &parts.agent_id, &id, &text)
+                        .await;
                 }
                 let _ = parts.screens.on_event(&AgentEvent::ProactiveMessage {
                     text,

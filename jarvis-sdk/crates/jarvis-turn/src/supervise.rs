@@ -161,8 +161,8 @@ impl Supervisor {
     }
 }
 
-/// What a panic said.
-pub(crate) fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+/// What a panic said: its message when it was a string, else `(no message)`.
+pub fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
     panic
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())

@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 /// (`"a loopback address"`), or `None` for a public address.
 ///
 /// ```
-/// use jarvis_core::non_public_address_kind;
+/// use jarvis_turn::non_public_address_kind;
 ///
 /// assert_eq!(non_public_address_kind("127.0.0.1".parse().unwrap()), Some("a loopback address"));
 /// assert_eq!(non_public_address_kind("::ffff:10.0.0.1".parse().unwrap()), Some("a private address"));

@@ -877,10 +877,7 @@ impl Scheduler {
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|panic| {
-                    Err(format!(
-                        "the run panicked: {}",
-                        crate::supervise::panic_text(&*panic)
-                    ))
+                    Err(format!("the run panicked: {}", jarvis_turn::panic_text(&*panic)))
                 });
             let at = Timestamp::from(clock.now());
             let (record, outcome) = match result {

@@ -58,12 +58,12 @@ use tokio_util::sync::CancellationToken;
 use super::goals::{GoalStore, goal_reminder_id, goal_reminder_text};
 use super::notify::{Notification, Notifier};
 use super::outbox::{Outbox, OutboxError, OutboxItem};
-use super::session::AgentSession;
 use jarvis_agent::{
     EntryBody, NewSession, NoopAdapter, OpenLoop, OpenLoops, ProactiveKind, SessionId, SessionStore,
     UIAdapter,
 };
 use jarvis_common::{Clock, Timestamp};
+use jarvis_turn::AgentSession;
 
 /// How a person reacted to a message an agent sent on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -36,7 +36,7 @@ pub struct When {
 ///
 /// ```
 /// use jarvis_common::{Timestamp, UtcOffset};
-/// use jarvis_core::{Trigger, parse_when};
+/// use jarvis_initiative::{Trigger, parse_when};
 /// let now = Timestamp::parse_rfc3339("2026-11-30T12:00:00+09:00").unwrap();
 /// let when = parse_when("매일 오전 9시 오늘 일정 알려줘", now, UtcOffset::KST).unwrap();
 /// assert_eq!(when.trigger, Trigger::cron("0 9 * * *").unwrap());

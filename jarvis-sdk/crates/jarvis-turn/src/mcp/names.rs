@@ -29,7 +29,7 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
 /// The tool name of `tool` of `server`, before collisions are settled.
 ///
 /// ```
-/// use jarvis_core::mcp_tool_name;
+/// use jarvis_turn::mcp_tool_name;
 ///
 /// assert_eq!(mcp_tool_name("time", "get_current_time"), "time__get_current_time");
 /// assert_eq!(mcp_tool_name("files", "read.file"), "files__read_file");

@@ -9,7 +9,7 @@
 //! The type leaves no way to build a pipeline without all three slots:
 //!
 //! ```compile_fail
-//! use jarvis_core::{SecurityPipeline, Validation, TokenAuth};
+//! use jarvis_turn::{SecurityPipeline, Validation, TokenAuth};
 //! use std::sync::Arc;
 //! // Every slot is required: there is no two-stage pipeline.
 //! let p = SecurityPipeline::new(Arc::new(Validation::default()), Arc::new(TokenAuth::default()));
@@ -18,7 +18,7 @@
 //! nor to reach in and reorder or drop its stages:
 //!
 //! ```compile_fail
-//! use jarvis_core::SecurityPipeline;
+//! use jarvis_turn::SecurityPipeline;
 //! let mut p = SecurityPipeline::default();
 //! std::mem::swap(&mut p.validation, &mut p.policy); // the slots are private
 //! ```

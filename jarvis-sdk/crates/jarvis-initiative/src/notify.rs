@@ -44,6 +44,7 @@ use tokio_util::sync::CancellationToken;
 use super::outbox::{Outbox, OutboxItem};
 use jarvis_agent::ProactiveKind;
 use jarvis_common::{Clock, TimeZone, Timestamp};
+use jarvis_turn::AnswerNotifier;
 
 /// The channels' file under `JARVIS_HOME`.
 pub const NOTIFICATIONS_FILE: &str = "notifications.yaml";
@@ -502,6 +503,24 @@ impl Notifier {
             message: "this build has no HTTP client (cargo feature `http`)".into(),
             permanent: true,
         })
+    }
+}
+
+/// A background answer that ended with no screen attached goes out as a
+/// notification of kind `answer`.
+#[async_trait::async_trait]
+impl AnswerNotifier for Notifier {
+    async fn notify_answer(&self, session_id: &str, agent_id: &str, message_id: &str, text: &str) {
+        let notification = Notification {
+            message_id: message_id.to_owned(),
+            session_id: session_id.to_owned(),
+            agent_id: agent_id.to_owned(),
+            agent_name: self.agent_name(agent_id),
+            kind: ProactiveKind::Answer,
+            text: text.to_owned(),
+            at: self.now(),
+        };
+        self.notify(&notification).await;
     }
 }
 

@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::McpServerConfig;
 use super::names::pattern_matches;
-use super::server::{McpServer, McpServerStatus};
+use super::supervisor::{McpServer, McpServerStatus};
 use jarvis_agent::{Tool, ToolSource};
 
 /// The app's MCP servers. Dropping the hub (or [`McpHub::shutdown`]) stops

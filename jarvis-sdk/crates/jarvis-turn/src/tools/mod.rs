@@ -174,7 +174,7 @@ pub fn builtin_tools(config: BuiltinConfig) -> Vec<Arc<dyn Tool>> {
 ///
 /// ```
 /// use jarvis_agent::ToolRegistry;
-/// use jarvis_core::{BuiltinConfig, register_builtin_tools};
+/// use jarvis_turn::{BuiltinConfig, register_builtin_tools};
 ///
 /// let home = tempfile::tempdir().unwrap();
 /// let mut tools = ToolRegistry::new();

@@ -12,42 +12,14 @@ use async_trait::async_trait;
 use std::fmt;
 use std::sync::Arc;
 
-use super::agenda::AgendaSource;
-use super::focus::FocusStore;
-use super::goals::{GoalStore, goal_command};
+use crate::agenda::AgendaSource;
+use crate::focus::FocusStore;
+use crate::goals::{GoalStore, goal_command};
 use jarvis_agent::Distiller;
 use jarvis_agent::UIAdapter;
 use jarvis_common::TimeZone;
 use jarvis_memory::{MemoryScope, MemoryService};
-
-/// Who typed the command.
-#[derive(Debug, Clone, Copy)]
-pub struct CommandContext<'a> {
-    /// The session's agent (a job made with `/schedule` gets it, R-SCHED-2).
-    pub agent_id: &'a str,
-    /// The session.
-    pub session_id: &'a str,
-}
-
-/// Answers slash commands for a session.
-#[async_trait]
-pub trait SlashCommands: Send + Sync {
-    /// The reply to `text` when it is a command; `None` lets it go to the
-    /// model as an ordinary message.
-    async fn handle(&self, ctx: &CommandContext<'_>, text: &str) -> Option<String>;
-}
-
-/// Splits `/name rest` into the lower-cased name and the trimmed rest, or
-/// `None` when `text` is not a command.
-pub fn parse_command(text: &str) -> Option<(String, &str)> {
-    let body = text.trim_start().strip_prefix('/')?;
-    let end = body.find(char::is_whitespace).unwrap_or(body.len());
-    let name = &body[..end];
-    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphabetic()) {
-        return None;
-    }
-    Some((name.to_ascii_lowercase(), body[end..].trim()))
-}
+use jarvis_turn::{CommandContext, SlashCommands, parse_command};
 
 /// Creates a job from `/schedule <when> <prompt>` for an agent; the
 /// scheduler implements it.
@@ -170,7 +142,7 @@ impl StandardCommands {
     }
 
     /// `/forget` also rewrites the cassettes in `dir` without the lines
-    /// that hold the forgotten text (see [`crate::cassette`]).
+    /// that hold the forgotten text (see [`jarvis_turn::cassette`]).
     pub fn with_cassettes(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
         self.cassettes = Some(dir.into());
         self
@@ -280,7 +252,8 @@ impl StandardCommands {
         };
         let text = text.to_owned();
         let done =
-            tokio::task::spawn_blocking(move || super::cassette::forget_in_cassettes(&dir, &text)).await;
+            tokio::task::spawn_blocking(move || jarvis_turn::cassette::forget_in_cassettes(&dir, &text))
+                .await;
         match done {
             Ok(Ok(0)) => String::new(),
             Ok(Ok(lines)) => format!(" 녹화에서 {lines}줄을 지웠어요. ({lines} cassette lines removed.)"),
@@ -378,27 +351,6 @@ impl SlashCommands for StandardCommands {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_a_slash_and_a_word_make_a_command() {
-        assert_eq!(
-            parse_command("/remember 생일은 3월 2일"),
-            Some(("remember".into(), "생일은 3월 2일"))
-        );
-        assert_eq!(parse_command("  /HELP"), Some(("help".into(), "")));
-        assert_eq!(parse_command("/agenda\n"), Some(("agenda".into(), "")));
-        for not in [
-            "/tmp/a.txt 읽어 줘",
-            "/ remember",
-            "remember /x",
-            "/123",
-            "//help",
-            "/é",
-            "",
-        ] {
-            assert_eq!(parse_command(not), None, "{not:?}");
-        }
-    }
 
     #[tokio::test]
     async fn help_lists_every_command_and_unknown_ones_get_the_list() {

@@ -25,7 +25,7 @@ mod http;
 mod hub;
 mod names;
 #[cfg(feature = "mcp")]
-mod server;
+mod supervisor;
 
 #[cfg(feature = "mcp")]
 pub use bridge::{McpServeError, bridge_mcp_stdio};
@@ -38,7 +38,7 @@ pub use hub::McpHub;
 pub(crate) use names::SEPARATOR;
 pub use names::{MAX_TOOL_NAME, assign_tool_names, is_mcp_name, mcp_tool_name, pattern_matches};
 #[cfg(feature = "mcp")]
-pub use server::{
+pub use supervisor::{
     MCP_FIRST_BACKOFF, MCP_MAX_BACKOFF, MCP_START_TIMEOUT, McpServer, McpServerState, McpServerStatus,
     McpTool, McpToolInfo,
 };
