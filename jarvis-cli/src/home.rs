@@ -10,9 +10,9 @@
 //! names that process.
 
 use anyhow::Context;
+use jarvis_pack_housing::HousingPack;
 use jarvis_sdk::app::{AppAssembly, AppConfig, AppError, build_app};
 use jarvis_sdk::memory::ReembedPhase;
-use jarvis_sdk::packs::housing::HousingPack;
 use jarvis_server::client::Client;
 use std::time::Duration;
 

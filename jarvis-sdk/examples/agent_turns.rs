@@ -22,10 +22,10 @@
 //! or `-- subagent` (no scenario runs both; add `--smoke` for a quick check
 //! that it works).
 
+use jarvis_pack_housing::{HousingPack, KAREN_DEFINITION};
 use jarvis_sdk::agent::{AgentEvent, SessionId, UIAdapter};
 use jarvis_sdk::app::{AppAssembly, AppConfig, build_app};
 use jarvis_sdk::model::{ChatRequest, FauxProvider, LlmConfig, Provider, ProviderKind, ProviderStream};
-use jarvis_sdk::packs::{housing::HousingPack, housing::KAREN_DEFINITION};
 use jarvis_sdk::turn::Caller;
 use std::ops::ControlFlow;
 use std::pin::Pin;

@@ -17,8 +17,7 @@
 //! | [`agent`] | [`run_agent_loop`](agent::run_agent_loop) with the overflow resume, [`AgentEvent`](agent::AgentEvent), [`UIAdapter`](agent::UIAdapter), [`Tool`](agent::Tool), the tool-call gate, sessions ([`SessionStore`](agent::SessionStore)), the turn harness, the thinking slot and open loops |
 //! | [`turn`] | the turn orchestrator [`AgentSession`](turn::AgentSession) (security → thinking → harness → loop), the security pipeline, approvals, the sandbox and built-in tools, the MCP client supervisor, delegation, cassettes, the usage ledger |
 //! | [`initiative`] | what the team does on its own: the scheduler, the proactive daemon, the outbox and notification channels, goals, Focus tasks, the AGENDA, external sources, the standard slash commands |
-//! | [`app`] | agent profiles and team definitions, the agent registry, the [`Pack`](app::Pack) plug point, [`build_app`](app::build_app) and [`AppAssembly`](app::AppAssembly) |
-//! | [`packs`] | domain packs over the public API only, each behind its own feature |
+//! | [`app`] | agent profiles and team definitions, the agent registry, the [`Pack`](app::Pack) plug point (domain packs are crates of their own), [`build_app`](app::build_app) and [`AppAssembly`](app::AppAssembly) |
 //! | [`testing`] | test doubles (feature `test-utils`) |
 //!
 //! The plugin points are small object-safe traits held as `Arc<dyn …>`:
@@ -70,7 +69,6 @@
 //! | `test-utils` | no | [`testing`]: a recording `UIAdapter`, closure tools, a fixed approver, a throwaway Postgres cluster |
 //! | `sources` | no | external sources watched on a schedule (`external_sources/*.yaml`: feeds, JSON, pages) |
 //! | `email` | no | email notification channels (`notifications.yaml`, over SMTP with `lettre`) |
-//! | one per pack | no | a domain pack under [`packs`], named like its folder ([`Pack`](app::Pack)) |
 //! | `mcp` | no | tools from MCP servers (`McpHub`), the team as an MCP server (`McpTeamServer`, `serve_mcp_stdio`) and the stdio bridge to a running server's `/mcp` (`bridge_mcp_stdio`), over the official Rust SDK `rmcp` |
 //!
 //! The default build has no HTTP server, no terminal UI and no database
@@ -122,7 +120,6 @@ pub mod app {
     pub use jarvis_app::*;
 }
 
-pub mod packs;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod testing;
 

@@ -21,9 +21,9 @@
 mod browser;
 
 use browser::{Browser, BrowserOptions};
+use jarvis_pack_housing::HousingPack;
 use jarvis_sdk::app::{AppConfig, build_app};
 use jarvis_sdk::model::FauxProvider;
-use jarvis_sdk::packs::housing::HousingPack;
 use jarvis_server::{ServerConfig, ServerState, serve};
 use std::sync::Arc;
 

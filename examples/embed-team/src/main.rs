@@ -6,10 +6,10 @@
 //!
 //! Run with `cargo run -p example-embed-team`.
 
+use jarvis_pack_housing::HousingPack;
 use jarvis_sdk::agent::{AgentEvent, MessageDelta, UIAdapter};
 use jarvis_sdk::app::{AppConfig, build_app};
 use jarvis_sdk::model::FauxProvider;
-use jarvis_sdk::packs::housing::HousingPack;
 use jarvis_sdk::turn::Caller;
 use std::ops::ControlFlow;
 use std::sync::Arc;

@@ -11,13 +11,13 @@
 //!   due promises, a scheduled job and a watch report loses and doubles
 //!   nothing.
 
+use jarvis_pack_housing::{
+    FileWatchStore, FixtureNoticeSource, MemoryWatchStore, NoticeSource, WATCHES_FILE, WatchStore,
+    new_notices,
+};
 use jarvis_sdk::agent::{LoopKind, OpenLoop};
 use jarvis_sdk::common::Timestamp;
 use jarvis_sdk::memory::{Agents, Layer, MEMORY_DB_FILE, MemoryFilter, MemoryStore, SqliteMemoryStore};
-use jarvis_sdk::packs::{
-    housing::FileWatchStore, housing::FixtureNoticeSource, housing::MemoryWatchStore, housing::NoticeSource,
-    housing::WATCHES_FILE, housing::WatchStore, housing::new_notices,
-};
 use jarvis_server::client::{Client, Connection, Incoming};
 use jarvis_server::protocol::{ClientDecision, ClientMessage};
 use serde_json::{Value, json};

@@ -3,11 +3,11 @@
 //! cancellation closes it only in that session; slash commands answer
 //! without the model and leave no trace in the session.
 
+use jarvis_pack_housing::HousingPack;
 use jarvis_sdk::agent::AgentEvent;
 use jarvis_sdk::app::{AppAssembly, AppConfig, build_app};
 use jarvis_sdk::initiative::AgendaKind;
 use jarvis_sdk::model::FauxProvider;
-use jarvis_sdk::packs::housing::HousingPack;
 use jarvis_sdk::testing::ChannelAdapter;
 use jarvis_sdk::turn::Caller;
 use std::sync::Arc;

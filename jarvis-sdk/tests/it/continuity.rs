@@ -13,6 +13,7 @@
 //!   closed as interrupted and the first screen is told.
 
 use async_trait::async_trait;
+use jarvis_pack_housing::{HousingPack, KAREN_DEFINITION};
 use jarvis_sdk::agent::{
     AgentEvent, ApprovalDecision, ApprovalRequest, Durability, EntryBody, Harness, INTERRUPTED_RESULT,
     JsonlSessionStore, LoopContext, LoopState, MemorySessionStore, NewSession, SessionEntry, SessionError,
@@ -21,7 +22,6 @@ use jarvis_sdk::agent::{
 use jarvis_sdk::app::{AppAssembly, AppConfig, StoreBackend, build_app};
 use jarvis_sdk::common::ManualClock;
 use jarvis_sdk::model::{FauxProvider, Message};
-use jarvis_sdk::packs::{housing::HousingPack, housing::KAREN_DEFINITION};
 use jarvis_sdk::turn::{AgentSession, Caller, DualConfig, DualReply, PromptOptions, SessionAttachment};
 use serde_json::json;
 use std::path::{Path, PathBuf};

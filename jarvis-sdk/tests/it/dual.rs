@@ -2,10 +2,10 @@
 //! talking, and the answer arrives as `proactive_message {kind: "answer"}`;
 //! a delegation waits for a callee that goes background; abort cancels.
 
+use jarvis_pack_housing::{HousingPack, KAREN_DEFINITION};
 use jarvis_sdk::agent::{AgentEvent, ProactiveKind};
 use jarvis_sdk::app::{AppAssembly, AppConfig, build_app};
 use jarvis_sdk::model::{FauxProvider, Message};
-use jarvis_sdk::packs::{housing::HousingPack, housing::KAREN_DEFINITION};
 use jarvis_sdk::testing::ChannelAdapter;
 use jarvis_sdk::turn::{Caller, DualConfig, DualReply, PromptOptions};
 use std::sync::Arc;

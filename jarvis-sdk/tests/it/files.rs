@@ -6,12 +6,9 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use jarvis_pack_housing::{FileProfileStore, FileWatchStore, HousingProfile, ProfileStore, WatchStore};
 use jarvis_sdk::common::{Timestamp, update_file_locked};
 use jarvis_sdk::memory::UserModelFile;
-use jarvis_sdk::packs::{
-    housing::FileProfileStore, housing::FileWatchStore, housing::HousingProfile, housing::ProfileStore,
-    housing::WatchStore,
-};
 
 const COUNTER_ENV: &str = "JARVIS_LOCKED_COUNTER";
 const PER_WRITER: u64 = 150;

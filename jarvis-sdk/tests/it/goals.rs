@@ -2,12 +2,12 @@
 //! commands, the `[목표]` section in the next request (memory off and on),
 //! the AGENDA, and the reminder of a due goal, once across a restart.
 
+use jarvis_pack_housing::{HousingPack, KAREN_DEFINITION};
 use jarvis_sdk::agent::{Durability, EntryBody, SessionId};
 use jarvis_sdk::app::{AppAssembly, AppConfig, StoreBackend, build_app};
 use jarvis_sdk::common::ManualClock;
 use jarvis_sdk::initiative::AgendaKind;
 use jarvis_sdk::model::{ChatRequest, FauxProvider, Message};
-use jarvis_sdk::packs::{housing::HousingPack, housing::KAREN_DEFINITION};
 use jarvis_sdk::turn::Caller;
 use serde_json::Value;
 use std::path::Path;

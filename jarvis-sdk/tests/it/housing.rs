@@ -4,18 +4,15 @@
 //! profile and watch stores on disk, the budget rule, and one agent turn in
 //! which the model calls `sh_notice` on the sample source.
 
+use jarvis_pack_housing::{
+    FileProfileStore, FileWatchStore, FixtureNoticeSource, HOUSING_TOOLS, HousingBudgetTool, HousingConfig,
+    HousingError, HousingLoanTool, HousingProfile, HousingProfileTool, HousingWatchTool, LhConfig,
+    LhNoticeSource, LoanTerms, MemoryProfileStore, Notice, NoticeAgency, NoticeError, NoticeQuery,
+    NoticeSource, NoticeTool, ProfileStore, RepaymentMethod, SH_NOT_CONFIGURED, ShFeed, ShNoticeSource,
+    WatchStore, amortize, check_watch, housing_tools,
+};
 use jarvis_sdk::agent::{Tool, ToolContext, ToolResult, Typed};
 use jarvis_sdk::model::{ApiKey, HttpSettings, Message};
-use jarvis_sdk::packs::{
-    housing::FileProfileStore, housing::FileWatchStore, housing::FixtureNoticeSource, housing::HOUSING_TOOLS,
-    housing::HousingBudgetTool, housing::HousingConfig, housing::HousingError, housing::HousingLoanTool,
-    housing::HousingProfile, housing::HousingProfileTool, housing::HousingWatchTool, housing::LhConfig,
-    housing::LhNoticeSource, housing::LoanTerms, housing::MemoryProfileStore, housing::Notice,
-    housing::NoticeAgency, housing::NoticeError, housing::NoticeQuery, housing::NoticeSource,
-    housing::NoticeTool, housing::ProfileStore, housing::RepaymentMethod, housing::SH_NOT_CONFIGURED,
-    housing::ShFeed, housing::ShNoticeSource, housing::WatchStore, housing::amortize, housing::check_watch,
-    housing::housing_tools,
-};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -144,7 +141,7 @@ fn schedule(
     rate: f64,
     years: f64,
     method: RepaymentMethod,
-) -> jarvis_sdk::packs::housing::LoanSchedule {
+) -> jarvis_pack_housing::LoanSchedule {
     amortize(&LoanTerms::new(principal, rate, years, method).unwrap())
 }
 

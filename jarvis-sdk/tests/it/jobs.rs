@@ -4,12 +4,12 @@
 //! screens, the AGENDA lists it with the agent's label, and `housing_watch`
 //! results reach KAREN's session through the reflection daemon.
 
+use jarvis_pack_housing::{HousingConfig, HousingPack, KAREN_DEFINITION};
 use jarvis_sdk::agent::{ProactiveKind, SessionId};
 use jarvis_sdk::app::{AppAssembly, AppConfig, build_app};
 use jarvis_sdk::common::{Clock, ManualClock, Timestamp};
 use jarvis_sdk::initiative::{AgendaKind, RunOutcome};
 use jarvis_sdk::model::FauxProvider;
-use jarvis_sdk::packs::{housing::HousingConfig, housing::HousingPack, housing::KAREN_DEFINITION};
 use jarvis_sdk::testing::{ChannelAdapter, EventStream};
 use jarvis_sdk::turn::Caller;
 use std::sync::Arc;

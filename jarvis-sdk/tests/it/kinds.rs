@@ -4,10 +4,10 @@
 //! an app holds at most its limit of sessions in memory, never unloading one
 //! in use.
 
+use jarvis_pack_housing::{HousingPack, KAREN_DEFINITION};
 use jarvis_sdk::agent::{Durability, JsonlSessionStore, NewSession, SessionId, SessionKind, SessionStore};
 use jarvis_sdk::app::{AppConfig, StoreBackend, build_app};
 use jarvis_sdk::model::FauxProvider;
-use jarvis_sdk::packs::{housing::HousingPack, housing::KAREN_DEFINITION};
 use jarvis_sdk::testing::ChannelAdapter;
 use jarvis_sdk::turn::{Caller, TurnError};
 use std::sync::Arc;

@@ -3,12 +3,12 @@
 //! hours, retried after a failure, kept across a restart), and to an SMTP
 //! server played here; a message a screen shows goes nowhere else.
 
+use jarvis_pack_housing::{HousingPack, KAREN_DEFINITION};
 use jarvis_sdk::agent::{Durability, ProactiveKind};
 use jarvis_sdk::app::{AppAssembly, AppConfig, StoreBackend, build_app};
 use jarvis_sdk::common::{ManualClock, Timestamp};
 use jarvis_sdk::initiative::OutboxItem;
 use jarvis_sdk::model::FauxProvider;
-use jarvis_sdk::packs::{housing::HousingPack, housing::KAREN_DEFINITION};
 use jarvis_sdk::testing::RecordingAdapter;
 use serde_json::Value;
 use std::path::Path;

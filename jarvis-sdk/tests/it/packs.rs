@@ -4,14 +4,12 @@
 //! once; and the pack stands sample notices in only while the demo plays.
 
 use async_trait::async_trait;
+use jarvis_pack_housing::{HOUSING_TOOLS, HOUSING_WATCH_JOB, HousingPack, KAREN_DEFINITION};
 use jarvis_sdk::agent::Durability;
 use jarvis_sdk::app::{AppAssembly, AppConfig, Pack, PackContext, StoreBackend, build_app};
 use jarvis_sdk::common::{ManualClock, SystemClock, TimeZone, Timestamp};
 use jarvis_sdk::initiative::{OutboxItem, ProactiveSink};
 use jarvis_sdk::model::FauxProvider;
-use jarvis_sdk::packs::{
-    housing::HOUSING_TOOLS, housing::HOUSING_WATCH_JOB, housing::HousingPack, housing::KAREN_DEFINITION,
-};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};

@@ -4,12 +4,12 @@
 //! running turn, the per-session rate limit holds, and dismissals widen an
 //! agent's gap while answers do not.
 
+use jarvis_pack_housing::{HousingPack, KAREN_DEFINITION};
 use jarvis_sdk::agent::{AgentEvent, EntryBody, LoopFilter, LoopKind, OpenLoop, ProactiveKind, SessionId};
 use jarvis_sdk::app::{AppAssembly, AppConfig, build_app};
 use jarvis_sdk::common::{ManualClock, Timestamp};
 use jarvis_sdk::initiative::{OutboxItem, Reaction, reminder_id};
 use jarvis_sdk::model::FauxProvider;
-use jarvis_sdk::packs::{housing::HousingPack, housing::KAREN_DEFINITION};
 use jarvis_sdk::testing::{ChannelAdapter, EventStream};
 use jarvis_sdk::turn::{AgentSession, Caller};
 use std::sync::Arc;

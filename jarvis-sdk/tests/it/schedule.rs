@@ -4,14 +4,14 @@
 //! Every test moves a `ManualClock` and calls `tick()`; nothing sleeps.
 
 use async_trait::async_trait;
+use jarvis_pack_housing::{
+    EXTERNAL_SEEN_FILE, FileWatchStore, FixtureNoticeSource, HOUSING_WATCH_JOB, NoticeSource, WatchJob,
+    WatchStore,
+};
 use jarvis_sdk::common::{ManualClock, Timestamp, UtcOffset};
 use jarvis_sdk::initiative::{
     CatchUp, CronExpr, Job, JobOutput, JobRunner, JobSpec, OutboxItem, ProactiveSink, RunOutcome, RunState,
     SCHEDULE_RUNS_FILE, ScheduleError, Scheduler, SchedulerConfig, StandardCommands, Trigger, parse_when,
-};
-use jarvis_sdk::packs::{
-    housing::EXTERNAL_SEEN_FILE, housing::FileWatchStore, housing::FixtureNoticeSource,
-    housing::HOUSING_WATCH_JOB, housing::NoticeSource, housing::WatchJob, housing::WatchStore,
 };
 use jarvis_sdk::turn::{CommandContext, SlashCommands};
 use proptest::prelude::*;

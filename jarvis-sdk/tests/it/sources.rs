@@ -3,12 +3,12 @@
 //! jobs; new items reach KAREN's `default-karen` once, across a restart,
 //! and a failing source shows on the AGENDA.
 
+use jarvis_pack_housing::{HousingPack, KAREN_DEFINITION};
 use jarvis_sdk::agent::{Durability, EntryBody, SessionId};
 use jarvis_sdk::app::{AppAssembly, AppConfig, StoreBackend, build_app};
 use jarvis_sdk::common::ManualClock;
 use jarvis_sdk::initiative::AgendaKind;
 use jarvis_sdk::model::FauxProvider;
-use jarvis_sdk::packs::{housing::HousingPack, housing::KAREN_DEFINITION};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};

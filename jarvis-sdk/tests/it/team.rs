@@ -2,12 +2,12 @@
 //! registry, the assembled app, and `ask_agent` delegation (§12) end to end
 //! on FauxProvider.
 
+use jarvis_pack_housing::{HOUSING_TOOLS, HousingPack, KAREN_DEFINITION};
 use jarvis_sdk::agent::{ApprovalDecision, ApprovalRequest, SessionId, SessionKind, StopReason, UIAdapter};
 use jarvis_sdk::app::{
     AgentProfile, AppAssembly, AppConfig, MAIN_AGENT, TeamContext, build_app, parse_definition,
 };
 use jarvis_sdk::model::{ChatRequest, FauxProvider, Message};
-use jarvis_sdk::packs::{housing::HOUSING_TOOLS, housing::HousingPack, housing::KAREN_DEFINITION};
 use jarvis_sdk::testing::RecordingAdapter;
 use jarvis_sdk::turn::{Caller, PEER_REQUEST_RULE};
 use std::collections::BTreeSet;

@@ -4,11 +4,11 @@
 //! delegated turn writes its own row in its peer session, and turns that
 //! never reach the model write none.
 
+use jarvis_pack_housing::HousingPack;
 use jarvis_sdk::agent::{SessionId, SessionKind};
 use jarvis_sdk::app::{AppConfig, build_app};
 use jarvis_sdk::common::{ManualClock, Timestamp};
 use jarvis_sdk::model::{FauxProvider, PRICES_FILE, Usage};
-use jarvis_sdk::packs::housing::HousingPack;
 use jarvis_sdk::turn::{Caller, Spent, USAGE_FILE, UsageBy, UsageLedger, UsageSummary};
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -22,10 +22,10 @@ use std::time::Duration;
 
 use crate::housing::{assert_error, assert_ok, call};
 
+use jarvis_pack_housing::{HousingPack, KAREN_DEFINITION};
 use jarvis_sdk::agent::{Tool, ToolContext};
 use jarvis_sdk::app::{AppConfig, AppError, build_app};
 use jarvis_sdk::model::{FauxProvider, Message};
-use jarvis_sdk::packs::{housing::HousingPack, housing::KAREN_DEFINITION};
 use jarvis_sdk::turn::{
     Caller, SearchProvider, WebFetchSettings, WebSearchSettings, web_fetch_tool, web_search_tool,
 };

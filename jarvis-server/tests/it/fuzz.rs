@@ -19,10 +19,10 @@
 //! summary ends the run.
 
 use futures::{SinkExt, StreamExt};
+use jarvis_pack_housing::HousingPack;
 use jarvis_sdk::agent::Durability;
 use jarvis_sdk::app::{AppConfig, build_app};
 use jarvis_sdk::model::FauxProvider;
-use jarvis_sdk::packs::housing::HousingPack;
 use jarvis_server::protocol::{CLOSE_CODES, CLOSE_INVALID_UTF8, CLOSE_TOO_BIG, ClientMessage, codes};
 use jarvis_server::{Limits, ServerConfig, ServerState, serve};
 use serde_json::{Value, json};

@@ -2,7 +2,7 @@
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use jarvis_sdk::packs::housing::HousingPack;
+use jarvis_pack_housing::HousingPack;
 use jarvis_sdk::turn::Caller;
 use jarvis_server::{Limits, ServerConfig, ServerState, router};
 use serde_json::{Value, json};

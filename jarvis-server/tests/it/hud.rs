@@ -13,9 +13,9 @@ use fantoccini::actions::{
 };
 use fantoccini::key::Key;
 use futures::StreamExt;
+use jarvis_pack_housing::HousingPack;
 use jarvis_sdk::agent::{AgentEvent, NewSession, OpenLoop, UIAdapter};
 use jarvis_sdk::model::{ChatRequest, FauxProvider, Provider, ProviderStream};
-use jarvis_sdk::packs::housing::HousingPack;
 use jarvis_server::ServerConfig;
 use serde_json::{Value, json};
 use std::sync::Arc;

@@ -3,9 +3,9 @@
 //! waits on frames with timeouts, never on sleeps.
 
 use futures::{SinkExt, StreamExt};
+use jarvis_pack_housing::HousingPack;
 use jarvis_sdk::app::{AppAssembly, AppConfig, build_app};
 use jarvis_sdk::model::{FauxProvider, Provider};
-use jarvis_sdk::packs::housing::HousingPack;
 use jarvis_server::{ServerConfig, ServerState, serve};
 use serde_json::Value;
 use std::net::SocketAddr;

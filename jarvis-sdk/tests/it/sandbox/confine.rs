@@ -11,13 +11,13 @@
 //! Without Landlock and seccomp these tests print a loud SKIPPED line and
 //! pass, unless `JARVIS_REQUIRE_SANDBOX=1`, which makes them fail instead.
 
+use jarvis_pack_housing::HousingPack;
 use jarvis_sdk::agent::{
     AgentEvent, AgentIdentity, AgentLoopConfig, ApprovalDecision, LoopContext, ToolGate, ToolRegistry,
     run_agent_loop,
 };
 use jarvis_sdk::app::{AppAssembly, AppConfig, build_app};
 use jarvis_sdk::model::{FauxProvider, Message};
-use jarvis_sdk::packs::housing::HousingPack;
 use jarvis_sdk::testing::{FixedApprover, RecordingAdapter};
 use jarvis_sdk::turn::{BuiltinConfig, Caller, SandboxSettings, builtin_tools};
 use serde_json::{Value, json};

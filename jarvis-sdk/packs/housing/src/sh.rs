@@ -16,10 +16,8 @@ use std::path::PathBuf;
 use super::error::NoticeError;
 use super::feed::parse_feed;
 use super::notice::{Notice, NoticeAgency, NoticeQuery, NoticeSource};
-#[cfg(feature = "http")]
-use crate::model::HttpClient;
-#[cfg(feature = "http")]
-use crate::model::HttpSettings;
+use jarvis_sdk::model::HttpClient;
+use jarvis_sdk::model::HttpSettings;
 
 /// The environment variable naming the SH feed (URL or file path).
 pub const SH_URL_ENV: &str = "JARVIS_HOUSING__SH_URL";
@@ -30,7 +28,6 @@ pub const SH_NOT_CONFIGURED: &str = "SH has no public API that could be verified
      in docs/tools.md) or use the fixture source (JARVIS_HOUSING__MODE=fixture, sample data only)";
 
 const SERVICE: &str = "sh";
-#[cfg(feature = "http")]
 const MAX_BODY: usize = 4 * 1024 * 1024;
 
 /// Where the SH feed is read from.
@@ -60,7 +57,6 @@ impl ShFeed {
 #[derive(Debug)]
 pub struct ShNoticeSource {
     feed: Option<ShFeed>,
-    #[cfg(feature = "http")]
     client: Option<HttpClient>,
 }
 
@@ -69,25 +65,16 @@ impl ShNoticeSource {
     pub fn unconfigured() -> Self {
         Self {
             feed: None,
-            #[cfg(feature = "http")]
             client: None,
         }
     }
 
     /// A source reading `feed`, with default timeouts and retries for a URL.
     pub fn new(feed: ShFeed) -> Result<Self, NoticeError> {
-        #[cfg(feature = "http")]
-        {
-            Self::with_http(feed, HttpSettings::default())
-        }
-        #[cfg(not(feature = "http"))]
-        {
-            Ok(Self { feed: Some(feed) })
-        }
+        Self::with_http(feed, HttpSettings::default())
     }
 
     /// A source reading `feed`; a URL is fetched with `http`.
-    #[cfg(feature = "http")]
     pub fn with_http(feed: ShFeed, http: HttpSettings) -> Result<Self, NoticeError> {
         let client = match feed {
             ShFeed::Url(_) => Some(
@@ -119,7 +106,6 @@ impl ShNoticeSource {
         }
     }
 
-    #[cfg(feature = "http")]
     async fn get(&self, url: &str) -> Result<Vec<u8>, NoticeError> {
         let Some(client) = &self.client else {
             return Err(NoticeError::not_configured(
@@ -130,14 +116,6 @@ impl ShNoticeSource {
         let from_http = |e| super::lh::from_http_error(SERVICE, e);
         let response = client.get(url, &[]).await.map_err(from_http)?;
         client.read_body(response, MAX_BODY).await.map_err(from_http)
-    }
-
-    #[cfg(not(feature = "http"))]
-    async fn get(&self, _url: &str) -> Result<Vec<u8>, NoticeError> {
-        Err(NoticeError::not_configured(
-            SERVICE,
-            "this build has no HTTP client (feature `http`); use a feed file instead of a URL",
-        ))
     }
 }
 

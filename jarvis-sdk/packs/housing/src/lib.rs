@@ -9,7 +9,8 @@
 //!
 //! ```no_run
 //! # use std::sync::Arc;
-//! # use jarvis_sdk::{app::AppConfig, packs::housing::HousingPack};
+//! # use jarvis_sdk::app::AppConfig;
+//! # use jarvis_pack_housing::HousingPack;
 //! let config = AppConfig::embedded("/tmp/jarvis-home").with_pack(Arc::new(HousingPack::from_env()));
 //! ```
 //!
@@ -31,7 +32,6 @@ mod feed;
 mod fixture;
 mod format;
 mod job;
-#[cfg(feature = "http")]
 mod lh;
 mod loan;
 mod lookup;
@@ -52,7 +52,6 @@ pub use job::{
     DEFAULT_WATCH_INTERVAL, HOUSING_SOURCE_KIND, HOUSING_WATCH_JOB, HousingSourceKind, WATCH_AGENT, WatchJob,
     WatchPass,
 };
-#[cfg(feature = "http")]
 pub use lh::{LH_BASE_URL, LH_BASE_URL_ENV, LH_NOTICE_PATH, LH_SERVICE_KEY_ENV, LhConfig, LhNoticeSource};
 pub use loan::{
     HousingLoanArgs, HousingLoanTool, LoanMonth, LoanSchedule, LoanTerms, MAX_PRINCIPAL, MAX_YEARS,
@@ -74,11 +73,11 @@ pub use watch::{
     WatchAdded, WatchStore, check_watch, new_notices, normalize_watch_text, watch_report,
 };
 
-use crate::agent::{Tool, Typed};
-use crate::app::{Pack, PackContext, PackParts};
+use jarvis_sdk::agent::{Tool, Typed};
+use jarvis_sdk::app::{Pack, PackContext, PackParts};
 
 /// KAREN's definition, written into a new team directory as `karen.yaml`.
-pub const KAREN_DEFINITION: &str = include_str!("../../../../team/karen.yaml");
+pub const KAREN_DEFINITION: &str = include_str!("../team/karen.yaml");
 
 /// The housing tools, in the order [`housing_tools`] builds them; all of
 /// them are agent-only ([`Tool::agent_only`]).
@@ -182,7 +181,7 @@ impl HousingConfig {
                 .parse::<u64>()
                 .ok()
                 .map(Duration::from_secs)
-                .filter(|d| (crate::initiative::MIN_INTERVAL..=Duration::from_secs(86_400)).contains(d))
+                .filter(|d| (jarvis_sdk::initiative::MIN_INTERVAL..=Duration::from_secs(86_400)).contains(d))
                 .ok_or_else(|| {
                     HousingError::Invalid(format!(
                         "{HOUSING_WATCH_EVERY_ENV} must be whole seconds from 60 to 86400, got {every:?}"
@@ -231,12 +230,11 @@ impl HousingConfig {
         })
     }
 
-    #[cfg(feature = "http")]
     fn lh_source(
         get: &dyn Fn(&str) -> Option<String>,
         timeout: Duration,
     ) -> Result<Arc<dyn NoticeSource>, HousingError> {
-        let mut config = LhConfig::new(get(LH_SERVICE_KEY_ENV).map(crate::model::ApiKey::new));
+        let mut config = LhConfig::new(get(LH_SERVICE_KEY_ENV).map(jarvis_sdk::model::ApiKey::new));
         if let Some(base) = get(LH_BASE_URL_ENV) {
             config = config.with_base_url(base);
         }
@@ -244,29 +242,12 @@ impl HousingConfig {
         Ok(Arc::new(LhNoticeSource::new(config)?))
     }
 
-    #[cfg(not(feature = "http"))]
-    fn lh_source(
-        _get: &dyn Fn(&str) -> Option<String>,
-        _timeout: Duration,
-    ) -> Result<Arc<dyn NoticeSource>, HousingError> {
-        Ok(Arc::new(UnconfiguredSource::new(
-            NoticeAgency::Lh,
-            "this build has no HTTP client (feature `http`); LH's API cannot be called",
-        )))
-    }
-
-    #[cfg(feature = "http")]
     fn sh_source(feed: ShFeed, timeout: Duration) -> Result<ShNoticeSource, HousingError> {
-        let http = crate::model::HttpSettings {
+        let http = jarvis_sdk::model::HttpSettings {
             read_timeout: timeout,
-            ..crate::model::HttpSettings::default()
+            ..jarvis_sdk::model::HttpSettings::default()
         };
         Ok(ShNoticeSource::with_http(feed, http)?)
-    }
-
-    #[cfg(not(feature = "http"))]
-    fn sh_source(feed: ShFeed, _timeout: Duration) -> Result<ShNoticeSource, HousingError> {
-        Ok(ShNoticeSource::new(feed)?)
     }
 }
 

@@ -113,7 +113,7 @@ pub(crate) fn excerpt(bytes: &[u8]) -> String {
     if collapsed.is_empty() {
         return "(empty body)".to_owned();
     }
-    crate::common::truncate_with_marker(&collapsed, 160)
+    jarvis_sdk::common::truncate_with_marker(&collapsed, 160)
 }
 
 #[cfg(test)]

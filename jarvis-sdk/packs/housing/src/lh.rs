@@ -23,7 +23,7 @@ use std::time::Duration;
 use super::error::NoticeError;
 use super::feed::excerpt;
 use super::notice::{Notice, NoticeAgency, NoticeQuery, NoticeSource, lh_region_code, normalize_date};
-use crate::model::{ApiKey, HttpClient, HttpSettings, ProviderError, join_url};
+use jarvis_sdk::model::{ApiKey, HttpClient, HttpSettings, ProviderError, join_url};
 
 /// The portal's base URL for LH's services.
 pub const LH_BASE_URL: &str = "https://apis.data.go.kr/B552555";

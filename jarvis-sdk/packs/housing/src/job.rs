@@ -26,10 +26,10 @@ use super::{
     HousingConfig, HousingError, Notice, NoticeQuery, NoticeSource, NoticeWatch, WatchStore, new_notices,
     normalize_watch_text, sort_newest_first, watch_report,
 };
-use crate::agent::ProactiveKind;
-use crate::app::MAIN_AGENT;
-use crate::common::{TimeZone, Timestamp, UtcOffset};
-use crate::initiative::{
+use jarvis_sdk::agent::ProactiveKind;
+use jarvis_sdk::app::MAIN_AGENT;
+use jarvis_sdk::common::{TimeZone, Timestamp, UtcOffset};
+use jarvis_sdk::initiative::{
     BuiltinJob, CatchUp, Job, JobOrigin, JobOutput, MAX_INTERVAL, MIN_INTERVAL, OutboxItem, ProactiveSink,
     SourceItem, SourceReader, SourceType, Trigger,
 };
@@ -165,7 +165,7 @@ impl WatchJob {
                 message_id: format!(
                     "watch-{}-{:016x}",
                     watch.id,
-                    crate::common::fnv1a64(keys.join("\n").as_bytes())
+                    jarvis_sdk::common::fnv1a64(keys.join("\n").as_bytes())
                 ),
                 session_id: format!("default-{agent}"),
                 agent_id: agent.to_owned(),

@@ -10,7 +10,7 @@ use std::io::Write;
 use std::path::Path;
 
 use super::error::HousingError;
-use crate::common::{Timestamp, update_file_locked};
+use jarvis_sdk::common::{Timestamp, update_file_locked};
 
 /// The file format version written and accepted.
 pub(crate) const FILE_VERSION: u64 = 1;

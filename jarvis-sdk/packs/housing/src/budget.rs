@@ -28,7 +28,7 @@ use super::format::{notice_block, won};
 use super::loan::{LoanTerms, RepaymentMethod, amortize};
 use super::notice::{MAX_NOTICE_LIMIT, Notice, NoticeQuery, NoticeSource, sort_newest_first};
 use super::profile::{HousingProfile, ProfileStore};
-use crate::agent::{ToolContext, ToolError, ToolResult, TypedTool};
+use jarvis_sdk::agent::{ToolContext, ToolError, ToolResult, TypedTool};
 
 /// The yearly rate (%) of the reference loan that prices a sale's gap.
 pub const DEFAULT_REFERENCE_RATE: f64 = 4.0;
@@ -315,8 +315,8 @@ impl TypedTool for HousingBudgetTool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packs::housing::notice::NoticeAgency;
-    use crate::packs::housing::profile::MemoryProfileStore;
+    use crate::notice::NoticeAgency;
+    use crate::profile::MemoryProfileStore;
 
     fn notice(deposit: Option<u64>, rent: Option<u64>, price: Option<u64>) -> Notice {
         Notice {

@@ -239,7 +239,6 @@ pub(crate) struct Province {
     /// LH's `CNP_CD` for it, where public code calling LH's notice API was
     /// seen to use it; `None` where no such use was found (filtered on our
     /// side only).
-    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) lh_code: Option<&'static str>,
 }
 
@@ -327,7 +326,6 @@ pub(crate) fn province(word: &str) -> Option<&'static Province> {
 
 /// LH's `CNP_CD` for the province that the first word of `region` names,
 /// where it is known.
-#[cfg_attr(not(feature = "http"), allow(dead_code))]
 pub(crate) fn lh_region_code(region: &str) -> Option<&'static str> {
     province(region.split_whitespace().next()?)?.lh_code
 }

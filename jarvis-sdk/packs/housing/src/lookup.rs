@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::format::notice_list;
 use super::notice::{MAX_NOTICE_LIMIT, NoticeAgency, NoticeQuery, NoticeSource};
-use crate::agent::{ToolContext, ToolError, ToolResult, TypedTool};
+use jarvis_sdk::agent::{ToolContext, ToolError, ToolResult, TypedTool};
 
 const MAX_TEXT: usize = 50;
 

@@ -19,7 +19,7 @@ use std::fmt::Write as _;
 
 use super::error::HousingError;
 use super::format::won;
-use crate::agent::{ToolContext, ToolError, ToolResult, TypedTool};
+use jarvis_sdk::agent::{ToolContext, ToolError, ToolResult, TypedTool};
 
 /// The largest principal accepted: 1,000억 원.
 pub const MAX_PRINCIPAL: f64 = 100_000_000_000.0;

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use super::error::HousingError;
 use super::format::won;
 use super::store::{FILE_VERSION, read_json, update_json};
-use crate::agent::{ToolContext, ToolError, ToolResult, TypedTool};
+use jarvis_sdk::agent::{ToolContext, ToolError, ToolResult, TypedTool};
 
 /// The file name of the profile under `$JARVIS_HOME`.
 pub const PROFILE_FILE: &str = "housing_profile.json";
@@ -269,7 +269,7 @@ struct ProfileFile {
 /// Keeps the profile in one JSON file (`{"v": 1, "profile": {…}}`),
 /// replaced atomically on every save; a [`merge`](ProfileStore::merge)
 /// reads and writes it under the file's lock
-/// ([`update_file_locked`](crate::common::update_file_locked)), so patches
+/// ([`update_file_locked`](jarvis_sdk::common::update_file_locked)), so patches
 /// made at the same time, in this process or another, all land.
 #[derive(Debug)]
 pub struct FileProfileStore {

@@ -22,8 +22,8 @@ use super::error::HousingError;
 use super::format::notice_list;
 use super::notice::{MAX_NOTICE_LIMIT, Notice, NoticeQuery, NoticeSource};
 use super::store::{EXTERNAL_SEEN_FILE, FILE_VERSION, SeenLog, read_json, update_json};
-use crate::agent::{ToolContext, ToolError, ToolResult, TypedTool};
-use crate::common::{Clock, SystemClock, Timestamp};
+use jarvis_sdk::agent::{ToolContext, ToolError, ToolResult, TypedTool};
+use jarvis_sdk::common::{Clock, SystemClock, Timestamp};
 
 /// The file name of the watches under `$JARVIS_HOME`.
 pub const WATCHES_FILE: &str = "housing_watches.json";
@@ -48,7 +48,7 @@ impl NoticeWatch {
     /// hash, stable across runs and platforms.
     pub fn id_for(region: Option<&str>, keyword: Option<&str>) -> String {
         let text = format!("{}\u{1f}{}", region.unwrap_or(""), keyword.unwrap_or(""));
-        format!("w-{:016x}", crate::common::fnv1a64(text.as_bytes()))
+        format!("w-{:016x}", jarvis_sdk::common::fnv1a64(text.as_bytes()))
     }
 
     /// The query this watch runs.
