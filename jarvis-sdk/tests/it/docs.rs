@@ -182,3 +182,61 @@ fn the_architecture_stays_a_map() {
         );
     }
 }
+
+/// The names `jarvis-sdk/src/lib.rs` declares at its root: `pub mod`
+/// modules and the last segment (or alias) of each top-level `pub use`.
+fn root_names(lib: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut lines = lib.lines();
+    while let Some(line) = lines.next() {
+        if let Some(rest) = line.strip_prefix("pub mod ") {
+            names.push(rest.trim_end_matches([' ', '{', ';']).to_owned());
+        } else if let Some(rest) = line.strip_prefix("pub use ") {
+            let mut tree = rest.to_owned();
+            while !tree.contains(';') {
+                tree.push_str(lines.next().unwrap_or(";"));
+            }
+            let tree = tree.split(';').next().unwrap_or_default();
+            let items = match tree.split_once('{') {
+                Some((_, list)) => list.trim_end_matches('}').split(',').map(str::to_owned).collect(),
+                None => vec![tree.to_owned()],
+            };
+            for item in items.iter().map(|i| i.trim()).filter(|i| !i.is_empty()) {
+                let name = item.rsplit([' ', ':']).next().unwrap_or(item);
+                names.push(name.to_owned());
+            }
+        }
+    }
+    names
+}
+
+/// The facade is a front door too: modules per layer and a prelude, not a
+/// flat list of every name (at most 80 at its root).
+#[test]
+fn the_facade_root_is_modules_and_a_prelude() {
+    let lib = read(&root().join("jarvis-sdk/src/lib.rs"));
+    let names = root_names(&lib);
+    for module in [
+        "common",
+        "model",
+        "memory",
+        "agent",
+        "turn",
+        "initiative",
+        "app",
+        "prelude",
+    ] {
+        assert!(
+            names.iter().any(|n| n == module),
+            "no module `{module}` at the root: {names:?}"
+        );
+    }
+    assert!(names.len() <= 80, "{} names at the root: {names:?}", names.len());
+    assert_eq!(
+        root_names(
+            "pub mod a {\npub use x::{B, c::D as E};\npub use f::G;\npub use h::{\n    I,\n    J,\n};"
+        ),
+        ["a", "B", "E", "G", "I", "J"],
+        "the reader sees every root name"
+    );
+}
