@@ -18,7 +18,7 @@
 //! | [`turn`] | the turn orchestrator [`AgentSession`](turn::AgentSession) (security → thinking → harness → loop), the security pipeline, approvals, the sandbox and built-in tools, the MCP client supervisor, delegation, cassettes, the usage ledger |
 //! | [`initiative`] | what the team does on its own: the scheduler, the proactive daemon, the outbox and notification channels, goals, Focus tasks, the AGENDA, external sources, the standard slash commands |
 //! | [`app`] | agent profiles and team definitions, the agent registry, the [`Pack`](app::Pack) plug point (domain packs are crates of their own), [`build_app`](app::build_app) and [`AppAssembly`](app::AppAssembly) |
-//! | [`testing`] | test doubles (feature `test-utils`) |
+//! | `testing` | test doubles (feature `test-utils`) |
 //!
 //! The plugin points are small object-safe traits held as `Arc<dyn …>`:
 //! [`Provider`](model::Provider) (a model service),
@@ -66,7 +66,7 @@
 //! |---|---|---|
 //! | `sqlite` | yes | `SqliteMemoryStore`: memory in `$JARVIS_HOME/memory.sqlite3` (SQLite compiled in), the assembled app's default |
 //! | `postgres` | no | `PostgresSessionStore`, `PostgresMemoryStore` and `PostgresOpenLoopStore` (tokio-postgres with a deadpool pool) |
-//! | `test-utils` | no | [`testing`]: a recording `UIAdapter`, closure tools, a fixed approver, a throwaway Postgres cluster |
+//! | `test-utils` | no | `testing`: a recording `UIAdapter`, closure tools, a fixed approver, a throwaway Postgres cluster |
 //! | `sources` | no | external sources watched on a schedule (`external_sources/*.yaml`: feeds, JSON, pages) |
 //! | `email` | no | email notification channels (`notifications.yaml`, over SMTP with `lettre`) |
 //! | `mcp` | no | tools from MCP servers (`McpHub`), the team as an MCP server (`McpTeamServer`, `serve_mcp_stdio`) and the stdio bridge to a running server's `/mcp` (`bridge_mcp_stdio`), over the official Rust SDK `rmcp` |
