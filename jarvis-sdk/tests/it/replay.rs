@@ -83,9 +83,7 @@ impl Pack for LookupPack {
     }
 
     fn build(&self, _cx: &PackContext<'_>) -> Result<PackParts, String> {
-        let mut parts = PackParts::default();
-        parts.tools.push(self.0.clone());
-        Ok(parts)
+        Ok(PackParts::new().with_tool(self.0.clone()))
     }
 }
 

@@ -62,17 +62,53 @@ impl fmt::Debug for PackContext<'_> {
     }
 }
 
-/// What a pack adds to one app.
+/// What a pack adds to one app, built with [`PackParts::new`] and the
+/// `with_*` methods (it is `non_exhaustive`, so a feature that adds a part,
+/// such as `sources`, never breaks a pack written without it).
 #[derive(Default)]
+#[non_exhaustive]
 pub struct PackParts {
     /// Tools, registered beside the built-in ones (a name taken twice stops
     /// the build).
     pub tools: Vec<Arc<dyn Tool>>,
     /// Jobs on the scheduler ([`JobOrigin::BuiltIn`](jarvis_initiative::JobOrigin)).
     pub jobs: Vec<Arc<dyn BuiltinJob>>,
-    /// Kinds of external source (`external_sources/*.yaml`, `kind: <name>`).
+    /// Kinds of external source (`external_sources/*.yaml`, `kind: <name>`);
+    /// set with `with_source_kind` (feature `sources`).
     #[cfg(feature = "sources")]
-    pub source_kinds: Vec<Arc<dyn jarvis_initiative::SourceType>>,
+    pub(crate) source_kinds: Vec<Arc<dyn jarvis_initiative::SourceType>>,
+}
+
+impl PackParts {
+    /// No parts yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a tool.
+    pub fn with_tool(mut self, tool: Arc<dyn Tool>) -> Self {
+        self.tools.push(tool);
+        self
+    }
+
+    /// Adds tools.
+    pub fn with_tools(mut self, tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> Self {
+        self.tools.extend(tools);
+        self
+    }
+
+    /// Adds a job for the scheduler.
+    pub fn with_job(mut self, job: Arc<dyn BuiltinJob>) -> Self {
+        self.jobs.push(job);
+        self
+    }
+
+    /// Adds a kind of external source.
+    #[cfg(feature = "sources")]
+    pub fn with_source_kind(mut self, kind: Arc<dyn jarvis_initiative::SourceType>) -> Self {
+        self.source_kinds.push(kind);
+        self
+    }
 }
 
 impl fmt::Debug for PackParts {

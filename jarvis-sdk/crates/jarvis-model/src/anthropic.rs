@@ -23,10 +23,11 @@ use std::sync::Arc;
 use super::error::ProviderError;
 use super::event::{FinishReason, ProviderEvent};
 use super::http::sse::SseParser;
-use super::http::{ApiKey, HttpClient, HttpSettings, StreamDecoder, excerpt, join_url};
+use super::http::{HttpClient, HttpSettings, StreamDecoder, excerpt, join_url};
 use super::message::{AssistantMessage, Message, Usage};
 use super::provider::{Provider, ProviderStream};
 use super::request::{ChatRequest, ToolChoice};
+use crate::ApiKey;
 
 const NAME: &str = "anthropic";
 

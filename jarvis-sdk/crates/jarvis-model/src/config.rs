@@ -76,8 +76,7 @@ pub struct LlmConfig {
     /// Another server's base URL.
     pub base_url: Option<String>,
     /// The key, when one is configured.
-    #[cfg(feature = "http")]
-    pub api_key: Option<super::http::ApiKey>,
+    pub api_key: Option<crate::ApiKey>,
     /// The script `faux` plays; the demo when absent.
     pub faux_script: Option<PathBuf>,
     /// Where `faux` logs the requests it receives, when set.
@@ -91,8 +90,7 @@ pub struct LlmConfig {
     pub temperature: Option<f32>,
     /// Where [`discover_local`](Self::discover_local) looks: set only when
     /// nothing is configured and the demo would otherwise play.
-    #[cfg(feature = "http")]
-    pub discovery: Option<Vec<super::discover::DiscoveryTarget>>,
+    pub discovery: Option<Vec<DiscoveryTarget>>,
 }
 
 impl fmt::Debug for LlmConfig {
@@ -101,7 +99,6 @@ impl fmt::Debug for LlmConfig {
         d.field("provider", &self.provider)
             .field("model", &self.model)
             .field("base_url", &self.base_url);
-        #[cfg(feature = "http")]
         d.field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"));
         d.field("faux_script", &self.faux_script)
             .field("faux_request_log", &self.faux_request_log)
@@ -201,8 +198,12 @@ impl LlmConfig {
             }
             _ => {}
         }
+        // Without the HTTP client there is nothing to discover with.
         #[cfg(not(feature = "http"))]
-        let _ = (key, may_discover);
+        let discovery = {
+            let _ = may_discover;
+            None
+        };
         #[cfg(feature = "http")]
         let discovery = match var(super::discover::DISCOVER_ENV) {
             Some(spec) => super::discover::parse_targets(&spec)?.filter(|_| may_discover),
@@ -233,14 +234,12 @@ impl LlmConfig {
             provider,
             model,
             base_url,
-            #[cfg(feature = "http")]
-            api_key: key.map(super::http::ApiKey::new),
+            api_key: key.map(crate::ApiKey::new),
             faux_script: var(super::faux::FAUX_SCRIPT_ENV).map(PathBuf::from),
             faux_request_log: var(super::faux::FAUX_REQUEST_LOG_ENV).map(PathBuf::from),
             notice,
             max_tokens,
             temperature,
-            #[cfg(feature = "http")]
             discovery,
         })
     }
@@ -389,6 +388,35 @@ fn missing_feature(feature: &str) -> ProviderError {
     ProviderError::Config(format!(
         "this build has no {feature} provider (cargo feature `{feature}`)"
     ))
+}
+
+/// Where discovery looks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiscoveryTarget {
+    /// How the server is spoken to: [`ProviderKind::Ollama`] or
+    /// [`ProviderKind::OpenAi`] (OpenAI-compatible).
+    pub kind: ProviderKind,
+    /// Its base URL, as the provider takes it (`/v1` included for
+    /// OpenAI-compatible servers).
+    pub base_url: String,
+}
+
+impl DiscoveryTarget {
+    /// An Ollama server at `base_url`.
+    pub fn ollama(base_url: impl Into<String>) -> Self {
+        Self {
+            kind: ProviderKind::Ollama,
+            base_url: base_url.into(),
+        }
+    }
+
+    /// An OpenAI-compatible server at `base_url` (`/v1` included).
+    pub fn openai(base_url: impl Into<String>) -> Self {
+        Self {
+            kind: ProviderKind::OpenAi,
+            base_url: base_url.into(),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@
 use serde::Deserialize;
 use std::time::Duration;
 
-use super::config::ProviderKind;
+use super::config::{DiscoveryTarget, ProviderKind};
 use super::error::ProviderError;
 use jarvis_common::Timestamp;
 
@@ -39,34 +39,7 @@ pub const DISCOVERED_MAX_TOKENS: u32 = 4096;
 /// Words that mark an embedding model in a model's name or family.
 const EMBEDDING_MARKS: [&str; 5] = ["embed", "bge", "e5", "minilm", "bert"];
 
-/// Where discovery looks.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DiscoveryTarget {
-    /// How the server is spoken to: [`ProviderKind::Ollama`] or
-    /// [`ProviderKind::OpenAi`] (OpenAI-compatible).
-    pub kind: ProviderKind,
-    /// Its base URL, as the provider takes it (`/v1` included for
-    /// OpenAI-compatible servers).
-    pub base_url: String,
-}
-
 impl DiscoveryTarget {
-    /// An Ollama server at `base_url`.
-    pub fn ollama(base_url: impl Into<String>) -> Self {
-        Self {
-            kind: ProviderKind::Ollama,
-            base_url: base_url.into(),
-        }
-    }
-
-    /// An OpenAI-compatible server at `base_url` (`/v1` included).
-    pub fn openai(base_url: impl Into<String>) -> Self {
-        Self {
-            kind: ProviderKind::OpenAi,
-            base_url: base_url.into(),
-        }
-    }
-
     fn list_url(&self) -> String {
         let base = self.base_url.trim_end_matches('/');
         match self.kind {

@@ -7,6 +7,7 @@
 
 #[cfg(feature = "anthropic")]
 mod anthropic;
+mod api_key;
 mod assembler;
 mod config;
 #[cfg(feature = "http")]
@@ -31,15 +32,17 @@ mod request;
 pub use anthropic::{
     ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, AnthropicConfig, AnthropicDecoder, AnthropicProvider,
 };
+pub use api_key::ApiKey;
 pub use assembler::{ModelResponse, ResponseAssembler};
 pub use config::{
-    DEFAULT_ANTHROPIC_MODEL, DEFAULT_OLLAMA_MODEL, DEFAULT_OPENAI_MODEL, LlmConfig, ProviderKind,
+    DEFAULT_ANTHROPIC_MODEL, DEFAULT_OLLAMA_MODEL, DEFAULT_OPENAI_MODEL, DiscoveryTarget, LlmConfig,
+    ProviderKind,
 };
 #[cfg(feature = "http")]
 pub use discover::{
-    DISCOVER_ENV, DISCOVERED_MAX_TOKENS, DISCOVERY_BUDGET, DiscoveryTarget, FoundModel, FoundServer,
-    default_targets, discover_models, first_chat_model, first_embedding_model, parse_targets,
-    pick_chat_model, pick_embedding_model,
+    DISCOVER_ENV, DISCOVERED_MAX_TOKENS, DISCOVERY_BUDGET, FoundModel, FoundServer, default_targets,
+    discover_models, first_chat_model, first_embedding_model, parse_targets, pick_chat_model,
+    pick_embedding_model,
 };
 pub use embed::{
     EMBED_PROVIDER_ENV, EmbedConfig, EmbedProvider, EmbedRole, EmbedRoles, Embedder, EmbedderExt,
@@ -63,8 +66,7 @@ pub use http::ndjson::{NdjsonError, NdjsonParser};
 pub use http::sse::{SseError, SseEvent, SseParser};
 #[cfg(feature = "http")]
 pub use http::{
-    ApiKey, HttpClient, HttpSettings, RetryPolicy, Sleeper, StreamDecoder, TokioSleeper, decode_chunks,
-    join_url,
+    HttpClient, HttpSettings, RetryPolicy, Sleeper, StreamDecoder, TokioSleeper, decode_chunks, join_url,
 };
 pub use message::{
     AssistantMessage, Message, Role, ThinkingBlock, ToolCall, ToolResultMessage, Usage, UserMessage,

@@ -337,11 +337,10 @@ impl Pack for HousingPack {
     fn build(&self, cx: &PackContext<'_>) -> Result<PackParts, String> {
         let config = self.config(cx).map_err(|e| e.to_string())?;
         let sources = vec![config.lh.clone(), config.sh.clone()];
-        Ok(PackParts {
-            tools: housing_tools(&config),
-            jobs: vec![Arc::new(WatchJob::from_housing(&config, cx.sink.clone()))],
-            source_kinds: vec![Arc::new(HousingSourceKind::new(sources))],
-        })
+        Ok(PackParts::new()
+            .with_tools(housing_tools(&config))
+            .with_job(Arc::new(WatchJob::from_housing(&config, cx.sink.clone())))
+            .with_source_kind(Arc::new(HousingSourceKind::new(sources))))
     }
 }
 

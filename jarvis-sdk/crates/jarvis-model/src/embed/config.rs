@@ -83,12 +83,10 @@ pub struct EmbedConfig {
     /// family expects ([`EmbedRoles::for_model`]).
     pub roles: Option<EmbedRoles>,
     /// The key (`openai` only), never written anywhere.
-    #[cfg(feature = "http")]
-    pub api_key: Option<crate::http::ApiKey>,
+    pub api_key: Option<crate::ApiKey>,
     /// Where `auto` looks for a local server; `None` when it may not look
     /// (`JARVIS_LLM__DISCOVER=off`) or the provider is not `auto`.
-    #[cfg(feature = "http")]
-    pub discovery: Option<Vec<crate::discover::DiscoveryTarget>>,
+    pub discovery: Option<Vec<crate::DiscoveryTarget>>,
 }
 
 impl std::fmt::Debug for EmbedConfig {
@@ -98,7 +96,6 @@ impl std::fmt::Debug for EmbedConfig {
             .field("model", &self.model)
             .field("base_url", &self.base_url)
             .field("roles", &self.roles);
-        #[cfg(feature = "http")]
         d.field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"));
         d.finish_non_exhaustive()
     }
@@ -144,10 +141,7 @@ impl EmbedConfig {
                 config.base_url = Some(base_url.unwrap_or_else(|| OPENAI_BASE_URL.to_owned()));
                 config.model =
                     Some(var("JARVIS_EMBED__MODEL").unwrap_or_else(|| OPENAI_EMBEDDING_MODEL.to_owned()));
-                #[cfg(feature = "http")]
-                {
-                    config.api_key = key.map(crate::http::ApiKey::new);
-                }
+                config.api_key = key.map(crate::ApiKey::new);
             }
             EmbedProvider::Ollama => {
                 config.base_url =
@@ -379,7 +373,8 @@ mod tests {
         );
         #[cfg(feature = "http")]
         {
-            use crate::discover::{DiscoveryTarget, FoundModel, FoundServer, default_targets};
+            use crate::DiscoveryTarget;
+            use crate::discover::{FoundModel, FoundServer, default_targets};
             assert_eq!(c.discovery, Some(default_targets()));
             let off = config(&[(EMBED_PROVIDER_ENV, "auto"), ("JARVIS_LLM__DISCOVER", "off")]).unwrap();
             assert_eq!(off.discovery, None);

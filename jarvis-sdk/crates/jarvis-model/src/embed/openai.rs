@@ -12,8 +12,9 @@ use std::sync::Arc;
 use super::config::OPENAI_EMBEDDING_MODEL;
 use super::remote::{embed_batched, kind, malformed, post_for_json, space_name, vector};
 use super::{EmbedRole, EmbedRoles, Embedder};
+use crate::ApiKey;
 use crate::error::ProviderError;
-use crate::http::{ApiKey, HttpClient, HttpSettings, join_url};
+use crate::http::{HttpClient, HttpSettings, join_url};
 use crate::openai::OPENAI_BASE_URL;
 
 const NAME: &str = "openai";

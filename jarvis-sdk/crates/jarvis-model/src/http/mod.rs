@@ -20,28 +20,6 @@ use super::error::ProviderError;
 use super::event::ProviderEvent;
 use super::provider::ProviderStream;
 
-/// A secret (API key). Its `Debug` and `Display` never show it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ApiKey(String);
-
-impl ApiKey {
-    /// Wraps a key.
-    pub fn new(key: impl Into<String>) -> Self {
-        Self(key.into())
-    }
-
-    /// The key itself, for the one place that sends it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ApiKey(<redacted>)")
-    }
-}
-
 /// Waits; injected so retry tests need neither real time nor paused time
 /// over real sockets.
 pub trait Sleeper: Send + Sync + fmt::Debug {
@@ -522,7 +500,7 @@ mod tests {
 
     #[test]
     fn keys_never_show() {
-        let key = ApiKey::new("sk-secret-123");
+        let key = crate::ApiKey::new("sk-secret-123");
         assert_eq!(format!("{key:?}"), "ApiKey(<redacted>)");
         assert_eq!(key.expose(), "sk-secret-123");
     }
