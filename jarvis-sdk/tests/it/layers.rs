@@ -3,7 +3,8 @@
 //! does not compile; this checks that the crates' manifests point downward
 //! (a lower crate depending on a higher one would compile), that a domain
 //! pack (`jarvis-sdk/packs/`) depends on the facade alone, as a third
-//! party's pack would, and that no file of the SDK names a pack's domain.
+//! party's pack would, that no file of the SDK names a pack's domain,
+//! and that no public field exists only under a cargo feature.
 
 use std::path::{Path, PathBuf};
 
@@ -106,4 +107,57 @@ fn packs_depend_on_the_facade_alone() {
         seen += 1;
     }
     assert!(seen >= 1, "the housing pack is checked");
+}
+
+/// Public fields that exist only under a cargo feature, as `file:line
+/// field` (a field whose attributes above it carry `cfg(feature …)`).
+fn feature_only_fields(path: &str, src: &str) -> Vec<String> {
+    let lines: Vec<&str> = src.lines().collect();
+    let mut found = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(field) = line.trim_start().strip_prefix("pub ") else {
+            continue;
+        };
+        let Some((name, _)) = field.split_once(": ") else {
+            continue;
+        };
+        if !line.starts_with(' ') || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            continue;
+        }
+        let gated = lines[..i]
+            .iter()
+            .rev()
+            .take_while(|l| l.trim_start().starts_with("///") || l.trim_start().starts_with("#["))
+            .any(|l| l.contains("cfg(feature") && !l.contains("cfg_attr"));
+        if gated {
+            found.push(format!("{path}:{} {name}", i + 1));
+        }
+    }
+    found
+}
+
+/// A struct outsiders build keeps one shape whatever features another
+/// crate of the app turns on: no public field exists only under a feature
+/// (a part that needs a feature is set through a method instead, on a
+/// `non_exhaustive` struct).
+#[test]
+fn no_public_field_exists_only_under_a_feature() {
+    let sdk = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    all_files(&sdk.join("crates"), &mut files);
+    let found: Vec<String> = files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "rs"))
+        .flat_map(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            feature_only_fields(&f.strip_prefix(sdk).unwrap().display().to_string(), &text)
+        })
+        .collect();
+    assert!(found.is_empty(), "public fields behind a feature: {found:?}");
+    let sample = "struct A {\n    /// Doc.\n    #[cfg(feature = \"x\")]\n    pub b: u8,\n    #[cfg_attr(feature = \"x\", allow(dead_code))]\n    pub c: u8,\n    #[cfg(feature = \"x\")]\n    pub(crate) d: u8,\n}";
+    assert_eq!(
+        feature_only_fields("a.rs", sample),
+        ["a.rs:4 b"],
+        "the scanner sees a gated field"
+    );
 }
