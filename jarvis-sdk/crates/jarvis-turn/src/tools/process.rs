@@ -47,7 +47,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::confine::{SpawnError, spawn_confined};
+use super::confine::{SpawnError, Spawned, spawn_confined};
 use super::program::Surroundings;
 use super::{BuiltinConfig, in_sandbox};
 use crate::sandbox::SandboxError;
@@ -296,8 +296,13 @@ async fn run_job(
         .process_group(0)
         .kill_on_drop(true);
     let spawned = spawn_confined(command, surroundings.reach, config.require_confinement).await;
-    let (mut child, confinement) = match spawned {
-        Ok(spawned) => spawned,
+    let (mut child, confinement) = match spawned.map(Spawned::into_parts) {
+        Ok(Some(parts)) => parts,
+        Ok(None) => {
+            return Ok(ToolResult::error(
+                "the started program was lost before it could be watched",
+            ));
+        }
         Err(SpawnError::Refused(reason)) => return Ok(ToolResult::error(reason)),
         Err(SpawnError::Start(e)) => {
             return Ok(ToolResult::error(format!(

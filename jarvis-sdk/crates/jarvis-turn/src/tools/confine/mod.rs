@@ -202,15 +202,47 @@ pub(crate) struct Reach {
 /// Directories programs may read and run files from, whole.
 pub(crate) const SYSTEM_READ: [&str; 7] = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
 
+/// A program just started and how far it is confined. Until
+/// [`into_parts`](Self::into_parts) takes it, dropping it kills the
+/// program's whole process group (the command must start one:
+/// `process_group(0)`): a call dropped while the program was being handed
+/// over from the confining thread leaves nothing running, not even what
+/// the program started in the background.
+#[derive(Debug)]
+pub(crate) struct Spawned(Option<(tokio::process::Child, Confinement)>);
+
+impl Spawned {
+    /// The child and its confinement; the caller now owns the group.
+    pub(crate) fn into_parts(mut self) -> Option<(tokio::process::Child, Confinement)> {
+        self.0.take()
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        if let Some(pgid) = self
+            .0
+            .as_ref()
+            .and_then(|(child, _)| child.id())
+            .and_then(|pid| i32::try_from(pid).ok())
+            .and_then(rustix::process::Pid::from_raw)
+        {
+            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
 /// Spawns `command` from a thread confined to `reach`, on the runtime of
 /// `handle`. With `require`, a program that could not be fully confined is
 /// not started (the error says why). Returns the child and how far it is
-/// confined.
+/// confined, as a [`Spawned`] that kills the program's group if the caller
+/// is gone before it takes it.
 pub(crate) async fn spawn_confined(
     command: tokio::process::Command,
     reach: Reach,
     require: bool,
-) -> Result<(tokio::process::Child, Confinement), SpawnError> {
+) -> Result<Spawned, SpawnError> {
     let handle = tokio::runtime::Handle::current();
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
@@ -238,13 +270,13 @@ fn confine_and_spawn(
     mut command: tokio::process::Command,
     reach: &Reach,
     require: bool,
-) -> Result<(tokio::process::Child, Confinement), SpawnError> {
+) -> Result<Spawned, SpawnError> {
     let confinement = confine_this_thread(reach);
     if let Some(reason) = refusal(require, &confinement) {
         return Err(SpawnError::Refused(reason));
     }
     let child = command.spawn().map_err(SpawnError::Start)?;
-    Ok((child, confinement))
+    Ok(Spawned(Some((child, confinement))))
 }
 
 /// Why a program is not started: confinement is required and not full.
@@ -332,5 +364,66 @@ mod tests {
                 .as_deref(),
             Some("not fully confined: kernel lacks seccomp")
         );
+    }
+
+    /// Whether `pid` is a live process (a zombie awaiting its reaper is dead).
+    #[cfg(unix)]
+    fn alive(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            let state = stat.rsplit(") ").next().and_then(|rest| rest.chars().next());
+            !matches!(state, Some('Z' | 'X' | 'x'))
+        })
+    }
+
+    /// A call dropped after the confining thread started the program but
+    /// before the call took it over (a turn aborted at that moment) leaves
+    /// nothing running: the program's whole group goes, including what it
+    /// started in the background.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn a_program_nobody_took_over_takes_its_group_with_it() {
+        use std::time::{Duration, Instant};
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("child.pid");
+        let mut command = tokio::process::Command::new("sh");
+        command
+            .arg("-c")
+            .arg(format!("sleep 300 & echo $! > {}; sleep 300", pid_file.display()))
+            .process_group(0)
+            .kill_on_drop(true);
+        let reach = Reach {
+            sandbox: dir.path().to_owned(),
+            read: Vec::new(),
+            write: Vec::new(),
+            network: false,
+        };
+        let mut call = Box::pin(spawn_confined(command, reach, false));
+        assert!(
+            futures::poll!(&mut call).is_pending(),
+            "the program starts on its own thread"
+        );
+        // The call is never polled again: the program runs, handed to no one.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let background = loop {
+            let pid = std::fs::read_to_string(&pid_file)
+                .ok()
+                .and_then(|t| t.strip_suffix('\n')?.trim().parse::<u32>().ok());
+            if let Some(pid) = pid {
+                break pid;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the program never wrote its child's pid"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        drop(call);
+        while alive(background) {
+            assert!(
+                Instant::now() < deadline,
+                "the background child {background} outlived the dropped call"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
