@@ -352,7 +352,7 @@ impl Record {
     }
 }
 
-/// The turns in progress of one home; see the [module docs](self).
+/// The turns in progress of one home; see the module docs.
 ///
 /// Shared as `Arc<TurnJournal>` by every harness and approval broker of an
 /// app. [`TurnJournal::in_memory`] keeps nothing on disk (tests, embedding

@@ -265,7 +265,7 @@ pub struct AppConfig {
     pub reflection: ReflectionSettings,
     /// Whether every session records a cassette from its start
     /// (`JARVIS_RECORD__ENABLED`, default off; see [`jarvis_turn::cassette`]).
-    /// One session is switched with [`AppHandle::set_recording`](super::AppHandle::set_recording).
+    /// One session is switched with [`AppAssembly::set_recording`](crate::AppAssembly::set_recording).
     pub record: bool,
 
     /// When the JSONL store `fsync`s (`JARVIS_STORE__FSYNC`: `end_of_turn`,

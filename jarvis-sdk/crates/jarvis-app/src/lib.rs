@@ -2,7 +2,7 @@
 //! settings), team definitions, the [`AgentRegistry`], [`build_app`] and
 //! [`AppAssembly`], the one assembly result every screen receives. Screens
 //! never assemble agents themselves. With the feature `mcp`,
-//! [`McpTeamServer`] serves the team to MCP clients. Domain packs plug in
+//! `McpTeamServer` serves the team to MCP clients. Domain packs plug in
 //! through [`Pack`].
 //!
 //! It is the top layer of the SDK and may use every layer below it.

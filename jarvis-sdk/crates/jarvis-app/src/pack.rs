@@ -17,7 +17,7 @@ use jarvis_agent::Tool;
 use jarvis_common::{Clock, TimeZone};
 use jarvis_initiative::{BuiltinJob, ProactiveSink};
 
-/// A domain pack; see the [module docs](self).
+/// A domain pack; see the module docs.
 pub trait Pack: Send + Sync + fmt::Debug {
     /// Its name, for logs and errors.
     fn name(&self) -> &str;

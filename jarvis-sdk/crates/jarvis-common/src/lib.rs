@@ -9,7 +9,7 @@
 //!
 //! This is the bottom layer of `jarvis-sdk`, a crate of its own so that the
 //! compiler keeps it knowing no other layer. The facade re-exports the names
-//! an application uses; [`pg`], [`words`] and the `pub` helpers not
+//! an application uses; `pg` (feature `postgres`), [`words`] and the `pub` helpers not
 //! re-exported there (`StagedFile`, `one_line`, `error_chain`,
 //! `jiff_timestamp`) are shared by the layers above and carry no stability
 //! promise of their own.

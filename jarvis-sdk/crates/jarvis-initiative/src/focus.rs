@@ -74,7 +74,7 @@ pub struct FocusStep {
     pub note: Option<String>,
 }
 
-/// A task's `state.json`; see the [module docs](self).
+/// A task's `state.json`; see the module docs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FocusTask {
     /// `f-<n>`.
@@ -232,7 +232,7 @@ pub enum FocusNoteKind {
     Finding,
 }
 
-/// Every Focus task of a home; see the [module docs](self).
+/// Every Focus task of a home; see the module docs.
 #[derive(Debug)]
 pub struct FocusStore {
     dir: PathBuf,

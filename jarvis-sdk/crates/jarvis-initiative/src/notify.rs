@@ -240,7 +240,7 @@ impl SendError {
     }
 }
 
-/// The notification dispatcher; see the [module docs](self).
+/// The notification dispatcher; see the module docs.
 pub struct Notifier {
     channels: Vec<Channel>,
     queue: Outbox,

@@ -227,7 +227,7 @@ struct State {
     outstanding: HashMap<String, Sent>,
 }
 
-/// The reflection daemon; see the [module docs](self).
+/// The reflection daemon; see the module docs.
 pub struct ProactiveDaemon {
     sessions: Arc<dyn ProactiveSessions>,
     loops: Option<Arc<OpenLoops>>,
@@ -357,7 +357,7 @@ impl ProactiveDaemon {
         Duration::from_secs_f64(scaled.clamp(base / 2.0, base * 8.0))
     }
 
-    /// One round: the outbox, then due reminders; see the [module docs](self).
+    /// One round: the outbox, then due reminders; see the module docs.
     pub async fn tick(&self) -> TickReport {
         let now = self.now();
         self.expire_ignored(now);

@@ -151,7 +151,7 @@ pub struct PageShape {
     pub title: Option<String>,
 }
 
-/// One source file; see the [module docs](self).
+/// One source file; see the module docs.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SourceFile {

@@ -22,8 +22,8 @@
 //! | `when.rs` | days a text states, periods a question names |
 //! | `ann.rs` | [`AnnOptions`]: the approximate (HNSW) index of large partitions, built in the background |
 //! | `graph_file.rs` | a partition's graph kept on disk between runs (`<database>-graphs/`) |
-//! | `sqlite.rs` | [`SqliteMemoryStore`] (feature `sqlite`, default): `$JARVIS_HOME/memory.sqlite3` |
-//! | `postgres.rs` | [`PostgresMemoryStore`] (feature `postgres`) |
+//! | `sqlite.rs` | `SqliteMemoryStore` (feature `sqlite`, default): `$JARVIS_HOME/memory.sqlite3` |
+//! | `postgres.rs` | `PostgresMemoryStore` (feature `postgres`) |
 //! | `postgres_notices.rs` | what a Postgres store hears of other writers (`LISTEN`/`NOTIFY`) |
 //! | `working.rs` | [`WorkingMemory`] and its rule |
 //! | `inject.rs` | [`MemoryContext`]: sections, budgets, the last 3 turns |

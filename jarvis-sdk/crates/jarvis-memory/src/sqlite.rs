@@ -168,7 +168,7 @@ where
 
 /// Long-term and working memory in a SQLite file (feature `sqlite`, on by
 /// default), the embedded sibling of
-/// [`PostgresMemoryStore`](super::PostgresMemoryStore).
+/// `PostgresMemoryStore` (feature `postgres`).
 ///
 /// **Tables.** `ltm_entries` (id, user_id, agent_id, layer, kind, source,
 /// text, metadata as JSON text, created_at in milliseconds since the

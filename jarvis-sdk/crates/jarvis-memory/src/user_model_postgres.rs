@@ -31,7 +31,7 @@ ALTER TABLE jarvis_user_model ADD COLUMN IF NOT EXISTS body JSONB NOT NULL DEFAU
 /// The row's key: one user model per deployment, as per home.
 const KEY: &str = "user";
 
-/// The user model in Postgres; see the [module docs](self).
+/// The user model in Postgres; see the module docs.
 pub struct PostgresUserModel {
     pool: Pool,
     target: Arc<str>,

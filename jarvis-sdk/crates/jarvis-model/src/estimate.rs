@@ -15,7 +15,7 @@
 //! | Hangul, kana, CJK ideographs and their punctuation, full-width forms | 1 token |
 //! | anything else | ½ token |
 
-/// About how many tokens `text` is (see the [module docs](self)): ASCII
+/// About how many tokens `text` is (see the module docs): ASCII
 /// characters count a quarter token, Hangul, kana and CJK characters one
 /// token, any other character half a token; the sum is rounded up, so only
 /// the empty text is 0.

@@ -64,7 +64,7 @@ pub struct ModelPrice {
     pub cached_input: Option<f64>,
 }
 
-/// Prices by model name; see the [module docs](self).
+/// Prices by model name; see the module docs.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PriceTable {
     prices: BTreeMap<String, ModelPrice>,

@@ -55,7 +55,7 @@ pub struct RosterEntry {
 }
 
 /// Where a delegated turn stands: the agents so far and the request this
-/// agent is working on. Travels in the turn's [`Extensions`](crate::Extensions).
+/// agent is working on. Travels in the turn's [`Extensions`](jarvis_common::Extensions).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DelegationChain {
     /// The agents of the chain, the first caller first, the current agent last.
@@ -162,7 +162,7 @@ pub struct AskAgentArgs {
     pub request: String,
 }
 
-/// The `ask_agent` tool; see the [module docs](self).
+/// The `ask_agent` tool; see the module docs.
 #[derive(Debug)]
 pub struct AskAgentTool {
     link: DirectoryLink,

@@ -1,6 +1,6 @@
 //! The turn layer: the turn orchestrator [`AgentSession`] directs one turn
 //! (security pipeline → thinking → harness → loop) and is the one way a turn
-//! runs. Around it: the input [`security`] pipeline, the real tool-gate
+//! runs. Around it: the input security pipeline ([`SecurityPipeline`]), the real tool-gate
 //! stages (the per-agent [`AgentToolPolicy`] and the per-session
 //! [`ApprovalBroker`] with layered rules), the per-session [`Sandbox`] and
 //! the built-in tools ([`builtin_tools`]), the memory tools every agent gets

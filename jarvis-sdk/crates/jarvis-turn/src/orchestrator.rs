@@ -255,14 +255,14 @@ impl AgentSessionParts {
     }
 
     /// Records every turn's tokens and cost with `meter` (see the
-    /// [module docs](self)).
+    /// module docs).
     pub fn with_usage(mut self, meter: UsageMeter) -> Self {
         self.usage = Some(meter);
         self
     }
 
     /// Bounds the session's turns by `budget`, days starting at midnight in
-    /// `zone` (see the [module docs](self)).
+    /// `zone` (see the module docs).
     pub fn with_budget(mut self, budget: Budget, zone: impl Into<TimeZone>) -> Self {
         self.budget = budget;
         self.time_zone = zone.into();
@@ -391,7 +391,7 @@ struct Inner {
 /// Turns the router's `recent_failures` signal looks back over.
 pub const RECENT_TURNS: usize = 5;
 
-/// One session of one agent; see the [module docs](self).
+/// One session of one agent; see the module docs.
 #[derive(Clone)]
 pub struct AgentSession {
     inner: Arc<Inner>,
@@ -722,7 +722,7 @@ impl AgentSession {
     }
 
     /// Runs one turn; a long one is acknowledged at once and continues in
-    /// the background (see the [module docs](self)).
+    /// the background (see the module docs).
     pub async fn prompt_dual(
         &self,
         text: impl Into<String>,

@@ -62,7 +62,7 @@ pub struct TaskHealth {
     pub last_failure: Option<String>,
 }
 
-/// Keeps named background tasks running; see the [module docs](self).
+/// Keeps named background tasks running; see the module docs.
 #[derive(Default)]
 pub struct Supervisor {
     tasks: Mutex<BTreeMap<String, TaskHealth>>,
@@ -109,7 +109,7 @@ impl Supervisor {
     }
 
     /// Runs `make()`'s future as the task `name` until `cancel` fires,
-    /// starting it again after a failure (see the [module docs](self)).
+    /// starting it again after a failure (see the module docs).
     pub fn spawn<F, Fut>(self: &Arc<Self>, name: &str, cancel: CancellationToken, make: F) -> JoinHandle<()>
     where
         F: Fn() -> Fut + Send + 'static,

@@ -292,7 +292,7 @@ impl State {
     }
 }
 
-/// The usage ledger; see the [module docs](self). Every method takes
+/// The usage ledger; see the module docs. Every method takes
 /// `&self`: share it as an `Arc`.
 #[derive(Debug)]
 pub struct UsageLedger {

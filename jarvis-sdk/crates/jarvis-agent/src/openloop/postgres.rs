@@ -39,7 +39,7 @@ CREATE INDEX IF NOT EXISTS jarvis_open_loops_open ON jarvis_open_loops (session_
 const COLUMNS: &str =
     "id, session_id, agent_id, text, kind, due, condition, created_at, closed_at, reminded_at";
 
-/// Open loops in Postgres; see the [module docs](self). Cheap to clone.
+/// Open loops in Postgres; see the module docs. Cheap to clone.
 #[derive(Clone)]
 pub struct PostgresOpenLoopStore {
     pool: Pool,

@@ -135,7 +135,7 @@ pub struct BudgetReached {
     pub limit: String,
 }
 
-/// What one turn spends, its children included (see the [module docs](self)).
+/// What one turn spends, its children included (see the module docs).
 #[derive(Debug)]
 pub struct UsageTally {
     parent: Option<Arc<UsageTally>>,

@@ -93,7 +93,7 @@ struct State {
     dirty: HashSet<SessionId>,
 }
 
-/// The log; see the [module docs](self).
+/// The log; see the module docs.
 #[derive(Debug)]
 pub(super) struct Wal {
     dir: PathBuf,
@@ -184,7 +184,7 @@ impl Wal {
     }
 
     /// Makes everything up to `position` durable: leads a sync, or waits
-    /// for the one under way to cover it. See the [module docs](self).
+    /// for the one under way to cover it. See the module docs.
     pub(super) async fn sync_through(self: &Arc<Self>, position: Position) -> io::Result<()> {
         loop {
             let done = self.done.notified();

@@ -124,7 +124,7 @@ pub fn parse_facts(text: &str, shown: &[MemoryRecord]) -> Result<Vec<DistilledFa
         .collect())
 }
 
-/// The distiller; see the [module docs](self). Share it as `Arc<Distiller>`.
+/// The distiller; see the module docs. Share it as `Arc<Distiller>`.
 pub struct Distiller {
     learner: Learner,
     config: DistillConfig,

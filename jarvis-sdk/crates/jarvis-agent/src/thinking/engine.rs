@@ -160,7 +160,7 @@ impl Default for ThoughtConfig {
     }
 }
 
-/// The inner thought engine; see the [module docs](self).
+/// The inner thought engine; see the module docs.
 ///
 /// After a turn ([`ThinkingHook::after_turn`]) it runs its learners, when it
 /// carries them: the [`Reflector`] (procedure learning and failure

@@ -179,7 +179,7 @@ impl ProcedureDraft {
     }
 }
 
-/// The reflector; see the [module docs](self). Share it as `Arc<Reflector>`.
+/// The reflector; see the module docs. Share it as `Arc<Reflector>`.
 pub struct Reflector {
     learner: Learner,
     config: ReflectionConfig,
@@ -237,7 +237,7 @@ impl Reflector {
         &self.config
     }
 
-    /// Reflects on a finished turn; see the [module docs](self).
+    /// Reflects on a finished turn; see the module docs.
     pub async fn reflect(&self, report: &TurnReport) -> Result<Reflection, LearnError> {
         let overflowed = report.overflows > 0;
         let went_well = matches!(report.stop_reason, StopReason::Stop | StopReason::Final)

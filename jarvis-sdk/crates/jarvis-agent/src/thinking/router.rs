@@ -62,7 +62,7 @@ pub struct Route {
     pub features: RouteFeatures,
 }
 
-/// The Thought Router; see the [module docs](self).
+/// The Thought Router; see the module docs.
 #[derive(Debug, Clone, Copy)]
 pub struct ThoughtRouter {
     threshold: f32,

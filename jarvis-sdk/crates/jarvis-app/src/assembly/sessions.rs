@@ -17,7 +17,7 @@ impl AppAssembly {
 
     /// This node's link to the other nodes of its deployment: `Some` when
     /// sessions are in Postgres ([`StoreBackend::Postgres`]), `None`
-    /// otherwise. See [`crate::cluster`].
+    /// otherwise (see [`ClusterLink`](crate::ClusterLink)).
     pub fn cluster(&self) -> Option<&Arc<dyn crate::cluster::ClusterLink>> {
         self.inner.cluster.as_ref()
     }

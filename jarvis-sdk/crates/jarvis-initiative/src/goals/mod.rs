@@ -88,7 +88,7 @@ pub struct GoalNote {
     pub text: String,
 }
 
-/// One goal; see the [module docs](self) for the file.
+/// One goal; see the module docs for the file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Goal {
     /// `g-<n>`, unique per agent.
@@ -285,7 +285,7 @@ enum Backend {
 }
 
 /// The goals of every agent of a home, or of every node of a deployment;
-/// see the [module docs](self).
+/// see the module docs.
 #[derive(Debug)]
 pub struct GoalStore {
     backend: Backend,

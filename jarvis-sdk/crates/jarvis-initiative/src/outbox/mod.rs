@@ -107,7 +107,7 @@ enum Record {
     Done { v: u32, message_id: String },
 }
 
-/// The outbox; see the [module docs](self).
+/// The outbox; see the module docs.
 #[derive(Debug)]
 pub struct Outbox {
     file: Option<(PathBuf, Mutex<File>)>,

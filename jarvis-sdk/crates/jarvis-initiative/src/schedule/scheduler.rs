@@ -407,7 +407,7 @@ impl Scheduler {
         self
     }
 
-    /// Adds a job defined in code (such as [`WatchJob`](super::WatchJob)).
+    /// Adds a job defined in code (such as a pack's job).
     pub fn with_builtin(mut self, job: Arc<dyn BuiltinJob>) -> Self {
         self.builtins.push(job);
         self

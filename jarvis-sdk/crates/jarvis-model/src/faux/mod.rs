@@ -132,7 +132,7 @@ fallback:
   chunks: 12
 "#;
 
-/// A scripted provider; see the [module docs](self) for the script format.
+/// A scripted provider; see the module docs for the script format.
 #[derive(Debug)]
 pub struct FauxProvider {
     rules: Vec<(CompiledWhen, FauxRule)>,

@@ -154,7 +154,7 @@ impl Slot {
     }
 }
 
-/// validation → auth → policy; see the [module docs](self).
+/// validation → auth → policy; see the module docs.
 #[derive(Clone)]
 pub struct SecurityPipeline {
     validation: Arc<dyn SecurityStage>,

@@ -22,7 +22,7 @@
 //!
 //! Ordinary text passes: `a < b`, `x<y && y>z`, "I like javascript",
 //! "the onload event". Text that *names* a tag with its brackets, such as
-//! "describe the <script> tag", is refused: the check is deliberately
+//! "describe the `<script>` tag", is refused: the check is deliberately
 //! conservative, and "the script tag" says the same without markup.
 //!
 //! # HTML escaping
@@ -52,7 +52,7 @@ impl Default for ValidationConfig {
     }
 }
 
-/// The standard validation stage; see the [module docs](self).
+/// The standard validation stage; see the module docs.
 #[derive(Debug, Clone, Default)]
 pub struct Validation {
     config: ValidationConfig,
