@@ -388,7 +388,7 @@ pub(super) struct Jobs {
 pub(super) fn scheduler_for(
     config: &AppConfig,
     app_link: &Arc<OnceLock<Weak<AppInner>>>,
-    packs: super::tools::PackOut,
+    packs: PackParts,
     #[cfg_attr(not(feature = "postgres"), allow(unused_variables))] stores: &super::stores::StoreParts,
     #[cfg_attr(not(feature = "sources"), allow(unused_variables))] registry: &AgentRegistry,
 ) -> Result<Jobs, AppError> {

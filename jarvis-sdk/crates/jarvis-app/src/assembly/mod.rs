@@ -27,6 +27,7 @@ use super::config::{AppConfig, MemoryBackend, StoreBackend};
 use super::definition::{TeamContext, apply_main_definition, load_team, parse_definition, seed_team_dir};
 use super::embedder::EmbedderChoice;
 use super::error::AppError;
+use super::pack::PackParts;
 use super::profile::{AgentProfile, MAIN_AGENT, Palette};
 use super::registry::AgentRegistry;
 use super::subagent::{RunSubagentTool, SubagentRuntime, last_sub_number};

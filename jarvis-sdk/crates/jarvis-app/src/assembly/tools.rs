@@ -78,26 +78,14 @@ pub(super) fn register(tools: &mut ToolRegistry, tool: Arc<dyn Tool>) -> Result<
         .map_err(|e| AppError::Config(format!("tool registry: {e}")))
 }
 
-/// What the packs bring: tools, jobs and source kinds.
-pub(super) struct PackOut {
-    pub(super) tools: Vec<Arc<dyn Tool>>,
-    pub(super) jobs: Vec<Arc<dyn jarvis_initiative::BuiltinJob>>,
-    #[cfg(feature = "sources")]
-    pub(super) source_kinds: Vec<Arc<dyn jarvis_initiative::SourceType>>,
-}
-
-/// Builds every pack of `config`; their jobs report through `app_link`.
+/// Builds every pack of `config` and merges their parts; their jobs report
+/// through `app_link`.
 pub(super) fn pack_parts(
     config: &AppConfig,
     app_link: &Arc<OnceLock<Weak<AppInner>>>,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<PackOut, AppError> {
-    let mut out = PackOut {
-        tools: Vec::new(),
-        jobs: Vec::new(),
-        #[cfg(feature = "sources")]
-        source_kinds: Vec::new(),
-    };
+) -> Result<PackParts, AppError> {
+    let mut out = PackParts::new();
     for pack in &config.packs {
         let cx = crate::PackContext {
             home: &config.home,
