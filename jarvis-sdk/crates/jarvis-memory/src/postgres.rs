@@ -3,28 +3,31 @@
 //! several server instances sharing one database. No pgvector needed.
 //!
 //! The rules are documented on [`PostgresMemoryStore`].
+//!
+//! Files: `postgres/schema.rs` (the schema and the backfill),
+//! `postgres/statements.rs` (the SQL of reads and writes),
+//! `postgres/mirror.rs` (the mirror of the tables in the index).
 
 use async_trait::async_trait;
-use deadpool_postgres::GenericClient;
 use deadpool_postgres::Pool;
-use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
-use std::time::SystemTime;
-use tokio_postgres::Row;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 use tokio_postgres::types::{Json, ToSql};
 
 use super::error::{BoxError, MemoryError};
-use super::index::Index;
-use super::postgres_notices::{Listener, TRIGGERS, WRITER_SETTING, writer_token};
-use super::record::{Layer, MemoryFilter, MemoryRecord, SearchHit, SearchQuery};
-use super::rules::sql_case;
+use super::postgres_notices::{Listener, WRITER_SETTING, writer_token};
+use super::record::{MemoryFilter, MemoryRecord, SearchHit, SearchQuery};
 use super::store::MemoryStore;
 use super::working::WorkingMemory;
-use jarvis_common::Timestamp;
 use jarvis_common::pg::{PgSetupError, build_pool_with, config_with, connection};
 
-/// Key of the advisory lock migrations hold (`jarvis` in ASCII, then 2).
-const MIGRATION_LOCK: i64 = 0x6a61_7276_6973_0002;
+mod mirror;
+mod schema;
+mod statements;
+
+use mirror::Mirror;
+use statements::{RecordColumns, TOUCH, UPSERT_WITH_WORKING, upsert};
+
 /// Key of the advisory lock every write holds (`jarvis`, then 3).
 const WRITE_LOCK: i64 = 0x6a61_7276_6973_0003;
 
@@ -37,89 +40,6 @@ const WRITE_LOCK: i64 = 0x6a61_7276_6973_0003;
 /// rows by an index (`id`, `seq`, `session_id`), so the planner is told to
 /// take one; statements no index serves (the backfill) still scan.
 const PLANNER_SETTINGS: &[(&str, &str)] = &[("enable_seqscan", "off")];
-
-/// The schema and the backfill, in order.
-fn migrations() -> String {
-    format!(
-        r#"
-CREATE TABLE IF NOT EXISTS jarvis_ltm_entries (
-    id TEXT PRIMARY KEY
-);
-ALTER TABLE jarvis_ltm_entries ADD COLUMN IF NOT EXISTS user_id TEXT NOT NULL DEFAULT 'default';
-ALTER TABLE jarvis_ltm_entries ADD COLUMN IF NOT EXISTS agent_id TEXT;
-ALTER TABLE jarvis_ltm_entries ADD COLUMN IF NOT EXISTS layer TEXT;
-ALTER TABLE jarvis_ltm_entries ADD COLUMN IF NOT EXISTS kind TEXT;
-ALTER TABLE jarvis_ltm_entries ADD COLUMN IF NOT EXISTS source TEXT NOT NULL DEFAULT '';
-ALTER TABLE jarvis_ltm_entries ADD COLUMN IF NOT EXISTS text TEXT NOT NULL DEFAULT '';
-ALTER TABLE jarvis_ltm_entries ADD COLUMN IF NOT EXISTS metadata JSONB NOT NULL DEFAULT '{{}}'::jsonb;
-ALTER TABLE jarvis_ltm_entries ADD COLUMN IF NOT EXISTS created_at TIMESTAMPTZ NOT NULL DEFAULT now();
-ALTER TABLE jarvis_ltm_entries ADD COLUMN IF NOT EXISTS rehearsal INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE jarvis_ltm_entries ADD COLUMN IF NOT EXISTS embedding_f32 REAL[];
-ALTER TABLE jarvis_ltm_entries ADD COLUMN IF NOT EXISTS embedder TEXT NOT NULL DEFAULT '';
-CREATE SEQUENCE IF NOT EXISTS jarvis_ltm_entries_seq;
-ALTER TABLE jarvis_ltm_entries ADD COLUMN IF NOT EXISTS seq BIGINT;
-ALTER TABLE jarvis_ltm_entries ADD COLUMN IF NOT EXISTS written_seq BIGINT;
-UPDATE jarvis_ltm_entries SET agent_id = 'main' WHERE agent_id IS NULL;
-UPDATE jarvis_ltm_entries SET layer = {layer} WHERE layer IS NULL;
-UPDATE jarvis_ltm_entries SET kind = {kind} WHERE kind IS NULL;
-UPDATE jarvis_ltm_entries AS t SET seq = o.n FROM (
-    SELECT id, nextval('jarvis_ltm_entries_seq') AS n FROM (
-        SELECT id FROM jarvis_ltm_entries WHERE seq IS NULL ORDER BY created_at, id
-    ) AS ordered
-) AS o WHERE t.id = o.id;
-ALTER TABLE jarvis_ltm_entries
-    ALTER COLUMN agent_id SET DEFAULT 'main',
-    ALTER COLUMN agent_id SET NOT NULL,
-    ALTER COLUMN layer SET NOT NULL,
-    ALTER COLUMN kind SET NOT NULL,
-    ALTER COLUMN seq SET DEFAULT nextval('jarvis_ltm_entries_seq'),
-    ALTER COLUMN seq SET NOT NULL;
-ALTER SEQUENCE jarvis_ltm_entries_seq OWNED BY jarvis_ltm_entries.seq;
-CREATE INDEX IF NOT EXISTS jarvis_ltm_entries_by_seq ON jarvis_ltm_entries (seq);
-CREATE INDEX IF NOT EXISTS jarvis_ltm_entries_by_scope ON jarvis_ltm_entries (user_id, layer, agent_id, kind);
-CREATE TABLE IF NOT EXISTS jarvis_ltm_deleted (
-    id TEXT PRIMARY KEY,
-    seq BIGINT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS jarvis_ltm_deleted_by_seq ON jarvis_ltm_deleted (seq);
-CREATE TABLE IF NOT EXISTS jarvis_working_memory (
-    session_id TEXT PRIMARY KEY
-);
-ALTER TABLE jarvis_working_memory ADD COLUMN IF NOT EXISTS user_id TEXT NOT NULL DEFAULT 'default';
-ALTER TABLE jarvis_working_memory ADD COLUMN IF NOT EXISTS agent_id TEXT NOT NULL DEFAULT 'main';
-ALTER TABLE jarvis_working_memory ADD COLUMN IF NOT EXISTS body JSONB NOT NULL DEFAULT '{{}}'::jsonb;
-ALTER TABLE jarvis_working_memory ADD COLUMN IF NOT EXISTS updated_at TIMESTAMPTZ NOT NULL DEFAULT now();
-"#,
-        layer = sql_case("layer"),
-        kind = sql_case("kind"),
-    )
-}
-
-#[derive(Debug, Default)]
-struct Mirror {
-    index: Index,
-    /// Every change up to this `seq` is in the index.
-    last_seq: i64,
-    /// This store's own changes past `last_seq`, already in the index
-    /// (see [`PostgresMemoryStore::applied`]); a gap before the first of
-    /// them is a change the index lacks.
-    own: BTreeSet<i64>,
-    /// The notices' generation when the last refresh began.
-    heard_at: u64,
-}
-
-impl Mirror {
-    /// Moves `last_seq` over the own changes that follow it.
-    fn advance(&mut self) {
-        while let Some(&first) = self.own.first() {
-            if first > self.last_seq + 1 {
-                break;
-            }
-            self.own.pop_first();
-            self.last_seq = self.last_seq.max(first);
-        }
-    }
-}
 
 /// Working memories by session, as this store last wrote or read them,
 /// with the notices' generation of that moment (see
@@ -255,28 +175,6 @@ impl PostgresMemoryStore {
         store.refresh().await?;
         Ok(store)
     }
-
-    /// Brings the schema up to date and backfills legacy rows. Idempotent,
-    /// and safe when several processes run it at once;
-    /// [`connect`](Self::connect) runs it.
-    pub async fn migrate(&self) -> Result<(), MemoryError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(db("start the migration"))?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
-            .await
-            .map_err(db("lock the schema for migration"))?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK])
-            .await
-            .map_err(db("lock writes for the backfill"))?;
-        tx.batch_execute(&migrations())
-            .await
-            .map_err(db("migrate the memory tables"))?;
-        tx.batch_execute(TRIGGERS)
-            .await
-            .map_err(db("create the memory tables' triggers"))?;
-        tx.commit().await.map_err(db("commit the migration"))
-    }
-
     async fn client(&self) -> Result<deadpool_postgres::Object, MemoryError> {
         connection(&self.pool, &self.target).await.map_err(setup_error)
     }
@@ -296,16 +194,6 @@ impl PostgresMemoryStore {
         }
         if let Err(e) = self.rehearse(&pending).await {
             tracing::warn!("memory store (postgres): a recall's rehearsal was not written: {e}");
-        }
-    }
-
-    /// Puts rehearsals written by this store (ids, `seq`s and counts, as
-    /// [`touch_rows`] answers them) into the mirror.
-    fn rehearsed(mirror: &mut Mirror, ids: &[String], seqs: &[i64], counts: &[i32]) {
-        for ((id, &seq), &count) in ids.iter().zip(seqs).zip(counts) {
-            Self::applied(mirror, seq, |index| {
-                index.set_rehearsal(id, u32::try_from(count).unwrap_or(0));
-            });
         }
     }
 
@@ -333,23 +221,6 @@ impl PostgresMemoryStore {
         }
         Self::rehearsed(&mut self.mirror(), &touched.0, &touched.1, &touched.2);
         Ok(())
-    }
-
-    fn mirror(&self) -> MutexGuard<'_, Mirror> {
-        self.mirror.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Puts one of this store's own changes, stamped `seq`, into the
-    /// mirror at once, unless the mirror already holds everything up to
-    /// `seq` (a refresh brought it, or what replaced it). The next refresh
-    /// reads it again only when a change the mirror lacks comes before it.
-    fn applied(mirror: &mut Mirror, seq: i64, apply: impl FnOnce(&mut Index)) {
-        if seq <= mirror.last_seq {
-            return;
-        }
-        apply(&mut mirror.index);
-        mirror.own.insert(seq);
-        mirror.advance();
     }
 
     fn working_cache(&self) -> MutexGuard<'_, WorkingCache> {
@@ -389,97 +260,6 @@ impl PostgresMemoryStore {
     pub async fn until_listening(&self, listening: bool) {
         self.listener.notices().until_listening(listening).await;
     }
-
-    /// Fetches the rows written since the last refresh into the mirror, in
-    /// pages of [`REFRESH_PAGE`] rows of each table, each side in `seq`
-    /// order from the last row seen, one round trip a page. The statement
-    /// is prepared once per connection, and its plan walks the `seq` index
-    /// whatever the table held when it was made ([`refresh_statement`]).
-    async fn refresh(&self) -> Result<(), MemoryError> {
-        self.settle().await;
-        let _one_at_a_time = self.refreshing.lock().await;
-        // Taken before the read: a notice that comes during it moves the
-        // generation past this, and the next catch-up reads again.
-        let generation = self.listener.notices().generation();
-        let client = self.client().await?;
-        let statement = client
-            .prepare_cached(refresh_statement())
-            .await
-            .map_err(db("read new memories"))?;
-        loop {
-            let since = self.mirror().last_seq;
-            let rows = client
-                .query(&statement, &[&since, &REFRESH_PAGE, &i64::MAX])
-                .await
-                .map_err(db("read new memories"))?;
-            if rows.is_empty() {
-                let mut mirror = self.mirror();
-                mirror.heard_at = generation;
-                let last = mirror.last_seq;
-                mirror.own.retain(|&seq| seq > last);
-                mirror.advance();
-                return Ok(());
-            }
-            // A side that filled its page may have more rows past its last
-            // one: this page is whole up to the lower of those.
-            let seq_of = |row: &Row| row.try_get::<_, i64>(12).unwrap_or(i64::MAX);
-            let gone_of = |row: &Row| row.try_get::<_, bool>(13).unwrap_or(false);
-            let mut cut: Option<i64> = None;
-            for gone in [false, true] {
-                let side: Vec<i64> = rows.iter().filter(|r| gone_of(r) == gone).map(seq_of).collect();
-                if side.len() as i64 >= REFRESH_PAGE {
-                    let last = side.iter().copied().max().unwrap_or(i64::MAX);
-                    cut = Some(cut.map_or(last, |c| c.min(last)));
-                }
-            }
-            let mut mirror = self.mirror();
-            for row in rows.iter().filter(|r| cut.is_none_or(|c| seq_of(r) <= c)) {
-                if gone_of(row) {
-                    if let (Ok(id), Ok(seq)) = (row.try_get::<_, String>(0), row.try_get::<_, i64>(12)) {
-                        mirror.index.remove(&id);
-                        mirror.last_seq = mirror.last_seq.max(seq);
-                    }
-                    continue;
-                }
-                if row.try_get::<_, bool>(14).unwrap_or(false) {
-                    if let (Ok(id), Ok(rehearsal), Ok(seq)) = (
-                        row.try_get::<_, String>(0),
-                        row.try_get::<_, i32>(9),
-                        row.try_get::<_, i64>(12),
-                    ) {
-                        mirror
-                            .index
-                            .set_rehearsal(&id, u32::try_from(rehearsal).unwrap_or(0));
-                        mirror.last_seq = mirror.last_seq.max(seq);
-                    }
-                    continue;
-                }
-                match record_from_row(row) {
-                    Ok((record, seq)) => {
-                        mirror.index.upsert(record);
-                        mirror.last_seq = mirror.last_seq.max(seq);
-                    }
-                    Err(e) => {
-                        if let Ok(seq) = row.try_get::<_, i64>(12) {
-                            mirror.last_seq = mirror.last_seq.max(seq);
-                        }
-                        tracing::warn!("memory store (postgres): skipped a damaged row: {e}");
-                    }
-                }
-            }
-            if let Some(c) = cut {
-                mirror.last_seq = mirror.last_seq.max(c);
-            }
-            let last = mirror.last_seq;
-            mirror.own.retain(|&seq| seq > last);
-            mirror.advance();
-            if cut.is_none() {
-                mirror.heard_at = generation;
-                return Ok(());
-            }
-        }
-    }
-
     /// Runs `write` in a transaction holding the write lock, then refreshes.
     async fn write<T, F>(&self, op: &'static str, write: F) -> Result<T, MemoryError>
     where
@@ -503,222 +283,11 @@ impl PostgresMemoryStore {
     }
 }
 
-/// A record and its `seq` from a row of [`refresh_statement`].
-fn record_from_row(row: &Row) -> Result<(MemoryRecord, i64), String> {
-    let get = |e: tokio_postgres::Error| e.to_string();
-    let id: String = row.try_get(0).map_err(get)?;
-    let layer: String = row.try_get(3).map_err(get)?;
-    let layer = Layer::parse(&layer).ok_or_else(|| format!("row {id} has unknown layer {layer:?}"))?;
-    let Json(metadata): Json<serde_json::Value> = row.try_get(7).map_err(get)?;
-    let created_at: SystemTime = row.try_get(8).map_err(get)?;
-    let rehearsal: i32 = row.try_get(9).map_err(get)?;
-    let embedding: Option<Vec<f32>> = row.try_get(10).map_err(get)?;
-    let embedding = embedding.unwrap_or_default();
-    let embedder: String = row.try_get(11).map_err(get)?;
-    let seq: i64 = row.try_get(12).map_err(get)?;
-    Ok((
-        MemoryRecord {
-            user: row.try_get(1).map_err(get)?,
-            agent_id: row.try_get(2).map_err(get)?,
-            layer,
-            kind: row.try_get(4).map_err(get)?,
-            source: row.try_get(5).map_err(get)?,
-            text: row.try_get(6).map_err(get)?,
-            metadata,
-            created_at: Timestamp::from_system_time(created_at),
-            rehearsal: u32::try_from(rehearsal).unwrap_or(0),
-            embedder: if embedding.is_empty() {
-                String::new()
-            } else {
-                embedder
-            },
-            embedding,
-            id,
-        },
-        seq,
-    ))
-}
-
 fn setup_error(e: PgSetupError) -> MemoryError {
     match e {
         PgSetupError::Unreachable { target, source } => MemoryError::Unreachable { target, source },
         PgSetupError::Other { op, source } => MemoryError::Database { op, source },
     }
-}
-
-/// Takes the write lock (its key the statement's last parameter) inside a
-/// single statement's own transaction: the guard `EXISTS (SELECT 1 FROM
-/// write_lock)` is evaluated once, before the statement's first row is
-/// stamped from the sequence, and the lock is held until the statement
-/// commits, as a transaction of [`PostgresMemoryStore::write`] holds it,
-/// in one round trip instead of four.
-macro_rules! locked {
-    ($key:literal) => {
-        concat!(
-            "WITH write_lock AS (SELECT pg_advisory_xact_lock(",
-            $key,
-            "::BIGINT)) "
-        )
-    };
-}
-
-/// Rows of each table a refresh reads per round trip.
-const REFRESH_PAGE: i64 = 10_000;
-
-/// The rows of both tables past `seq` `$1`, at most `$2` of each, in `seq`
-/// order: a record's columns (`id`, `user_id`, `agent_id`, `layer`,
-/// `kind`, `source`, `text`, `metadata`, `created_at`, `rehearsal`,
-/// `embedding_f32`, `embedder`), `seq`, then `gone` and `light`.
-/// Tombstones (`gone`) carry only their id and `seq`. A row whose content
-/// was written at or before `$1` (`written_seq`, which a rehearsal sets
-/// to the `seq` it had before) and has since only been rehearsed comes
-/// `light`: without text, metadata or vector, which the mirror already
-/// holds, so a turn's rehearsals come back as a few bytes each.
-///
-/// `$3` is always `i64::MAX`: bounded on both sides, `seq` is a range
-/// the planner takes for a small share of the table whatever the values,
-/// so the plan it keeps for the prepared statement walks the `seq` index
-/// in order (with [`PLANNER_SETTINGS`]) rather than collecting and sorting
-/// a third of the table. A plan that scanned the table cost 1–6 ms per
-/// refresh at 10,000 records, against tenths of a millisecond walking the
-/// index; sending the statement unnamed to have it planned for the values
-/// at hand avoided that but paid its parse and plan every turn (0.5–0.9
-/// ms of the server's time at 1,000 records).
-fn refresh_statement() -> &'static str {
-    const FRESH: &str = "COALESCE(written_seq, seq) > $1";
-    static STATEMENT: LazyLock<String> = LazyLock::new(|| {
-        format!(
-            "(SELECT id, user_id, agent_id, layer, kind, source, \
-               CASE WHEN {FRESH} THEN text ELSE '' END, \
-               CASE WHEN {FRESH} THEN metadata ELSE '{{}}'::jsonb END, created_at, rehearsal, \
-               CASE WHEN {FRESH} THEN embedding_f32 END, embedder, seq, false AS gone, NOT {FRESH} AS light \
-             FROM jarvis_ltm_entries WHERE seq > $1 AND seq <= $3 ORDER BY seq LIMIT $2) \
-             UNION ALL \
-             (SELECT id, '', '', '', '', '', '', '{{}}'::jsonb, now(), 0, NULL::real[], '', seq, true, false \
-             FROM jarvis_ltm_deleted WHERE seq > $1 AND seq <= $3 ORDER BY seq LIMIT $2) \
-             ORDER BY seq"
-        )
-    });
-    &STATEMENT
-}
-
-/// The upsert of one record, `$1`–`$12` its columns; every write of a
-/// record's content goes through it, so it clears `written_seq` (see
-/// [`refresh_statement`]).
-macro_rules! upsert_record {
-    () => {
-        "INSERT INTO jarvis_ltm_entries \
-           (id, user_id, agent_id, layer, kind, source, text, metadata, created_at, rehearsal, embedding_f32, embedder) \
-         SELECT $1::TEXT, $2::TEXT, $3::TEXT, $4::TEXT, $5::TEXT, $6::TEXT, $7::TEXT, $8::JSONB, \
-           $9::TIMESTAMPTZ, $10::INTEGER, $11::REAL[], $12::TEXT WHERE EXISTS (SELECT 1 FROM write_lock) \
-         ON CONFLICT (id) DO UPDATE SET user_id = EXCLUDED.user_id, agent_id = EXCLUDED.agent_id, \
-           layer = EXCLUDED.layer, kind = EXCLUDED.kind, source = EXCLUDED.source, text = EXCLUDED.text, \
-           metadata = EXCLUDED.metadata, created_at = EXCLUDED.created_at, rehearsal = EXCLUDED.rehearsal, \
-           embedding_f32 = EXCLUDED.embedding_f32, embedder = EXCLUDED.embedder, written_seq = NULL, \
-           seq = nextval('jarvis_ltm_entries_seq')"
-    };
-}
-
-/// The upsert of one record (`$1`–`$12` its columns, `$13` the write
-/// lock's key), a statement of its own; answers the `seq` it stamped.
-const UPSERT: &str = concat!(locked!("$13"), upsert_record!(), " RETURNING seq");
-
-/// The rehearsals of the records named in the array `$ids` (a record
-/// named `n` times, `n` rehearsals more), except the record `$except`:
-/// an `UPDATE` that answers each record's id, new `seq` and count. Its
-/// plan looks each record up by its key ([`PLANNER_SETTINGS`]).
-macro_rules! touch_rows {
-    ($ids:literal, $except:literal) => {
-        concat!(
-            "UPDATE jarvis_ltm_entries AS e SET rehearsal = e.rehearsal + t.n, \
-               written_seq = COALESCE(e.written_seq, e.seq), seq = nextval('jarvis_ltm_entries_seq') \
-             FROM (SELECT id, count(*)::INTEGER AS n FROM unnest(",
-            $ids,
-            "::TEXT[]) AS id GROUP BY id) AS t \
-             WHERE e.id = t.id AND e.id IS DISTINCT FROM ",
-            $except,
-            " AND EXISTS (SELECT 1 FROM write_lock) RETURNING e.id, e.seq, e.rehearsal"
-        )
-    };
-}
-
-/// [`UPSERT`], the rehearsals a recall left for it (`$18`, as
-/// [`TOUCH`]'s `$1`; a rehearsal of the record written is dropped: the
-/// write's count is the last word) and the working memory of a session
-/// (`$14`–`$17`: session, user, agent, body) in one statement: what the
-/// end of a turn writes, in one round trip, all or nothing. The upsert
-/// and the rehearsals are data-modifying `WITH` steps, which run to
-/// completion whether or not the statement reads them; they change
-/// different rows. Answers the `seq` the record was stamped with, then
-/// the rehearsed records' ids, `seq`s and counts.
-const UPSERT_WITH_WORKING: &str = concat!(
-    locked!("$13"),
-    ", touched AS (",
-    touch_rows!("$18", "$1::TEXT"),
-    "), episode AS (",
-    upsert_record!(),
-    " RETURNING seq) ",
-    "INSERT INTO jarvis_working_memory (session_id, user_id, agent_id, body, updated_at) \
-     VALUES ($14::TEXT, $15::TEXT, $16::TEXT, $17::JSONB, now()) ON CONFLICT (session_id) DO UPDATE SET \
-     user_id = EXCLUDED.user_id, agent_id = EXCLUDED.agent_id, body = EXCLUDED.body, \
-     updated_at = EXCLUDED.updated_at RETURNING (SELECT seq FROM episode), \
-     ARRAY(SELECT id FROM touched), ARRAY(SELECT seq FROM touched), ARRAY(SELECT rehearsal FROM touched)"
-);
-
-/// The rehearsals of the records named in `$1` ([`touch_rows`]; `$2` the
-/// write lock's key), a statement of its own, prepared once per
-/// connection. Answers each record's id, new `seq` and count.
-const TOUCH: &str = concat!(locked!("$2"), touch_rows!("$1", "NULL::TEXT"));
-
-/// The values of a record's columns, `$1`–`$12` of [`UPSERT`] and
-/// [`UPSERT_WITH_WORKING`], in their order.
-struct RecordColumns<'a> {
-    record: &'a MemoryRecord,
-    layer: &'a str,
-    metadata: Json<&'a serde_json::Value>,
-    created_at: SystemTime,
-    rehearsal: i32,
-    embedding: Option<&'a [f32]>,
-}
-
-impl<'a> RecordColumns<'a> {
-    fn of(record: &'a MemoryRecord) -> Self {
-        Self {
-            record,
-            layer: record.layer.as_str(),
-            metadata: Json(&record.metadata),
-            created_at: record.created_at.to_system_time(),
-            rehearsal: i32::try_from(record.rehearsal).unwrap_or(i32::MAX),
-            embedding: (!record.embedding.is_empty()).then_some(record.embedding.as_slice()),
-        }
-    }
-
-    fn params(&'a self) -> Vec<&'a (dyn ToSql + Sync)> {
-        let r = self.record;
-        vec![
-            &r.id,
-            &r.user,
-            &r.agent_id,
-            &self.layer,
-            &r.kind,
-            &r.source,
-            &r.text,
-            &self.metadata,
-            &self.created_at,
-            &self.rehearsal,
-            &self.embedding,
-            &r.embedder,
-        ]
-    }
-}
-
-/// Writes `record` ([`UPSERT`]); answers the `seq` it was stamped with.
-async fn upsert(client: &impl GenericClient, record: &MemoryRecord) -> Result<i64, tokio_postgres::Error> {
-    let stmt = client.prepare_cached(UPSERT).await?;
-    let columns = RecordColumns::of(record);
-    let mut params = columns.params();
-    params.push(&WRITE_LOCK);
-    client.query_one(&stmt, &params).await?.try_get(0)
 }
 
 #[async_trait]
@@ -965,6 +534,7 @@ impl MemoryStore for PostgresMemoryStore {
 
 #[cfg(test)]
 mod tests {
+    use super::statements::{REFRESH_PAGE, refresh_statement};
     use super::*;
     use jarvis_common::testing::TempPostgres;
 

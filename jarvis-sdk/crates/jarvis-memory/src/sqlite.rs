@@ -3,11 +3,13 @@
 //! memory outlives the process without a database server.
 //!
 //! The rules are documented on [`SqliteMemoryStore`].
+//!
+//! Files: `sqlite/schema.rs` (opening and migrating the file),
+//! `sqlite/load.rs` (the index rebuilt at open), `sqlite/commit.rs` (group
+//! commit), `sqlite/rows.rs` (the rows a write writes).
 
 use async_trait::async_trait;
-use rusqlite::{
-    Connection, ErrorCode, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
-};
+use rusqlite::{Connection, ErrorCode, OptionalExtension};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -16,61 +18,26 @@ use std::time::{Duration, Instant};
 use super::ann::AnnOptions;
 use super::error::MemoryError;
 use super::graph_file::graphs_dir;
-use super::index::{Index, IndexLoader, LoadBatch, LoadKey, LoadedRow};
-use super::record::{Layer, MemoryFilter, MemoryRecord, SearchHit, SearchQuery};
+use super::index::Index;
+use super::record::{MemoryFilter, MemoryRecord, SearchHit, SearchQuery};
 use super::store::MemoryStore;
 use super::working::WorkingMemory;
-use jarvis_common::Timestamp;
+
+mod commit;
+mod load;
+mod rows;
+mod schema;
+
+use commit::{Queue, write_rehearsals};
+use load::load;
+use rows::{save_working, upsert};
+use schema::connect;
 
 /// The file name under `JARVIS_HOME`.
 pub const MEMORY_DB_FILE: &str = "memory.sqlite3";
 
 /// The schema version this code writes and reads (`PRAGMA user_version`).
 pub const SQLITE_SCHEMA_VERSION: i64 = 1;
-
-/// `PRAGMA application_id` of a memory database (`JRVM` in ASCII), so a
-/// SQLite file of another program is not taken for one.
-const APPLICATION_ID: i64 = 0x4a52_564d;
-
-/// How long opening waits for another connection's lock before failing.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// Schema version 1. Every statement is idempotent, so running it again
-/// (two processes opening a new file at once) changes nothing.
-const SCHEMA_V1: &str = "
-CREATE TABLE IF NOT EXISTS ltm_entries (
-    id TEXT NOT NULL UNIQUE,
-    user_id TEXT NOT NULL,
-    agent_id TEXT NOT NULL,
-    layer TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    source TEXT NOT NULL,
-    text TEXT NOT NULL,
-    metadata TEXT NOT NULL DEFAULT '{}',
-    created_at INTEGER NOT NULL,
-    rehearsal INTEGER NOT NULL DEFAULT 0,
-    embedding BLOB,
-    embedder TEXT NOT NULL DEFAULT ''
-);
-CREATE TABLE IF NOT EXISTS working_memory (
-    session_id TEXT PRIMARY KEY,
-    user_id TEXT NOT NULL,
-    agent_id TEXT NOT NULL,
-    body TEXT NOT NULL,
-    updated_at INTEGER NOT NULL DEFAULT (CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))
-);
-";
-
-const SELECT_ALL: &str = "SELECT id, user_id, agent_id, layer, kind, source, text, metadata, created_at, \
-                          rehearsal, embedding, embedder FROM ltm_entries";
-
-const UPSERT: &str = "INSERT INTO ltm_entries \
-      (id, user_id, agent_id, layer, kind, source, text, metadata, created_at, rehearsal, embedding, embedder) \
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) \
-    ON CONFLICT (id) DO UPDATE SET user_id = excluded.user_id, agent_id = excluded.agent_id, \
-      layer = excluded.layer, kind = excluded.kind, source = excluded.source, text = excluded.text, \
-      metadata = excluded.metadata, created_at = excluded.created_at, rehearsal = excluded.rehearsal, \
-      embedding = excluded.embedding, embedder = excluded.embedder";
 
 /// What opening a store found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -106,64 +73,6 @@ struct Inner {
     /// Writes waiting for the committer.
     queue: Mutex<Queue>,
     report: SqliteOpenReport,
-}
-
-/// The writes waiting to be committed, and whether a committer is running.
-#[derive(Default)]
-struct Queue {
-    jobs: Vec<Box<dyn Job>>,
-    committing: bool,
-}
-
-/// One caller's write, run inside the committer's batch. A job dropped
-/// without [`finish`](Job::finish) (the committer panicked) drops its reply,
-/// and the caller gets an error.
-trait Job: Send {
-    /// Writes (inside a savepoint of the batch's transaction).
-    fn write(&mut self, tx: &Transaction<'_>) -> rusqlite::Result<()>;
-    /// Tells the caller: `Ok` once the batch is committed, with the index
-    /// to apply the write to; `Err` when the write or the batch failed.
-    fn finish(self: Box<Self>, outcome: Result<&mut Index, &rusqlite::Error>);
-}
-
-/// A [`Job`] of [`SqliteMemoryStore::write`]: `write`'s output is kept until
-/// the commit, then handed to `apply` and the result sent back.
-struct WriteJob<T, R, W, A> {
-    op: &'static str,
-    path: PathBuf,
-    write: Option<W>,
-    written: Option<T>,
-    apply: A,
-    reply: tokio::sync::oneshot::Sender<Result<R, MemoryError>>,
-}
-
-impl<T, R, W, A> Job for WriteJob<T, R, W, A>
-where
-    T: Send,
-    R: Send,
-    W: FnOnce(&Transaction<'_>) -> rusqlite::Result<T> + Send,
-    A: FnOnce(&mut Index, T) -> R + Send,
-{
-    fn write(&mut self, tx: &Transaction<'_>) -> rusqlite::Result<()> {
-        let write = self.write.take().expect("a job is written once");
-        self.written = Some(write(tx)?);
-        Ok(())
-    }
-
-    fn finish(self: Box<Self>, outcome: Result<&mut Index, &rusqlite::Error>) {
-        let this = *self;
-        let result = match (outcome, this.written) {
-            (Ok(index), Some(written)) => Ok((this.apply)(index, written)),
-            (Err(e), _) => Err(shared_sqlite_error(this.op, &this.path, e)),
-            (Ok(_), None) => Err(MemoryError::Sqlite {
-                op: this.op,
-                path: this.path,
-                source: "the write was not run".into(),
-            }),
-        };
-        // The caller may have stopped waiting; the write stands anyway.
-        let _ = this.reply.send(result);
-    }
 }
 
 /// Long-term and working memory in a SQLite file (feature `sqlite`, on by
@@ -288,326 +197,6 @@ where
             source: Box::new(e),
         }),
     }
-}
-
-/// `vector` as little-endian bytes (`None` for an empty one).
-fn vector_bytes(vector: &[f32]) -> Option<Vec<u8>> {
-    if vector.is_empty() {
-        return None;
-    }
-    let mut out = Vec::with_capacity(vector.len() * 4);
-    for value in vector {
-        out.extend_from_slice(&value.to_le_bytes());
-    }
-    Some(out)
-}
-
-/// Reads a row of [`SELECT_ALL`] into `batch` (its key into `keys` and,
-/// when new, `batch.new_keys`); `Err` names what is wrong with the row,
-/// which is then left out. Borrows what it can from the row: only the id,
-/// the source, the text and non-null metadata are copied.
-fn load_row(row: &rusqlite::Row<'_>, keys: &mut Vec<LoadKey>, batch: &mut LoadBatch) -> Result<(), String> {
-    let text_at = |i: usize| -> Result<&str, String> {
-        row.get_ref(i)
-            .map_err(|e| e.to_string())?
-            .as_str()
-            .map_err(|e| format!("column {i}: {e}"))
-    };
-    let id = text_at(0)?;
-    let layer_name = text_at(3)?;
-    let layer =
-        Layer::parse(layer_name).ok_or_else(|| format!("row {id} has unknown layer {layer_name:?}"))?;
-    let metadata: Box<str> = match row
-        .get_ref(7)
-        .map_err(|e| e.to_string())?
-        .as_str_or_null()
-        .map_err(|e| e.to_string())?
-    {
-        None | Some("") | Some("null") => "null".into(),
-        Some(text) => {
-            serde_json::from_str::<serde::de::IgnoredAny>(text)
-                .map_err(|e| format!("row {id} has damaged metadata: {e}"))?;
-            text.into()
-        }
-    };
-    let created_at: i64 = row.get(8).map_err(|e| e.to_string())?;
-    let rehearsal: i64 = row.get(9).map_err(|e| e.to_string())?;
-    let vector = row
-        .get_ref(10)
-        .map_err(|e| e.to_string())?
-        .as_blob_or_null()
-        .map_err(|e| e.to_string())?
-        .unwrap_or_default();
-    if !vector.len().is_multiple_of(4) {
-        return Err(format!("row {id} has a damaged vector"));
-    }
-    let dims = vector.len() / 4;
-    let embedder = if dims == 0 { "" } else { text_at(11)? };
-    let (user, agent_id, kind) = (text_at(1)?, text_at(2)?, text_at(4)?);
-    let (source, text) = (text_at(5)?, text_at(6)?);
-    let same = |k: &LoadKey| {
-        k.dims == dims
-            && k.layer == layer
-            && k.user == user
-            && k.agent_id == agent_id
-            && k.kind == kind
-            && k.embedder == embedder
-    };
-    let key = match keys.iter().rposition(same) {
-        Some(k) => k,
-        None => {
-            let key = LoadKey {
-                user: user.to_owned(),
-                agent_id: agent_id.to_owned(),
-                layer,
-                kind: kind.to_owned(),
-                embedder: embedder.to_owned(),
-                dims,
-            };
-            keys.push(key.clone());
-            batch.new_keys.push(key);
-            keys.len() - 1
-        }
-    };
-    let start = batch.vectors.len();
-    batch.vectors.extend(
-        vector
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-    );
-    batch.rows.push(LoadedRow {
-        id: Arc::from(id),
-        key,
-        source: source.to_owned(),
-        text: text.to_owned(),
-        terms: super::lexical::terms(text),
-        metadata,
-        created_at: Timestamp::from_millis(created_at),
-        rehearsal: u32::try_from(rehearsal.max(0)).unwrap_or(u32::MAX),
-        vector: start,
-    });
-    Ok(())
-}
-
-fn upsert(tx: &Transaction<'_>, record: &MemoryRecord) -> rusqlite::Result<()> {
-    let metadata = record.metadata.to_string();
-    let rehearsal = i64::from(record.rehearsal);
-    tx.prepare_cached(UPSERT)?.execute(params![
-        record.id,
-        record.user,
-        record.agent_id,
-        record.layer.as_str(),
-        record.kind,
-        record.source,
-        record.text,
-        metadata,
-        record.created_at.as_millis(),
-        rehearsal,
-        vector_bytes(&record.embedding),
-        record.embedder,
-    ])?;
-    Ok(())
-}
-
-/// Opens `path`, sets the connection up and brings the schema up to date.
-fn connect(path: &Path) -> Result<Connection, MemoryError> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|source| MemoryError::File {
-            op: "create the directory of",
-            path: path.to_owned(),
-            source,
-        })?;
-    }
-    let err = |op| move |e| sqlite_error(op, path, e);
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(err("open"))?;
-    if conn.is_readonly(rusqlite::MAIN_DB).map_err(err("open"))? {
-        return Err(MemoryError::Sqlite {
-            op: "open for writing",
-            path: path.to_owned(),
-            source: "the file is read-only".into(),
-        });
-    }
-    conn.busy_timeout(BUSY_TIMEOUT).map_err(err("open"))?;
-    conn.set_prepared_statement_cache_capacity(32);
-    // The exclusive lock is taken by the first read below and held until
-    // the connection closes; the OS drops it if the process dies.
-    conn.pragma_update(None, "locking_mode", "EXCLUSIVE")
-        .map_err(err("set up"))?;
-    let application_id: i64 = conn
-        .pragma_query_value(None, "application_id", |r| r.get(0))
-        .map_err(err("read the header of"))?;
-    let version: i64 = conn
-        .pragma_query_value(None, "user_version", |r| r.get(0))
-        .map_err(err("read the schema version of"))?;
-    check_header(path, application_id, version, &conn)?;
-    let mode: String = conn
-        .pragma_query_value(None, "journal_mode", |r| r.get(0))
-        .map_err(err("read the journal mode of"))?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        let mode: String = conn
-            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-            .map_err(err("switch to the write-ahead log"))?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            return Err(MemoryError::Sqlite {
-                op: "switch to the write-ahead log",
-                path: path.to_owned(),
-                source: format!("the journal mode stayed {mode}").into(),
-            });
-        }
-    }
-    conn.pragma_update(None, "synchronous", "NORMAL")
-        .map_err(err("set up"))?;
-    conn.pragma_update(None, "secure_delete", "ON")
-        .map_err(err("set up"))?;
-    if version < SQLITE_SCHEMA_VERSION {
-        migrate(path, &conn)?;
-    }
-    Ok(conn)
-}
-
-/// Refuses another program's file and a newer schema.
-fn check_header(
-    path: &Path,
-    application_id: i64,
-    version: i64,
-    conn: &Connection,
-) -> Result<(), MemoryError> {
-    if application_id != 0 && application_id != APPLICATION_ID {
-        return Err(MemoryError::SqliteDamaged {
-            path: path.to_owned(),
-            reason: format!("application id {application_id:#x} is another program's"),
-        });
-    }
-    if version > SQLITE_SCHEMA_VERSION {
-        return Err(MemoryError::SchemaTooNew {
-            path: path.to_owned(),
-            found: version,
-            supported: SQLITE_SCHEMA_VERSION,
-        });
-    }
-    if application_id == 0 && version == 0 {
-        // A new file, or a SQLite file of another program that never set
-        // an id: only an empty one is taken.
-        let tables: i64 = conn
-            .query_row(
-                "SELECT count(*) FROM sqlite_schema WHERE type = 'table' \
-                 AND name NOT IN ('ltm_entries', 'working_memory')",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(|e| sqlite_error("read the tables of", path, e))?;
-        if tables > 0 {
-            return Err(MemoryError::SqliteDamaged {
-                path: path.to_owned(),
-                reason: "it is another program's database (it has other tables)".into(),
-            });
-        }
-    }
-    Ok(())
-}
-
-/// Brings the schema up to date in one transaction.
-fn migrate(path: &Path, conn: &Connection) -> Result<(), MemoryError> {
-    let err = |e| sqlite_error("migrate", path, e);
-    let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate).map_err(err)?;
-    let version: i64 = tx
-        .pragma_query_value(None, "user_version", |r| r.get(0))
-        .map_err(err)?;
-    if version < 1 {
-        tx.execute_batch(SCHEMA_V1).map_err(err)?;
-    }
-    tx.pragma_update(None, "application_id", APPLICATION_ID)
-        .map_err(err)?;
-    tx.pragma_update(None, "user_version", SQLITE_SCHEMA_VERSION)
-        .map_err(err)?;
-    tx.commit().map_err(err)
-}
-
-/// Records handed from the scan to the index builder at a time.
-const LOAD_BATCH: usize = 512;
-
-/// Bytes of the file mapped into memory while the index is rebuilt (reads
-/// without a system call per page); unmapped again after the load.
-const LOAD_MMAP_BYTES: i64 = 1 << 34;
-
-/// Reads every record into a new index; answers it and the rows skipped.
-///
-/// Two threads share the work: this one steps through the table in one
-/// sequential scan (the file mapped into memory) and decodes rows into
-/// batches, a second one puts them into the index, so the two overlap.
-fn load(path: &Path, conn: &Connection, ann: AnnOptions) -> Result<(Index, usize), MemoryError> {
-    let err = |e| sqlite_error("read the memories of", path, e);
-    let estimate: i64 = conn
-        .query_row("SELECT coalesce(max(rowid), 0) FROM ltm_entries", [], |r| {
-            r.get(0)
-        })
-        .map_err(err)?;
-    conn.pragma_update(None, "mmap_size", LOAD_MMAP_BYTES)
-        .map_err(err)?;
-    let (batches, received) = std::sync::mpsc::sync_channel::<LoadBatch>(16);
-    let graphs = graphs_dir(path);
-    let loaded = std::thread::scope(|s| {
-        let builder = s.spawn(move || {
-            let mut loader =
-                IndexLoader::with_capacity(usize::try_from(estimate).unwrap_or(0)).with_graphs(&graphs);
-            for batch in received {
-                loader.add(batch);
-            }
-            loader.finish(ann)
-        });
-        let started = Instant::now();
-        let scanned = scan(path, conn, |batch| batches.send(batch).is_ok());
-        let scan_took = started.elapsed();
-        drop(batches);
-        let joined = builder.join();
-        tracing::debug!(
-            scan_ms = scan_took.as_secs_f64() * 1e3,
-            index_ms = started.elapsed().as_secs_f64() * 1e3,
-            "memory store (sqlite): index rebuilt"
-        );
-        match joined {
-            Ok(index) => scanned.map(|skipped| (index, skipped)),
-            Err(_) => Err(MemoryError::Sqlite {
-                op: "rebuild the index of",
-                path: path.to_owned(),
-                source: "the index builder failed".into(),
-            }),
-        }
-    });
-    conn.pragma_update(None, "mmap_size", 0).map_err(err)?;
-    loaded
-}
-
-/// Steps through `ltm_entries` and hands the records to `deliver` in
-/// batches (stopping when it answers false); answers the rows skipped.
-fn scan(
-    path: &Path,
-    conn: &Connection,
-    mut deliver: impl FnMut(LoadBatch) -> bool,
-) -> Result<usize, MemoryError> {
-    let err = |e| sqlite_error("read the memories of", path, e);
-    let mut skipped = 0;
-    let mut stmt = conn.prepare(SELECT_ALL).map_err(err)?;
-    let mut rows = stmt.query([]).map_err(err)?;
-    let mut keys = Vec::new();
-    let mut batch = LoadBatch::default();
-    while let Some(row) = rows.next().map_err(err)? {
-        if let Err(reason) = load_row(row, &mut keys, &mut batch) {
-            skipped += 1;
-            tracing::warn!(path = %path.display(), "memory store (sqlite): skipped a damaged row: {reason}");
-        }
-        if batch.rows.len() == LOAD_BATCH && !deliver(std::mem::take(&mut batch)) {
-            return Ok(skipped);
-        }
-    }
-    if !batch.rows.is_empty() || !batch.new_keys.is_empty() {
-        deliver(batch);
-    }
-    Ok(skipped)
 }
 
 impl SqliteMemoryStore {
@@ -740,103 +329,6 @@ impl SqliteMemoryStore {
     fn index(&self) -> MutexGuard<'_, Index> {
         self.inner.index()
     }
-
-    /// Queues `write` for the committer, which runs it in a savepoint of
-    /// its next transaction and, once that has committed, `apply` to the
-    /// index; answers what `apply` answered. Starts the committer when none
-    /// is running.
-    async fn write<T, R, W, A>(&self, op: &'static str, write: W, apply: A) -> Result<R, MemoryError>
-    where
-        T: Send + 'static,
-        R: Send + 'static,
-        W: FnOnce(&Transaction<'_>) -> rusqlite::Result<T> + Send + 'static,
-        A: FnOnce(&mut Index, T) -> R + Send + 'static,
-    {
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        let job = Box::new(WriteJob {
-            op,
-            path: self.inner.path.clone(),
-            write: Some(write),
-            written: None,
-            apply,
-            reply,
-        });
-        let start = {
-            let mut queue = self.inner.queue();
-            queue.jobs.push(job);
-            !std::mem::replace(&mut queue.committing, true)
-        };
-        if start {
-            let committer = Committer {
-                inner: self.inner.clone(),
-                done: false,
-            };
-            tokio::task::spawn_blocking(move || committer.run());
-        }
-        answer.await.unwrap_or_else(|_| {
-            Err(MemoryError::Sqlite {
-                op,
-                path: self.inner.path.clone(),
-                source: "the committer stopped before committing the write".into(),
-            })
-        })
-    }
-}
-
-/// The committer: commits queued writes in batches until the queue is
-/// empty. Dropped without finishing (it panicked, or the runtime shut down
-/// before it ran), it drops the writes still queued, whose callers get an
-/// error, and lets the next write start a new one.
-struct Committer {
-    inner: Arc<Inner>,
-    done: bool,
-}
-
-impl Committer {
-    fn run(mut self) {
-        loop {
-            let jobs = {
-                let mut queue = self.inner.queue();
-                if queue.jobs.is_empty() {
-                    queue.committing = false;
-                    break;
-                }
-                std::mem::take(&mut queue.jobs)
-            };
-            self.inner.commit_batch(jobs);
-        }
-        self.done = true;
-    }
-}
-
-impl Drop for Committer {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        let dropped = {
-            let mut queue = self.inner.queue();
-            queue.committing = false;
-            std::mem::take(&mut queue.jobs)
-        };
-        tracing::error!(
-            path = %self.inner.path.display(),
-            writes = dropped.len(),
-            "memory store (sqlite): the committer stopped; its writes failed"
-        );
-    }
-}
-
-/// Adds the rehearsals recall counted to their records.
-fn write_rehearsals(conn: &Connection, rehearsals: &HashMap<String, u32>) -> rusqlite::Result<()> {
-    if rehearsals.is_empty() {
-        return Ok(());
-    }
-    let mut stmt = conn.prepare_cached("UPDATE ltm_entries SET rehearsal = rehearsal + ?2 WHERE id = ?1")?;
-    for (id, n) in rehearsals {
-        stmt.execute(rusqlite::params![id, n])?;
-    }
-    Ok(())
 }
 
 impl Drop for Inner {
@@ -855,63 +347,6 @@ impl Drop for Inner {
 }
 
 impl Inner {
-    /// Commits `jobs` (and the rehearsals waiting) in one immediate
-    /// transaction, each job in a savepoint; then, under the connection's
-    /// lock so the index changes in commit order, answers each job: applied
-    /// to the index when its write stood, its own error when it was rolled
-    /// back, the batch's error (and the rehearsals kept for the next batch)
-    /// when the transaction failed.
-    fn commit_batch(&self, mut jobs: Vec<Box<dyn Job>>) {
-        let mut conn = self.conn();
-        let rehearsals = std::mem::take(&mut *self.rehearsals());
-        let committed = (|| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            write_rehearsals(&tx, &rehearsals)?;
-            let mut failed = Vec::with_capacity(jobs.len());
-            for job in &mut jobs {
-                tx.execute_batch("SAVEPOINT job")?;
-                match job.write(&tx) {
-                    Ok(()) => {
-                        tx.execute_batch("RELEASE job")?;
-                        failed.push(None);
-                    }
-                    Err(e) => {
-                        tx.execute_batch("ROLLBACK TO job; RELEASE job")?;
-                        failed.push(Some(e));
-                    }
-                }
-            }
-            tx.commit()?;
-            Ok::<_, rusqlite::Error>(failed)
-        })();
-        match committed {
-            Ok(failed) => {
-                let mut index = self.index();
-                for (job, failure) in jobs.into_iter().zip(failed) {
-                    match failure {
-                        None => job.finish(Ok(&mut index)),
-                        Some(e) => job.finish(Err(&e)),
-                    }
-                }
-            }
-            Err(e) => {
-                // Not written: they go with the next batch.
-                let mut pending = self.rehearsals();
-                for (id, n) in rehearsals {
-                    *pending.entry(id).or_insert(0) += n;
-                }
-                drop(pending);
-                for job in jobs {
-                    job.finish(Err(&e));
-                }
-            }
-        }
-    }
-
-    fn queue(&self) -> MutexGuard<'_, Queue> {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     fn conn(&self) -> MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -1101,45 +536,13 @@ impl MemoryStore for SqliteMemoryStore {
     }
 }
 
-/// A working memory and its JSON body, ready to write.
-struct SavedWorking {
-    memory: WorkingMemory,
-    body: String,
-}
-
-impl SqliteMemoryStore {
-    fn encode_working(&self, memory: &WorkingMemory) -> Result<SavedWorking, MemoryError> {
-        let body = serde_json::to_string(memory).map_err(|e| MemoryError::Sqlite {
-            op: "encode working memory for",
-            path: self.inner.path.clone(),
-            source: Box::new(e),
-        })?;
-        Ok(SavedWorking {
-            memory: memory.clone(),
-            body,
-        })
-    }
-}
-
-fn save_working(tx: &Transaction<'_>, saved: &SavedWorking) -> rusqlite::Result<()> {
-    let memory = &saved.memory;
-    tx.prepare_cached(
-        "INSERT INTO working_memory (session_id, user_id, agent_id, body) VALUES (?1, ?2, ?3, ?4) \
-         ON CONFLICT (session_id) DO UPDATE SET user_id = excluded.user_id, \
-         agent_id = excluded.agent_id, body = excluded.body, updated_at = excluded.updated_at",
-    )?
-    .execute(params![
-        memory.session_id,
-        memory.user,
-        memory.agent_id,
-        saved.body
-    ])?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
+    use super::commit::{Job, WriteJob};
+    use super::rows::vector_bytes;
     use super::*;
+    use crate::record::Layer;
+    use rusqlite::{Transaction, params};
 
     #[test]
     fn vectors_are_little_endian_floats() {
