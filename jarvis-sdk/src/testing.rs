@@ -55,8 +55,8 @@ impl RecordingAdapter {
     }
 
     /// The `type` of every event so far.
-    pub fn kinds(&self) -> Vec<&'static str> {
-        self.events().iter().map(AgentEvent::kind).collect()
+    pub fn kinds(&self) -> Vec<String> {
+        self.events().iter().map(|e| e.kind().to_owned()).collect()
     }
 
     /// The streamed text (all `text_delta`s joined).

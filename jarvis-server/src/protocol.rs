@@ -3,9 +3,17 @@
 //!
 //! Server → client frames are JSON objects with a `type`:
 //!
-//! - every harness event ([`AgentEvent`]) unchanged;
+//! - every harness event ([`AgentEvent`]) unchanged (R-EVT-2), the notices
+//!   of the layers above the loop among them (`agenda_changed`,
+//!   `focus_state`, `focus_panel`: [`AgentEvent::Notice`], each its own
+//!   `type` with the fields of the type that made it);
 //! - [`ServerNotice`]s the server adds: `approval_request`,
 //!   `approval_resolved`, `agent_activity`, `error`.
+//!
+//! This module is where the frames are defined: which events go to one
+//! session's screens and which to every screen is decided in
+//! [`crate::fanout`], and `tests/it/wire.rs` holds the frames of a recorded
+//! session byte for byte.
 //!
 //! Client → server frames are [`ClientMessage`]s: `prompt`, `approval`,
 //! `abort`, `proactive_feedback`.
@@ -151,14 +159,18 @@ impl ServerNotice {
 }
 
 /// Anything the server sends over the WebSocket.
+///
+/// Read in this order: the server's own messages first, then events (an
+/// object of any other `type` is an event, a notice of a layer above the
+/// loop, see [`AgentEvent::Notice`]), then anything else.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum ServerMessage {
-    /// A harness event, unchanged.
-    Event(AgentEvent),
     /// A message of the server's own.
     Notice(ServerNotice),
-    /// A message this version does not know (a newer server's event).
+    /// A harness event, unchanged.
+    Event(AgentEvent),
+    /// A frame that is not an object with a `type`.
     Other(serde_json::Value),
 }
 
@@ -439,6 +451,25 @@ mod tests {
         ));
         let parsed = ServerMessage::parse(r#"{"type":"focus_state","state":"x"}"#).unwrap();
         assert_eq!(parsed.kind(), "focus_state");
+        assert!(matches!(parsed, ServerMessage::Event(AgentEvent::Notice(_))));
+        // The server's own messages are never read as notices of a layer.
+        let parsed = ServerMessage::parse(
+            r#"{"type":"approval_request","request_id":"r","session_id":"s","agent_id":"main","tool_name":"t","args":{}}"#,
+        )
+        .unwrap();
+        assert!(
+            matches!(parsed, ServerMessage::Notice(ServerNotice::ApprovalRequest(_))),
+            "{parsed:?}"
+        );
+        let parsed = ServerMessage::parse(r#"{"type":"agent_activity","active":[]}"#).unwrap();
+        assert!(matches!(
+            parsed,
+            ServerMessage::Notice(ServerNotice::AgentActivity { .. })
+        ));
+        assert!(matches!(
+            ServerMessage::parse("[1]").unwrap(),
+            ServerMessage::Other(_)
+        ));
         let req = ServerNotice::ApprovalRequest(ApprovalRequest {
             request_id: "r".into(),
             session_id: "s".into(),

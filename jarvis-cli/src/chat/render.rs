@@ -2,9 +2,8 @@
 //! dimmed, tool activity with a spinner, approval questions. On a pipe the
 //! same appears as plain lines (no colours, no spinner, thinking labelled).
 
-use jarvis_sdk::agent::{
-    AgentEvent, ApprovalRequest, FocusPhase, FocusStepStatus, MessageDelta, ProactiveKind, StopReason,
-};
+use jarvis_sdk::agent::{AgentEvent, ApprovalRequest, MessageDelta, ProactiveKind, StopReason};
+use jarvis_sdk::initiative::{FocusPhase, FocusState, FocusStepStatus};
 use jarvis_server::protocol::{ServerMessage, ServerNotice, codes};
 use std::io::{IsTerminal, Write};
 
@@ -252,21 +251,25 @@ impl Renderer {
                 agent_path,
                 event,
             } => self.subagent(parent_tool_call_id, agent_path, event),
-            AgentEvent::FocusState {
-                task_id,
-                title,
-                steps,
-                current,
-                state,
-                ..
-            } => {
+            AgentEvent::Notice(_) => {
+                let Some(FocusState {
+                    task_id,
+                    title,
+                    steps,
+                    current,
+                    state,
+                    ..
+                }) = event.as_notice()
+                else {
+                    return;
+                };
                 let finished = steps
                     .iter()
                     .filter(|s| s.status != FocusStepStatus::Pending && s.status != FocusStepStatus::Active)
                     .count();
                 let now = match (state, current) {
                     (FocusPhase::Done, _) => "done".to_owned(),
-                    (_, Some(i)) => format!("now: {}", steps.get(*i).map_or("", |s| s.title.as_str())),
+                    (_, Some(i)) => format!("now: {}", steps.get(i).map_or("", |s| s.title.as_str())),
                     (_, None) => "every step finished".to_owned(),
                 };
                 self.note(&format!(

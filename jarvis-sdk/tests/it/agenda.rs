@@ -4,7 +4,7 @@
 //! without the model and leave no trace in the session.
 
 use jarvis_pack_housing::HousingPack;
-use jarvis_sdk::agent::AgentEvent;
+use jarvis_sdk::agent::{AgendaChanged, AgentEvent};
 use jarvis_sdk::app::{AppAssembly, AppConfig, build_app};
 use jarvis_sdk::initiative::AgendaKind;
 use jarvis_sdk::model::FauxProvider;
@@ -53,7 +53,7 @@ async fn promises(app: &AppAssembly) -> Vec<jarvis_sdk::initiative::AgendaItem> 
 }
 
 fn is_agenda_changed(e: &AgentEvent) -> bool {
-    matches!(e, AgentEvent::AgendaChanged { .. })
+    e.as_notice::<AgendaChanged>().is_some()
 }
 
 #[tokio::test]
@@ -67,10 +67,9 @@ async fn a_promise_in_a_karen_session_lands_on_the_agenda_with_her_label() {
         .prompt("강서구 행복주택 공고 올라오면 바로 말해 줘", Caller::Local)
         .await
         .unwrap();
-    match events.next_matching(is_agenda_changed).await {
-        AgentEvent::AgendaChanged { session_id } => assert_eq!(session_id, karen.id.as_str()),
-        other => panic!("{other:?}"),
-    }
+    let changed = events.next_matching(is_agenda_changed).await;
+    let AgendaChanged { session_id } = changed.as_notice().unwrap();
+    assert_eq!(session_id, karen.id.as_str());
     let agenda = promises(&app).await;
     assert_eq!(agenda.len(), 1, "{agenda:?}");
     let item = &agenda[0];
@@ -108,7 +107,7 @@ async fn slash_commands_answer_without_the_model_and_are_not_recorded() {
             help.final_message.content
         );
     }
-    let kinds: Vec<&str> = events.drain().iter().map(AgentEvent::kind).collect();
+    let kinds: Vec<String> = events.drain().iter().map(|e| e.kind().to_owned()).collect();
     assert_eq!(kinds, ["agent_start", "message_update", "agent_end"]);
 
     let unknown = session.prompt("/dance", Caller::Local).await.unwrap();

@@ -2,9 +2,10 @@
 //! turns and a restart, its four files, `focus_state` and `focus_panel`,
 //! the `[포커스]` section, and `/focus`.
 
-use jarvis_sdk::agent::{AgentEvent, Durability, FocusPhase, FocusStepStatus};
+use jarvis_sdk::agent::Durability;
 use jarvis_sdk::app::{AppAssembly, AppConfig, StoreBackend, build_app};
 use jarvis_sdk::common::ManualClock;
+use jarvis_sdk::initiative::{FocusPanel, FocusPhase, FocusState, FocusStepStatus};
 use jarvis_sdk::model::{FauxProvider, Message};
 use jarvis_sdk::testing::RecordingAdapter;
 use jarvis_sdk::turn::Caller;
@@ -51,15 +52,8 @@ fn states(screen: &RecordingAdapter) -> Vec<(Vec<FocusStepStatus>, Option<usize>
     screen
         .events()
         .into_iter()
-        .filter_map(|e| match e {
-            AgentEvent::FocusState {
-                steps,
-                current,
-                state,
-                ..
-            } => Some((steps.iter().map(|s| s.status).collect(), current, state)),
-            _ => None,
-        })
+        .filter_map(|e| e.as_notice::<FocusState>())
+        .map(|s| (s.steps.iter().map(|s| s.status).collect(), s.current, s.state))
         .collect()
 }
 
@@ -67,12 +61,10 @@ fn panels(screen: &RecordingAdapter) -> Vec<String> {
     screen
         .events()
         .into_iter()
-        .filter_map(|e| match e {
-            AgentEvent::FocusPanel { area, markdown, .. } => {
-                assert_eq!(area, "focus");
-                Some(markdown)
-            }
-            _ => None,
+        .filter_map(|e| e.as_notice::<FocusPanel>())
+        .map(|FocusPanel { area, markdown, .. }| {
+            assert_eq!(area, "focus");
+            markdown
         })
         .collect()
 }
@@ -128,10 +120,10 @@ async fn a_scripted_task_survives_a_restart_and_ends_with_its_files_written() {
         .unwrap();
     let shown = app.focus_events("default-main", false);
     assert!(
-        matches!(&shown[0], AgentEvent::FocusState { task_id, current: Some(1), busy: false, .. } if task_id == "f-1"),
+        matches!(shown[0].as_notice::<FocusState>(), Some(FocusState { task_id, current: Some(1), busy: false, .. }) if task_id == "f-1"),
         "{shown:?}"
     );
-    assert!(matches!(&shown[1], AgentEvent::FocusPanel { .. }));
+    assert!(shown[1].as_notice::<FocusPanel>().is_some());
     let screen = Arc::new(RecordingAdapter::new());
     let _attached = session.attach(screen.clone());
     session.prompt("계속 2", Caller::Local).await.unwrap();

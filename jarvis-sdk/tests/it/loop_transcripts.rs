@@ -255,7 +255,7 @@ async fn empty_again_after_the_nudge_ends_with_an_empty_answer() {
     assert_eq!(o.final_message.stop_reason, StopReason::Empty);
     assert_eq!(o.final_message.content, "");
     assert!(o.error.is_none());
-    assert!(!run.ui.kinds().contains(&"agent_error"));
+    assert!(!run.ui.kinds().iter().any(|k| k == "agent_error"));
     assert!(o.new_messages.is_empty());
     run.assert_not_leaked(NUDGE_INSTRUCTION);
 }
@@ -484,7 +484,7 @@ async fn a_failing_summary_call_falls_back_to_a_summary_of_tool_names() {
     let o = &run.outcome;
     assert_eq!(o.overflows, 2);
     assert!(o.error.is_none(), "a failed summary is not a turn error");
-    assert!(!run.ui.kinds().contains(&"agent_error"));
+    assert!(!run.ui.kinds().iter().any(|k| k == "agent_error"));
     let answer = &o.final_message.content;
     assert!(answer.contains("read_file ×2"), "{answer}");
     assert!(answer.contains("list_dir"), "{answer}");
@@ -555,7 +555,7 @@ async fn abort_before_the_summary_call() {
     let o = &run.outcome;
     assert_eq!(o.final_message.stop_reason, StopReason::Aborted);
     assert_eq!(o.overflows, 1);
-    assert_eq!(run.ui.kinds().last(), Some(&"agent_end"));
+    assert_eq!(run.ui.kinds().last().map(String::as_str), Some("agent_end"));
     // The history stays well formed: the call has its result.
     assert!(matches!(o.new_messages.last(), Some(Message::Tool(_))));
 }
@@ -620,7 +620,7 @@ async fn abort_from_a_subscriber_cuts_the_stream() {
     assert_eq!(run.outcome.final_message.stop_reason, StopReason::Aborted);
     assert_eq!(run.ui.text(), "a l", "only the first delta was shown");
     assert!(run.outcome.new_messages.is_empty());
-    assert_eq!(run.ui.kinds().last(), Some(&"agent_end"));
+    assert_eq!(run.ui.kinds().last().map(String::as_str), Some("agent_end"));
 }
 
 #[tokio::test]

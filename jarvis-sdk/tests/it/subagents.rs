@@ -173,7 +173,7 @@ rules:
     let kinds = screen.kinds();
     assert_eq!(kinds.iter().filter(|k| **k == "agent_start").count(), 1);
     assert_eq!(kinds.iter().filter(|k| **k == "agent_end").count(), 1);
-    assert_eq!(kinds.last(), Some(&"agent_end"));
+    assert_eq!(kinds.last().map(String::as_str), Some("agent_end"));
     let call_id = screen
         .events()
         .into_iter()

@@ -11,4 +11,5 @@ mod mcp;
 mod origin;
 mod support;
 mod tls;
+mod wire;
 mod ws;

@@ -112,6 +112,8 @@ pub(crate) struct Ws {
     socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
     /// Every frame received so far, parsed.
     pub(crate) seen: Vec<Value>,
+    /// Every text frame received so far, as its bytes came.
+    pub(crate) texts: Vec<String>,
 }
 
 /// How a connection attempt ended.
@@ -145,6 +147,7 @@ impl Ws {
         let mut ws = Ws {
             socket,
             seen: Vec::new(),
+            texts: Vec::new(),
         };
         match ws.next_frame().await {
             Frame::Json(first) => {
@@ -199,7 +202,10 @@ impl Ws {
                 .await
                 .expect("a frame arrives in time");
             match message {
-                Some(Ok(Message::Text(text))) => return Frame::Json(serde_json::from_str(&text).unwrap()),
+                Some(Ok(Message::Text(text))) => {
+                    self.texts.push(text.to_string());
+                    return Frame::Json(serde_json::from_str(&text).unwrap());
+                }
                 Some(Ok(Message::Close(frame))) => {
                     let (code, reason) = frame
                         .map(|f| (u16::from(f.code), f.reason.to_string()))

@@ -5,6 +5,10 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+mod notice;
+
+pub use notice::{Notice, ScreenNotice};
+
 use super::run::UsageTotal;
 use jarvis_model::{Role, Usage};
 
@@ -115,37 +119,6 @@ pub enum AgentEvent {
         /// Identifies it in `proactive_feedback`.
         message_id: String,
     },
-    /// The AGENDA judgement opened or closed a promise in this session.
-    AgendaChanged {
-        /// The session whose promises changed.
-        session_id: String,
-    },
-    /// A Focus task of this session started or changed (every step, note
-    /// and end); also sent to a screen that attaches while one is active.
-    FocusState {
-        /// The task's id (`f-<n>`).
-        task_id: String,
-        /// What the task is.
-        title: String,
-        /// The plan, in order.
-        steps: Vec<FocusStepState>,
-        /// The index of the step being worked on; `null` once every step
-        /// is finished or the task is done.
-        current: Option<usize>,
-        /// `active` or `done`.
-        state: FocusPhase,
-        /// Whether a turn is working on it right now.
-        busy: bool,
-    },
-    /// The Focus panel's content changed.
-    FocusPanel {
-        /// The task's id.
-        task_id: String,
-        /// Which panel: always `focus`.
-        area: String,
-        /// The panel as Markdown: the plan, the recent log, the references.
-        markdown: String,
-    },
     /// An event of a sub-agent running inside this turn, wrapped so that
     /// no screen takes it for the turn's own (a sub-agent's `agent_end` is
     /// not the end of the turn). Sub-agents of sub-agents are wrapped once,
@@ -160,41 +133,13 @@ pub enum AgentEvent {
         /// The sub-agent's event, unchanged.
         event: Box<AgentEvent>,
     },
-}
-
-/// One step of a Focus task as `focus_state` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FocusStepState {
-    /// What the step is.
-    pub title: String,
-    /// Where it stands.
-    pub status: FocusStepStatus,
-}
-
-/// Where a step of a Focus task stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FocusStepStatus {
-    /// Not started.
-    Pending,
-    /// Being worked on (the current step).
-    Active,
-    /// Finished.
-    Done,
-    /// Passed over.
-    Skipped,
-    /// Cannot go on; the note says why.
-    Blocked,
-}
-
-/// Whether a Focus task is still going.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FocusPhase {
-    /// Being worked on.
-    Active,
-    /// Ended with a summary.
-    Done,
+    /// A notice of a layer above the loop for the session's screens (the
+    /// AGENDA changed: `agenda_changed`; a Focus task moved on:
+    /// `focus_state`, `focus_panel`), sent as its own `type` with its own
+    /// fields. Read it with [`AgentEvent::as_notice`]. An event of a
+    /// `type` this version does not know is read as one too.
+    #[serde(untagged)]
+    Notice(Notice),
 }
 
 /// What a `proactive_message` is.
@@ -210,8 +155,21 @@ pub enum ProactiveKind {
 }
 
 impl AgentEvent {
+    /// The event carrying the notice `value`.
+    pub fn notice<N: ScreenNotice>(value: &N) -> Self {
+        AgentEvent::Notice(Notice::of(value))
+    }
+
+    /// The notice this event carries, when it is one of `N`'s type.
+    pub fn as_notice<N: ScreenNotice>(&self) -> Option<N> {
+        match self {
+            AgentEvent::Notice(notice) => notice.decode(),
+            _ => None,
+        }
+    }
+
     /// The `type` tag of this event as it appears in JSON.
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> &str {
         match self {
             AgentEvent::AgentStart { .. } => "agent_start",
             AgentEvent::TurnStart { .. } => "turn_start",
@@ -225,10 +183,8 @@ impl AgentEvent {
             AgentEvent::InnerThought { .. } => "inner_thought",
             AgentEvent::ThoughtEnd { .. } => "thought_end",
             AgentEvent::ProactiveMessage { .. } => "proactive_message",
-            AgentEvent::AgendaChanged { .. } => "agenda_changed",
-            AgentEvent::FocusState { .. } => "focus_state",
-            AgentEvent::FocusPanel { .. } => "focus_panel",
             AgentEvent::SubagentEvent { .. } => "subagent_event",
+            AgentEvent::Notice(notice) => notice.kind(),
         }
     }
 }
@@ -331,5 +287,85 @@ mod tests {
         assert_eq!(v["final_message"]["usage"]["input_tokens"], 0);
         assert_eq!((v["turns"].as_u64(), v["overflows"].as_u64()), (Some(3), Some(1)));
         assert_eq!(e.kind(), "agent_end");
+    }
+
+    /// A notice of a layer above, with a nested object whose members are
+    /// not in alphabetical order.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    struct Moved {
+        task_id: String,
+        steps: Vec<Step>,
+        current: Option<usize>,
+    }
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    struct Step {
+        title: String,
+        status: String,
+    }
+
+    impl ScreenNotice for Moved {
+        const KIND: &'static str = "task_moved";
+    }
+
+    fn moved() -> Moved {
+        Moved {
+            task_id: "f-1".into(),
+            steps: vec![Step {
+                title: "read".into(),
+                status: "done".into(),
+            }],
+            current: None,
+        }
+    }
+
+    #[test]
+    fn a_notice_is_sent_as_its_own_type_with_its_fields_in_their_order() {
+        let event = AgentEvent::notice(&moved());
+        assert_eq!(event.kind(), "task_moved");
+        assert_eq!(
+            serde_json::to_string(&event).unwrap(),
+            r#"{"type":"task_moved","task_id":"f-1","steps":[{"title":"read","status":"done"}],"current":null}"#
+        );
+        // Wrapped in a sub-agent's event too.
+        let wrapped = AgentEvent::SubagentEvent {
+            parent_tool_call_id: "c1".into(),
+            agent_path: vec!["main".into()],
+            event: Box::new(event.clone()),
+        };
+        assert!(
+            serde_json::to_string(&wrapped)
+                .unwrap()
+                .contains(r#""event":{"type":"task_moved","task_id""#)
+        );
+    }
+
+    #[test]
+    fn a_notice_reads_back_as_the_event_and_decodes_as_its_type_only() {
+        let event = AgentEvent::notice(&moved());
+        let text = serde_json::to_string(&event).unwrap();
+        let read: AgentEvent = serde_json::from_str(&text).unwrap();
+        assert_eq!(read, event);
+        assert_eq!(read.as_notice::<Moved>(), Some(moved()));
+        // A known event type is never read as a notice.
+        let start: AgentEvent = serde_json::from_str(r#"{"type":"turn_start","turn":2}"#).unwrap();
+        assert_eq!(start, AgentEvent::TurnStart { turn: 2 });
+        assert_eq!(start.as_notice::<Moved>(), None);
+        // Another notice type does not decode as this one.
+        let other: AgentEvent = serde_json::from_str(r#"{"type":"elsewhere","task_id":"f-1"}"#).unwrap();
+        assert_eq!(other.kind(), "elsewhere");
+        assert_eq!(other.as_notice::<Moved>(), None);
+    }
+
+    #[test]
+    fn an_object_without_a_string_type_is_no_event() {
+        for text in [
+            r#"{"task_id":"f-1"}"#,
+            r#"{"type":7}"#,
+            r#"[1]"#,
+            r#""turn_start""#,
+        ] {
+            assert!(serde_json::from_str::<AgentEvent>(text).is_err(), "{text}");
+        }
     }
 }

@@ -23,10 +23,7 @@ mod tool;
 mod ui;
 
 pub use error::AgentError;
-pub use event::{
-    AgentEvent, FinalMessage, FocusPhase, FocusStepState, FocusStepStatus, MessageDelta, ProactiveKind,
-    StopReason,
-};
+pub use event::{AgentEvent, FinalMessage, MessageDelta, Notice, ProactiveKind, ScreenNotice, StopReason};
 pub use gate::{
     AllowAll, ApprovalDecision, ApprovalRequest, Approver, BeforeToolCall, GateDecision, GateStage,
     GateVerdict, ToolCallInfo, ToolGate, ToolPolicy,
@@ -40,9 +37,9 @@ pub use journal::{
 #[cfg(feature = "postgres")]
 pub use openloop::PostgresOpenLoopStore;
 pub use openloop::{
-    Detected, JUDGE_INSTRUCTION, JsonlOpenLoopStore, JudgeInput, Judgement, LoopError, LoopFilter, LoopJudge,
-    LoopKind, MemoryOpenLoopStore, ModelJudge, NewLoop, OPEN_LOOPS_FILE, OpenLoop, OpenLoopStore, OpenLoops,
-    RuleJudge, cancels, detect, due_time, has_cue,
+    AgendaChanged, Detected, JUDGE_INSTRUCTION, JsonlOpenLoopStore, JudgeInput, Judgement, LoopError,
+    LoopFilter, LoopJudge, LoopKind, MemoryOpenLoopStore, ModelJudge, NewLoop, OPEN_LOOPS_FILE, OpenLoop,
+    OpenLoopStore, OpenLoops, RuleJudge, cancels, detect, due_time, has_cue,
 };
 pub use run::prompts;
 pub use run::{

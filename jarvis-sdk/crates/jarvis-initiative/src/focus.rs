@@ -30,7 +30,6 @@
 //! as the `[포커스]` section ([`FocusTask::items`]), so the agent picks it up
 //! in the next turn, also after a restart.
 
-use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -39,11 +38,12 @@ use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use jarvis_agent::{
-    AgentEvent, FocusPhase, FocusStepState, FocusStepStatus, Tool, ToolContext, ToolError, ToolResult, Typed,
-    TypedTool,
-};
+use jarvis_agent::{AgentEvent, ScreenNotice};
 use jarvis_common::{Clock, Timestamp, char_len, write_atomic};
+
+mod tools;
+
+pub use tools::focus_tools;
 
 /// The directory of Focus tasks under `JARVIS_HOME`.
 pub const FOCUS_DIR: &str = "focus";
@@ -61,6 +61,80 @@ pub const MAX_FOCUS_STEPS: usize = 50;
 pub const MAX_FOCUS_TEXT_CHARS: usize = 4_000;
 /// Lines of the log the panel shows.
 const PANEL_LOG_LINES: usize = 12;
+
+/// Where a step of a Focus task stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FocusStepStatus {
+    /// Not started.
+    Pending,
+    /// Being worked on (the current step).
+    Active,
+    /// Finished.
+    Done,
+    /// Passed over.
+    Skipped,
+    /// Cannot go on; the note says why.
+    Blocked,
+}
+
+/// Whether a Focus task is still going.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FocusPhase {
+    /// Being worked on.
+    Active,
+    /// Ended with a summary.
+    Done,
+}
+
+/// The notice `focus_state`: a Focus task of the session started or
+/// changed (every step, note and end); also sent to a screen that attaches
+/// while one is active.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FocusState {
+    /// The task's id (`f-<n>`).
+    pub task_id: String,
+    /// What the task is.
+    pub title: String,
+    /// The plan, in order.
+    pub steps: Vec<FocusStepState>,
+    /// The index of the step being worked on; `null` once every step is
+    /// finished or the task is done.
+    pub current: Option<usize>,
+    /// `active` or `done`.
+    pub state: FocusPhase,
+    /// Whether a turn is working on it right now.
+    pub busy: bool,
+}
+
+impl ScreenNotice for FocusState {
+    const KIND: &'static str = "focus_state";
+}
+
+/// One step of a Focus task as `focus_state` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FocusStepState {
+    /// What the step is.
+    pub title: String,
+    /// Where it stands.
+    pub status: FocusStepStatus,
+}
+
+/// The notice `focus_panel`: the Focus panel's content changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FocusPanel {
+    /// The task's id.
+    pub task_id: String,
+    /// Which panel: always `focus`.
+    pub area: String,
+    /// The panel as Markdown: the plan, the recent log, the references.
+    pub markdown: String,
+}
+
+impl ScreenNotice for FocusPanel {
+    const KIND: &'static str = "focus_panel";
+}
 
 /// One step of a task as `state.json` keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,7 +177,7 @@ pub struct FocusTask {
 impl FocusTask {
     /// The task as `focus_state`.
     pub fn state_event(&self, busy: bool) -> AgentEvent {
-        AgentEvent::FocusState {
+        AgentEvent::notice(&FocusState {
             task_id: self.task_id.clone(),
             title: self.title.clone(),
             steps: self
@@ -117,7 +191,7 @@ impl FocusTask {
             current: self.current,
             state: self.state,
             busy,
-        }
+        })
     }
 
     /// The task as `focus_panel`, with `log` (the tail of `log.md`).
@@ -144,11 +218,11 @@ impl FocusTask {
         if let Some(summary) = &self.summary {
             let _ = write!(md, "\n**Summary**\n\n{summary}\n");
         }
-        AgentEvent::FocusPanel {
+        AgentEvent::notice(&FocusPanel {
             task_id: self.task_id.clone(),
             area: "focus".into(),
             markdown: md,
-        }
+        })
     }
 
     /// The items of the `[포커스]` section.
@@ -649,199 +723,6 @@ fn checked(what: &str, text: &str) -> Result<String, FocusError> {
         )));
     }
     Ok(text.to_owned())
-}
-
-/// Sends a change to the screens of the calling turn.
-fn show(ctx: &ToolContext, change: &FocusChange) {
-    if let Some(turn) = &ctx.loop_context {
-        let _ = turn.ui.on_event(&change.task.state_event(true));
-        let _ = turn.ui.on_event(&change.task.panel_event(&change.log));
-    }
-}
-
-fn answer(
-    ctx: &ToolContext,
-    result: Result<FocusChange, FocusError>,
-    say: impl Fn(&FocusTask) -> String,
-) -> Result<ToolResult, ToolError> {
-    Ok(match result {
-        Ok(change) => {
-            show(ctx, &change);
-            ToolResult::ok(say(&change.task))
-        }
-        Err(e) => ToolResult::error(e.to_string()),
-    })
-}
-
-/// The next step, as a tool result says it.
-fn next_step(task: &FocusTask) -> String {
-    match task.current {
-        Some(i) => format!("Next step {}: {}", i + 1, task.steps[i].title),
-        None => "Every step is finished; end the task with end_focus {summary}.".into(),
-    }
-}
-
-/// Arguments of `start_focus`.
-#[derive(Debug, Deserialize, JsonSchema)]
-pub(crate) struct StartFocusArgs {
-    /// What the task is.
-    title: String,
-    /// The steps, in order.
-    #[serde(default)]
-    plan: Vec<String>,
-}
-
-/// How a step finished.
-#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum StepOutcome {
-    /// Finished.
-    Done,
-    /// Passed over.
-    Skipped,
-    /// Cannot go on.
-    Blocked,
-}
-
-/// Arguments of `focus_step`.
-#[derive(Debug, Deserialize, JsonSchema)]
-pub(crate) struct FocusStepArgs {
-    /// How the current step finished: done, skipped or blocked.
-    status: StepOutcome,
-    /// What was done or why not.
-    #[serde(default)]
-    note: Option<String>,
-}
-
-/// Arguments of `focus_note`.
-#[derive(Debug, Deserialize, JsonSchema)]
-pub(crate) struct FocusNoteArgs {
-    /// `reference` (a source) or `finding` (something learned).
-    kind: FocusNoteKind,
-    /// The source's description or the finding.
-    text: String,
-    /// Where it comes from.
-    #[serde(default)]
-    url: Option<String>,
-}
-
-/// Arguments of `end_focus`.
-#[derive(Debug, Deserialize, JsonSchema)]
-pub(crate) struct EndFocusArgs {
-    /// What came of the task.
-    summary: String,
-}
-
-#[derive(Debug)]
-struct StartFocus(Arc<FocusStore>);
-
-#[async_trait]
-impl TypedTool for StartFocus {
-    type Args = StartFocusArgs;
-
-    fn name(&self) -> &str {
-        START_FOCUS_TOOL
-    }
-
-    fn description(&self) -> &str {
-        "Starts a Focus task for long multi-step work in this conversation: a title and a plan of steps. \
-         The task is kept across turns and restarts and shown to you at the start of every turn; \
-         finish steps with focus_step, note sources and findings with focus_note, end it with end_focus."
-    }
-
-    async fn run(&self, args: StartFocusArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
-        let result = self
-            .0
-            .start(&ctx.session_id, ctx.top_level_agent(), &args.title, &args.plan);
-        answer(ctx, result, |t| {
-            format!("Focus task {} started. {}", t.task_id, next_step(t))
-        })
-    }
-}
-
-#[derive(Debug)]
-struct FocusStepTool(Arc<FocusStore>);
-
-#[async_trait]
-impl TypedTool for FocusStepTool {
-    type Args = FocusStepArgs;
-
-    fn name(&self) -> &str {
-        FOCUS_STEP_TOOL
-    }
-
-    fn description(&self) -> &str {
-        "Finishes the current step of this conversation's Focus task as done, skipped or blocked (with a note) \
-         and moves on to the next step."
-    }
-
-    async fn run(&self, args: FocusStepArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
-        let status = match args.status {
-            StepOutcome::Done => FocusStepStatus::Done,
-            StepOutcome::Skipped => FocusStepStatus::Skipped,
-            StepOutcome::Blocked => FocusStepStatus::Blocked,
-        };
-        let result = self.0.step(&ctx.session_id, status, args.note.as_deref());
-        answer(ctx, result, next_step)
-    }
-}
-
-#[derive(Debug)]
-struct FocusNoteTool(Arc<FocusStore>);
-
-#[async_trait]
-impl TypedTool for FocusNoteTool {
-    type Args = FocusNoteArgs;
-
-    fn name(&self) -> &str {
-        FOCUS_NOTE_TOOL
-    }
-
-    fn description(&self) -> &str {
-        "Notes a source (kind reference) or a finding (kind finding) in this conversation's Focus task."
-    }
-
-    async fn run(&self, args: FocusNoteArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
-        let kind = args.kind;
-        let result = self
-            .0
-            .note(&ctx.session_id, kind, &args.text, args.url.as_deref());
-        answer(ctx, result, |t| match kind {
-            FocusNoteKind::Reference => format!("Reference noted in {}.", t.task_id),
-            FocusNoteKind::Finding => format!("Finding noted in {}.", t.task_id),
-        })
-    }
-}
-
-#[derive(Debug)]
-struct EndFocus(Arc<FocusStore>);
-
-#[async_trait]
-impl TypedTool for EndFocus {
-    type Args = EndFocusArgs;
-
-    fn name(&self) -> &str {
-        END_FOCUS_TOOL
-    }
-
-    fn description(&self) -> &str {
-        "Ends this conversation's Focus task with a summary of what came of it."
-    }
-
-    async fn run(&self, args: EndFocusArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
-        let result = self.0.end(&ctx.session_id, &args.summary);
-        answer(ctx, result, |t| format!("Focus task {} ended.", t.task_id))
-    }
-}
-
-/// The Focus tools over `store`.
-pub fn focus_tools(store: Arc<FocusStore>) -> Vec<Arc<dyn Tool>> {
-    vec![
-        Arc::new(Typed::new(StartFocus(store.clone()))),
-        Arc::new(Typed::new(FocusStepTool(store.clone()))),
-        Arc::new(Typed::new(FocusNoteTool(store.clone()))),
-        Arc::new(Typed::new(EndFocus(store))),
-    ]
 }
 
 #[cfg(test)]

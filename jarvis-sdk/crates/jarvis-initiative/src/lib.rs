@@ -27,7 +27,8 @@ pub use agenda::{AgendaItem, AgendaKind, AgendaSource};
 pub use commands::{COMMANDS, ScheduleCommand, StandardCommands};
 pub use focus::{
     END_FOCUS_TOOL, FOCUS_DIR, FOCUS_NOTE_TOOL, FOCUS_STEP_TOOL, FocusChange, FocusError, FocusNoteKind,
-    FocusStep, FocusStore, FocusTask, MAX_FOCUS_STEPS, MAX_FOCUS_TEXT_CHARS, START_FOCUS_TOOL, focus_tools,
+    FocusPanel, FocusPhase, FocusState, FocusStep, FocusStepState, FocusStepStatus, FocusStore, FocusTask,
+    MAX_FOCUS_STEPS, MAX_FOCUS_TEXT_CHARS, START_FOCUS_TOOL, focus_tools,
 };
 pub use goals::{
     CLOSE_GOAL_TOOL, GOALS_DIR, Goal, GoalError, GoalNote, GoalPatch, GoalStatus, GoalStore,

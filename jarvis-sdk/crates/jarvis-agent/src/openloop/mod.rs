@@ -27,9 +27,21 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::sync::Arc;
 
-use super::event::AgentEvent;
+use super::event::{AgentEvent, ScreenNotice};
 use super::ui::UIAdapter;
 use jarvis_common::{Clock, IdSource, TimeZone, Timestamp, truncate_chars};
+
+/// The notice `agenda_changed`: the AGENDA judgement opened or closed a
+/// promise of this session, so screens showing the AGENDA read it again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgendaChanged {
+    /// The session whose promises changed.
+    pub session_id: String,
+}
+
+impl ScreenNotice for AgendaChanged {
+    const KIND: &'static str = "agenda_changed";
+}
 
 /// A promise by the agent, or a request to be reminded or told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -305,9 +317,9 @@ impl OpenLoops {
             changed = true;
         }
         if changed {
-            let _ = ui.on_event(&AgentEvent::AgendaChanged {
+            let _ = ui.on_event(&AgentEvent::notice(&AgendaChanged {
                 session_id: session_id.to_owned(),
-            });
+            }));
         }
         Ok(judgement)
     }
@@ -342,9 +354,9 @@ impl OpenLoops {
             .close(&open_loop.id, &open_loop.session_id, self.now())
             .await?;
         if closed {
-            let _ = ui.on_event(&AgentEvent::AgendaChanged {
+            let _ = ui.on_event(&AgentEvent::notice(&AgendaChanged {
                 session_id: open_loop.session_id.clone(),
-            });
+            }));
         }
         Ok(closed)
     }
