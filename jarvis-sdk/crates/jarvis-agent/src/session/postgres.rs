@@ -28,133 +28,28 @@
 //! cached while the tables were small would go on scanning every turn start
 //! of a session for as long as the connection lives.
 
+mod node;
+mod rows;
+mod schema;
+mod window;
+
 use async_trait::async_trait;
 use deadpool_postgres::Pool;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
-use tokio_postgres::Row;
 use tokio_postgres::types::{Json, Type};
 
-use super::error::BoxError;
-use super::lease::{Claim, Node, NodeOptions, RunningTurn};
+use super::lease::{Claim, Node};
 use super::{
-    ENTRY_SCHEMA_VERSION, EntryBody, NewSession, SessionEntry, SessionError, SessionId, SessionKind,
-    SessionMeta, SessionStore, fork_meta, normalize_title, now,
+    ENTRY_SCHEMA_VERSION, EntryBody, NewSession, SessionEntry, SessionError, SessionId, SessionMeta,
+    SessionStore, fork_meta, normalize_title, now,
 };
 use crate::PendingTurn;
-use jarvis_common::pg::{PgSetupError, build_pool, connection, migrate_locked};
+use jarvis_common::pg::{build_pool, connection, migrate_locked};
 use jarvis_common::{Clock, SystemClock, Timestamp};
-
-/// Key of the advisory lock the migrations hold (`jarvis` in ASCII, then 1).
-const MIGRATION_LOCK: i64 = 0x6a61_7276_6973_0001;
-
-const MIGRATIONS: &str = r#"
-CREATE TABLE IF NOT EXISTS jarvis_sessions (
-    id TEXT PRIMARY KEY
-);
-ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS agent_id TEXT NOT NULL DEFAULT 'main';
-ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS title TEXT;
-ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS created_at TIMESTAMPTZ NOT NULL DEFAULT now();
-ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS updated_at TIMESTAMPTZ NOT NULL DEFAULT now();
-ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS parent_id TEXT;
-ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS kind TEXT NOT NULL DEFAULT 'user';
-CREATE TABLE IF NOT EXISTS jarvis_migrations (
-    name TEXT PRIMARY KEY,
-    at TIMESTAMPTZ NOT NULL DEFAULT now()
-);
-WITH first AS (
-    INSERT INTO jarvis_migrations (name) VALUES ('sessions-job-kind') ON CONFLICT DO NOTHING RETURNING name
-)
-UPDATE jarvis_sessions SET kind = 'job'
-WHERE kind = 'user' AND id LIKE 'sched-%' AND EXISTS (SELECT 1 FROM first);
-ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS caller TEXT;
-ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS callee TEXT;
-ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS sub_origin TEXT;
-ALTER TABLE jarvis_sessions ADD COLUMN IF NOT EXISTS last_seq BIGINT;
-CREATE TABLE IF NOT EXISTS jarvis_entries (
-    session_id TEXT NOT NULL REFERENCES jarvis_sessions (id) ON DELETE CASCADE,
-    seq BIGINT NOT NULL,
-    PRIMARY KEY (session_id, seq)
-);
-ALTER TABLE jarvis_entries ADD COLUMN IF NOT EXISTS ts TIMESTAMPTZ NOT NULL DEFAULT now();
-ALTER TABLE jarvis_entries ADD COLUMN IF NOT EXISTS v INTEGER NOT NULL DEFAULT 1;
-ALTER TABLE jarvis_entries ADD COLUMN IF NOT EXISTS starts_turn BOOLEAN NOT NULL DEFAULT false;
-ALTER TABLE jarvis_entries ADD COLUMN IF NOT EXISTS body JSONB NOT NULL DEFAULT '{}'::jsonb;
-CREATE INDEX IF NOT EXISTS jarvis_entries_turns ON jarvis_entries (session_id, seq) WHERE starts_turn;
-"#;
-
-/// A session's last `seq`: the larger of its row's `last_seq` (unset on
-/// rows from before it existed) and its highest entry (one step down the
-/// primary key), so entries written without moving `last_seq` (by an older
-/// version) are counted too. A macro, so the statements using it are
-/// constants.
-macro_rules! last_seq {
-    () => {
-        "GREATEST(COALESCE(last_seq, 0), (SELECT COALESCE(MAX(seq), 0) FROM jarvis_entries WHERE session_id = $1))"
-    };
-}
-
-/// A session's last `seq` ([`last_seq!`]); no row when there is no such
-/// session.
-const LAST_SEQ: &str = concat!("SELECT ", last_seq!(), " FROM jarvis_sessions WHERE id = $1");
-
-/// The append statement, with `$lease` (a CTE before the others), `$last`
-/// (the session's last `seq`) and `$guard` (a condition on the session's
-/// row) for the fenced one.
-macro_rules! append {
-    ($lease:literal, $last:expr, $guard:literal) => {
-        concat!(
-            "WITH ",
-            $lease,
-            "s AS ( \
-               UPDATE jarvis_sessions SET updated_at = GREATEST(updated_at, $2), last_seq = ",
-            $last,
-            " + cardinality($4::BOOLEAN[]) \
-               WHERE id = $1",
-            $guard,
-            " RETURNING last_seq - cardinality($4::BOOLEAN[]) AS base \
-             ), ins AS ( \
-               INSERT INTO jarvis_entries (session_id, seq, ts, v, starts_turn, body) \
-               SELECT $1, s.base + u.n, $2, $3, u.starts, u.body \
-               FROM s, UNNEST($4::BOOLEAN[], $5::JSONB[]) WITH ORDINALITY AS u(starts, body, n) \
-             ) SELECT base FROM s"
-        )
-    };
-}
-
-/// Appends a batch in one statement: `$1` session, `$2` time, `$3` schema
-/// version, `$4` which entries start a turn, `$5` the bodies. Answers the
-/// `seq` before the batch; no row when there is no such session. Updating
-/// the row locks it, so a concurrent append waits, and then sees the
-/// `last_seq` the other one left (Postgres re-reads a row updated under a
-/// waiting update), never a number already taken.
-const APPEND: &str = append!("", last_seq!(), "");
-
-/// [`APPEND`] for a node holding a lease: `$6` the node, `$7` its token,
-/// `$8` the ids of the turns whose blocks the batch holds. The statement
-/// locks the lease row (`FOR SHARE`): a takeover (an update of the row)
-/// waits for a write under way, and a write after a takeover re-reads the
-/// row, finds another token and writes nothing (no row answered). The row
-/// is rewritten only to clear the running turn once its block is written
-/// (`c`), so most appends add no version of the lease row. Every writer of
-/// a deployment moves `last_seq`, so the highest entry is read only for a
-/// row that has none yet.
-const APPEND_FENCED: &str = append!(
-    "l AS (SELECT 1 FROM jarvis_leases WHERE session_id = $1 AND node = $6 AND token = $7 FOR SHARE), \
-     c AS (UPDATE jarvis_leases SET turn = NULL \
-       WHERE session_id = $1 AND node = $6 AND token = $7 AND turn->>'turn_id' = ANY($8::TEXT[]) \
-       AND EXISTS (SELECT 1 FROM l)), ",
-    "COALESCE(last_seq, (SELECT COALESCE(MAX(seq), 0) FROM jarvis_entries WHERE session_id = $1))",
-    " AND EXISTS (SELECT 1 FROM l)"
-);
-
-/// Sessions whose recent window (and, apart, whose agent) a store keeps at
-/// most; past it, any one is let go (it is read again when next needed).
-const MAX_KEPT_WINDOWS: usize = 4_096;
-
-const META_COLUMNS: &str =
-    "id, agent_id, title, created_at, updated_at, parent_id, kind, caller, callee, sub_origin";
+use rows::{db, entries_from_rows, meta_from_row, setup_error, whole_micros};
+use schema::{APPEND, APPEND_FENCED, LAST_SEQ, META_COLUMNS, MIGRATION_LOCK, MIGRATIONS};
+use window::{Window, keep};
 
 /// Sessions in Postgres. See the module docs.
 ///
@@ -176,56 +71,6 @@ pub struct PostgresSessionStore {
     /// Turns waiting for a person that this node took over with their
     /// sessions, until the app takes them ([`SessionStore::adopted_turn`]).
     adopted: Arc<Mutex<HashMap<SessionId, PendingTurn>>>,
-}
-
-/// A session's recent entries as this process last saw them; see the
-/// module docs.
-#[derive(Debug, Clone)]
-struct Window {
-    /// The session's last `seq` when the window was read or extended.
-    last_seq: u64,
-    /// How many turns it holds (it starts at the start of the `turns`-th
-    /// last turn), unless `whole`.
-    turns: usize,
-    /// It holds the whole session (fewer turns than asked for).
-    whole: bool,
-    entries: Vec<SessionEntry>,
-}
-
-impl Window {
-    /// The window `recent(turns)` answers, when this one holds it.
-    fn tail(&self, turns: usize) -> Option<Vec<SessionEntry>> {
-        if !self.whole && self.turns < turns {
-            return None;
-        }
-        let start = self
-            .entries
-            .iter()
-            .enumerate()
-            .rev()
-            .filter(|(_, e)| e.body.starts_turn())
-            .nth(turns - 1)
-            .map_or(0, |(i, _)| i);
-        Some(self.entries[start..].to_vec())
-    }
-
-    /// Adds what was appended after `last_seq`, and lets go of turns older
-    /// than the window keeps.
-    fn extend(&mut self, entries: impl IntoIterator<Item = SessionEntry>) {
-        self.entries.extend(entries);
-        self.last_seq = self.entries.last().map_or(self.last_seq, |e| e.seq);
-        let starts: Vec<usize> = self
-            .entries
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.body.starts_turn())
-            .map(|(i, _)| i)
-            .collect();
-        if starts.len() > self.turns {
-            self.entries.drain(..starts[starts.len() - self.turns]);
-            self.whole = false;
-        }
-    }
 }
 
 impl std::fmt::Debug for PostgresSessionStore {
@@ -261,208 +106,6 @@ impl PostgresSessionStore {
         };
         store.migrate().await?;
         Ok(store)
-    }
-
-    /// Makes this store a node of a deployment (see [`super::lease`]):
-    /// registers the node, starts its heartbeat, and from now on claims a
-    /// session before writing it and fences every history write with the
-    /// session's lease. A session another live node owns refuses writes
-    /// with [`SessionError::OwnedElsewhere`]; a write whose lease was taken
-    /// over fails with [`SessionError::Fenced`].
-    ///
-    /// While the node's lease certainly runs, the recent window of a
-    /// session it holds is answered from the process without a round trip.
-    pub async fn with_node(mut self, options: NodeOptions) -> Result<Self, SessionError> {
-        self.node = Some(
-            Node::start(
-                options,
-                self.pool.clone(),
-                self.beats.clone(),
-                self.target.clone(),
-            )
-            .await?,
-        );
-        Ok(self)
-    }
-
-    /// This store's node, when it is one.
-    pub fn node_id(&self) -> Option<&str> {
-        self.node.as_deref().map(|n| n.options.id.as_str())
-    }
-
-    /// Claims `id` for this store's node ([`Claim::Held`] with the token
-    /// its writes carry), or says which live node owns it. A store that is
-    /// not a node holds every session.
-    ///
-    /// A session taken from a node that died during a turn gets that turn
-    /// closed as interrupted (its question, what it recorded and a
-    /// `turn_end` with `interrupted`), once, before the claim answers;
-    /// unless the turn was a person's and waited for a person: that one is
-    /// kept for the app to resume here ([`SessionStore::adopted_turn`]).
-    pub async fn claim(&self, id: &SessionId) -> Result<Claim, SessionError> {
-        match &self.node {
-            Some(node) => self.claim_node(node, id).await,
-            None => Ok(Claim::Held { token: 0 }),
-        }
-    }
-
-    async fn claim_node(&self, node: &Node, id: &SessionId) -> Result<Claim, SessionError> {
-        let (claim, left) = node.claim_with_turn(id).await?;
-        if let Some(turn) = left {
-            let waiting = turn
-                .records
-                .as_deref()
-                .and_then(PendingTurn::from_records)
-                .filter(|p| {
-                    p.begin.resumable
-                        && p.begin.parent.is_none()
-                        && p.waits_for_a_person()
-                        && !p.steps.is_empty()
-                });
-            match waiting {
-                Some(pending) if !self.has_turn(id, &turn.turn_id).await? => {
-                    // Recorded as this node's from now on, so a node taking
-                    // the session from this one resumes it in turn.
-                    let from = turn.node.clone();
-                    let mine = RunningTurn {
-                        node: node.options.id.clone(),
-                        ..turn
-                    };
-                    let text = serde_json::to_string(&mine).map_err(SessionError::Encode)?;
-                    self.execute(
-                        "UPDATE jarvis_leases SET turn = $3::TEXT::JSONB WHERE session_id = $1 AND node = $2",
-                        &[&id.as_str(), &node.options.id, &text],
-                    )
-                    .await?;
-                    tracing::info!(session_id = %id, turn_id = %mine.turn_id, %from,
-                        "session store (postgres): took over a turn waiting for a person");
-                    keep(&self.adopted, id, pending);
-                }
-                _ => Box::pin(self.close_interrupted(node, id, turn)).await?,
-            }
-        }
-        Ok(claim)
-    }
-
-    /// Closes a turn another node left running as interrupted, unless its
-    /// block is in the history already; clears it from the lease either way.
-    async fn close_interrupted(
-        &self,
-        node: &Node,
-        id: &SessionId,
-        turn: RunningTurn,
-    ) -> Result<(), SessionError> {
-        if self.has_turn(id, &turn.turn_id).await? {
-            self.execute(
-                "UPDATE jarvis_leases SET turn = NULL WHERE session_id = $1 AND node = $2 AND turn->>'turn_id' = $3",
-                &[&id.as_str(), &node.options.id, &turn.turn_id],
-            )
-            .await?;
-            return Ok(());
-        }
-        // With what it recorded, when it stopped for a person at least once.
-        let block = match turn.records.as_deref().and_then(PendingTurn::from_records) {
-            Some(recorded) if recorded.turn_id() == turn.turn_id => recorded.interrupted_block(),
-            _ => vec![
-                EntryBody::turn_start(turn.turn_id.clone()),
-                EntryBody::message(jarvis_model::Message::user(turn.prompt)),
-                EntryBody::TurnEnd {
-                    stop_reason: crate::StopReason::Interrupted,
-                    turns: 0,
-                    overflows: 0,
-                },
-            ],
-        };
-        self.append(id, block).await?;
-        tracing::warn!(session_id = %id, turn_id = %turn.turn_id, from = %turn.node,
-            "session store (postgres): a turn left running by node {} was closed as interrupted", turn.node);
-        Ok(())
-    }
-
-    /// Records that turn `turn_id` of `id` runs on this node (see
-    /// [`SessionStore::turn_begins`]); the fenced write of its block clears
-    /// it. Does nothing for a store that is not a node.
-    pub async fn record_turn(&self, id: &SessionId, turn_id: &str, prompt: &str) -> Result<(), SessionError> {
-        let Some(node) = &self.node else {
-            return Ok(());
-        };
-        let Claim::Held { token } = self.claim_node(node, id).await? else {
-            return Ok(());
-        };
-        let turn = serde_json::to_string(&RunningTurn {
-            node: node.options.id.clone(),
-            turn_id: turn_id.to_owned(),
-            prompt: prompt.to_owned(),
-            records: None,
-        })
-        .map_err(SessionError::Encode)?;
-        let token = i64::try_from(token).unwrap_or(i64::MAX);
-        // Runs on a task of its own: never over what the same turn
-        // recorded later (`turn_progress`).
-        self.execute(
-            "UPDATE jarvis_leases SET turn = $3::TEXT::JSONB WHERE session_id = $1 AND node = $2 AND token = $4 \
-             AND (turn IS NULL OR turn->>'turn_id' IS DISTINCT FROM $5)",
-            &[&id.as_str(), &node.options.id, &turn, &token, &turn_id],
-        )
-        .await?;
-        Ok(())
-    }
-
-    /// Keeps what a person's turn recorded with the session's lease (see
-    /// [`SessionStore::turn_progress`]); fenced like a history write.
-    async fn keep_progress(
-        &self,
-        node: &Node,
-        id: &SessionId,
-        turn: &PendingTurn,
-    ) -> Result<(), SessionError> {
-        let Claim::Held { token } = self.claim_node(node, id).await? else {
-            return Ok(());
-        };
-        let text = serde_json::to_string(&RunningTurn {
-            node: node.options.id.clone(),
-            turn_id: turn.turn_id().to_owned(),
-            prompt: turn.begin.prompt.clone(),
-            records: Some(turn.to_records()),
-        })
-        .map_err(SessionError::Encode)?;
-        let token = i64::try_from(token).unwrap_or(i64::MAX);
-        self.execute(
-            "UPDATE jarvis_leases SET turn = $3::TEXT::JSONB WHERE session_id = $1 AND node = $2 AND token = $4",
-            &[&id.as_str(), &node.options.id, &text, &token],
-        )
-        .await?;
-        Ok(())
-    }
-
-    /// Whether this store's node holds `id`'s lease (as far as it knows;
-    /// a store that is not a node holds nothing).
-    pub fn holds(&self, id: &SessionId) -> bool {
-        self.node.as_ref().is_some_and(|node| node.token(id).is_some())
-    }
-
-    /// The node owning `id` now and how long its lease has left, if a live
-    /// node owns it.
-    pub async fn owner(&self, id: &SessionId) -> Result<Option<(String, Duration)>, SessionError> {
-        let node = match &self.node {
-            Some(node) => node.clone(),
-            None => return Ok(None),
-        };
-        Ok(node
-            .owner(id)
-            .await?
-            .filter(|(_, _, left)| !left.is_zero())
-            .map(|(owner, _, left)| (owner, left)))
-    }
-
-    /// Leaves the deployment: the node's row is removed, so
-    /// other nodes can take its sessions at once (a clean stop; a crash
-    /// waits for the lease). The store writes no history afterwards.
-    pub async fn leave(&self) -> Result<(), SessionError> {
-        match &self.node {
-            Some(node) => node.leave().await,
-            None => Ok(()),
-        }
     }
 
     /// Takes timestamps from `clock` instead of the system clock.
@@ -517,26 +160,6 @@ impl PostgresSessionStore {
             .map_err(db("read a query's rows"))
     }
 
-    /// Why a fenced append wrote nothing: the lease was taken over
-    /// ([`SessionError::Fenced`], and the node forgets it), or there is
-    /// no such session.
-    async fn refused(&self, node: &Node, id: &SessionId, token: i64) -> SessionError {
-        match node.owner(id).await {
-            Ok(Some((owner, current, _))) if owner != node.options.id || current != token => {
-                node.forget(id);
-                self.windows.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
-                tracing::warn!(session_id = %id, node = %node.options.id, owner = %owner,
-                    "session store (postgres): a write was fenced off: node {owner} owns session {id} now");
-                SessionError::Fenced {
-                    id: id.to_string(),
-                    owner,
-                }
-            }
-            Ok(_) => SessionError::not_found(id),
-            Err(error) => error,
-        }
-    }
-
     async fn exists(&self, client: &deadpool_postgres::Object, id: &SessionId) -> Result<bool, SessionError> {
         let stmt = client
             .prepare_cached("SELECT 1 FROM jarvis_sessions WHERE id = $1")
@@ -548,117 +171,6 @@ impl PostgresSessionStore {
             .map_err(db("read a session"))?;
         Ok(!rows.is_empty())
     }
-}
-
-/// Keeps `value` for `id` in `map`, letting any other one go when
-/// [`MAX_KEPT_WINDOWS`] are kept already.
-fn keep<T>(map: &Mutex<HashMap<SessionId, T>>, id: &SessionId, value: T) {
-    let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
-    if map.len() >= MAX_KEPT_WINDOWS
-        && !map.contains_key(id)
-        && let Some(other) = map.keys().next().cloned()
-    {
-        map.remove(&other);
-    }
-    map.insert(id.clone(), value);
-}
-
-/// `t` without its nanoseconds past the microsecond.
-fn whole_micros(t: SystemTime) -> SystemTime {
-    match t.duration_since(SystemTime::UNIX_EPOCH) {
-        Ok(d) => SystemTime::UNIX_EPOCH + std::time::Duration::from_micros(d.as_micros() as u64),
-        Err(_) => t,
-    }
-}
-
-fn setup_error(e: PgSetupError) -> SessionError {
-    match e {
-        PgSetupError::Unreachable { target, source } => SessionError::Unreachable { target, source },
-        PgSetupError::Other { op, source } => SessionError::Database { op, source },
-    }
-}
-
-fn db(op: &'static str) -> impl FnOnce(tokio_postgres::Error) -> SessionError {
-    move |e| SessionError::Database {
-        op,
-        source: Box::new(e) as BoxError,
-    }
-}
-
-fn meta_from_row(row: &Row) -> Result<SessionMeta, SessionError> {
-    let get_err = |e: tokio_postgres::Error| SessionError::Database {
-        op: "read a session row",
-        source: Box::new(e),
-    };
-    let id: String = row.try_get(0).map_err(get_err)?;
-    let id = SessionId::new(id)?;
-    let kind: String = row.try_get(6).map_err(get_err)?;
-    let parent: Option<String> = row.try_get(5).map_err(get_err)?;
-    let parent_id = match parent.map(SessionId::new).transpose() {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::warn!(session_id = %id, "session store (postgres): ignored the parent of session {id}: {e}");
-            None
-        }
-    };
-    Ok(SessionMeta {
-        agent_id: row.try_get(1).map_err(get_err)?,
-        title: row.try_get(2).map_err(get_err)?,
-        created_at: Timestamp::from_system_time(row.try_get::<_, SystemTime>(3).map_err(get_err)?),
-        updated_at: Timestamp::from_system_time(row.try_get::<_, SystemTime>(4).map_err(get_err)?),
-        parent_id,
-        kind: SessionKind::parse(&kind).unwrap_or_else(|| {
-            tracing::warn!(session_id = %id, "session store (postgres): session {id} has unknown kind {kind:?}; read as user");
-            SessionKind::User
-        }),
-        caller: row.try_get(7).map_err(get_err)?,
-        callee: row.try_get(8).map_err(get_err)?,
-        sub: match row.try_get::<_, Option<String>>(9).map_err(get_err)? {
-            None => None,
-            Some(text) => match serde_json::from_str(&text) {
-                Ok(origin) => Some(origin),
-                Err(e) => {
-                    tracing::warn!(session_id = %id, "session store (postgres): ignored the sub-agent origin of session {id}: {e}");
-                    None
-                }
-            },
-        },
-        id,
-    })
-}
-
-/// The entries of `rows` (`seq, ts, v, body`); damaged rows are skipped with
-/// a warning.
-fn entries_from_rows(id: &SessionId, rows: &[Row]) -> Vec<SessionEntry> {
-    let mut out = Vec::with_capacity(rows.len());
-    for row in rows {
-        let entry = (|| -> Result<SessionEntry, tokio_postgres::Error> {
-            let seq: i64 = row.try_get(0)?;
-            let ts: SystemTime = row.try_get(1)?;
-            let v: i32 = row.try_get(2)?;
-            let Json(body): Json<EntryBody> = row.try_get(3)?;
-            Ok(SessionEntry {
-                v: u32::try_from(v).unwrap_or(0),
-                seq: u64::try_from(seq).unwrap_or(0),
-                ts: Timestamp::from_system_time(ts),
-                body,
-            })
-        })();
-        match entry {
-            Ok(e) if e.v == ENTRY_SCHEMA_VERSION => out.push(e),
-            Ok(e) => tracing::warn!(
-                session_id = %id,
-                "session store (postgres): skipped entry {} of session {id}: unknown schema version {}",
-                e.seq,
-                e.v
-            ),
-            Err(e) => tracing::warn!(
-                session_id = %id,
-                "session store (postgres): skipped a damaged entry of session {id}: {e}"
-            ),
-        }
-    }
-    out
 }
 
 #[async_trait]
