@@ -161,3 +161,49 @@ fn no_public_field_exists_only_under_a_feature() {
         "the scanner sees a gated field"
     );
 }
+
+/// Lines of a source file before its unit tests (the first line that is
+/// `#[cfg(test)]`, at the start of a line): the code a reader must hold.
+fn code_lines(src: &str) -> usize {
+    src.lines()
+        .take_while(|line| !line.starts_with("#[cfg(test)]"))
+        .count()
+}
+
+/// No source file of the workspace holds more than about 800 lines of code
+/// (integration tests, unit test modules, in a file's `#[cfg(test)]` tail
+/// or a `tests.rs` of their own, and the vendored usearch aside):
+/// a file past that is more than one idea and is split by concern.
+#[test]
+fn no_source_file_holds_more_than_800_lines_of_code() {
+    const LIMIT: usize = 800;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut files = Vec::new();
+    for dir in [
+        "jarvis-sdk/src",
+        "jarvis-sdk/crates",
+        "jarvis-sdk/packs",
+        "jarvis-sdk/examples",
+        "jarvis-server/src",
+        "jarvis-server/examples",
+        "jarvis-cli/src",
+        "examples",
+    ] {
+        all_files(&root.join(dir), &mut files);
+    }
+    let sources: Vec<&PathBuf> = files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "rs"))
+        .filter(|f| !f.components().any(|c| c.as_os_str() == "tests"))
+        .filter(|f| !f.ends_with("tests.rs"))
+        .collect();
+    assert!(sources.len() > 200, "the workspace's files are scanned");
+    let long: Vec<String> = sources
+        .iter()
+        .filter_map(|f| {
+            let lines = code_lines(&std::fs::read_to_string(f).unwrap());
+            (lines > LIMIT).then(|| format!("{} ({lines})", f.strip_prefix(root).unwrap().display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "files over {LIMIT} lines of code: {long:?}");
+}
