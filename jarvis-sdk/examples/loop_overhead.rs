@@ -5,8 +5,11 @@
 //! an answer) with a subscriber that serialises every event to JSON, as the
 //! web server does.
 //!
+//! Target: median per-step framework time under 20 µs.
+//!
 //! Run with `cargo run --release -p jarvis-sdk --example loop_overhead`
-//! (add `-- --smoke` for a quick check that it works).
+//! (add `-- --smoke` for a quick check that it works, `-- --check` to exit
+//! 1 when the target is missed, outside `--smoke`).
 
 use async_trait::async_trait;
 use jarvis_sdk::CancellationToken;
@@ -152,6 +155,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 fn main() {
     let smoke = std::env::args().any(|a| a == "--smoke");
+    let check = std::env::args().any(|a| a == "--check");
     let turns = if smoke { 20 } else { 1_000 };
     let warmup = if smoke { 2 } else { 50 };
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -212,8 +216,12 @@ fn main() {
         "per-step framework time: median {median:.1} µs, p99 {p99:.1} µs (n={})",
         samples.len()
     );
-    if !smoke && median >= 20.0 {
-        eprintln!("target missed: median per-step framework time must stay under 20 µs");
+    let met = median < 20.0;
+    println!(
+        "target: median per-step framework time < 20 µs: {median:.1} µs: {}",
+        if met { "met" } else { "MISSED" }
+    );
+    if check && !smoke && !met {
         std::process::exit(1);
     }
 }
