@@ -169,6 +169,8 @@ impl Partition {
     /// An empty partition; with `graphs`, its graph is kept in a file
     /// there between runs.
     pub(super) fn new(key: PartKey, graphs: Option<&Path>) -> Self {
+        // A unit struct without the `ann` feature, the graph's state with it.
+        #[allow(clippy::default_constructed_unit_structs)]
         let mut ann = PartAnn::default();
         if let Some(dir) = graphs.filter(|_| key.dims > 0) {
             let spelt = format!(

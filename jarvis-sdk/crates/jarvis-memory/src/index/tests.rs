@@ -47,6 +47,7 @@ fn vector(seed: u64, dims: usize) -> Vec<f32> {
     v
 }
 
+#[cfg(feature = "ann")]
 fn dense(seed: u64, dims: usize) -> Vec<f32> {
     let mut x = seed.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1;
     let mut v: Vec<f32> = (0..dims)
